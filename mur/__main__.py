@@ -1,0 +1,3 @@
+from mur.cli.main import main
+
+main()

@@ -1,0 +1,111 @@
+"""Entry point: builds the typer app and renders errors once, at the edge.
+
+Every command module imports only typer at module level; heavy libraries (wasmtime, paramiko,
+docker, httpx, pydantic) are imported inside the command bodies so `mur --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from mur import __version__
+
+# Command modules, each exposing register(app). Order is the order of `mur --help`.
+COMMAND_MODULES = (
+    "mur.cli.run",
+    "mur.cli.build",
+    "mur.cli.artifacts",
+    "mur.cli.registry",
+    "mur.cli.a2a",
+    "mur.cli.deploy",
+    "mur.cli.probe",
+    "mur.cli.trace",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"mur {__version__}")
+        raise typer.Exit()
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="mur",
+        help="Package AI-agent capsules, run them in isolation, deploy them to Linux VMs and containers.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", "-V", callback=_version, is_eager=True, help="Print the mur version and exit."
+        ),
+    ) -> None:
+        """mur: capsules for AI agents."""
+
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(app)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; MurError -> `error[CODE]` + hint on stderr, exit 1; usage errors exit 2."""
+    from typer.exceptions import Abort, Exit, TyperException
+
+    from mur.errors import MurError
+
+    app = build_app()
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=argv, prog_name="mur", standalone_mode=False)
+    except MurError as err:
+        _flush()
+        print(err.render(), file=sys.stderr)
+        sys.exit(1)
+    except Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exit as exc:
+        sys.exit(exc.exit_code)
+    except TyperException as exc:  # usage errors (bad option values, missing arguments): exit 2
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 2))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as exc:  # noqa: BLE001 - the one place a stray exception becomes an error line
+        if os.environ.get("MUR_DEBUG") == "1":
+            raise
+        print(f"error[E-INTERNAL]: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        print("  hint: rerun with MUR_DEBUG=1 to see the traceback, and report it", file=sys.stderr)
+        sys.exit(1)
+    if isinstance(rv, int) and rv not in (0, None):
+        sys.exit(rv)
+    sys.exit(0)
+
+
+def _flush() -> None:
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001
+        pass

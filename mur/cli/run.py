@@ -1,0 +1,79 @@
+"""`mur run`: validate, probe, stage a session and run the capsule (or just explain its scope)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from mur.cli.render import emit_json
+
+CLASSES = ("advisory", "scoped", "sealed")
+
+
+def _choice(value: Optional[str], allowed: tuple[str, ...], flag: str) -> Optional[str]:
+    if value is not None and value not in allowed:
+        raise typer.BadParameter(f"'{value}' is not one of: {', '.join(allowed)}", param_hint=flag)
+    return value
+
+
+def run(
+    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest."),
+    task: Optional[str] = typer.Option(None, "--task", "-t", help="Task: a file path (copied) or literal text."),
+    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="Override the system prompt."),
+    lifecycle_task_acceptance: Optional[str] = typer.Option(
+        None, "--lifecycle-task-acceptance", help="Override lifecycle.task_acceptance (none|single|queue)."
+    ),
+    lifecycle_after_task: Optional[str] = typer.Option(
+        None, "--lifecycle-after-task", help="Override lifecycle.after_task (exit|sleep)."
+    ),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Accessible workdir (default: <manifest dir>/workdir/<session>)."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output (one JSON line)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print workdir, manifest, driver and skills."),
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Address the A2A server binds."),
+    port: Optional[int] = typer.Option(None, "--port", help="Port for the A2A server (default: network.internal_port or OS-assigned)."),
+    no_env_file: bool = typer.Option(False, "--no-env-file", help="Do not load .env next to the manifest."),
+    containment: Optional[str] = typer.Option(None, "--containment", help="Raise the containment floor (advisory|scoped|sealed)."),
+    explain_scope: bool = typer.Option(False, "--explain-scope", help="Print the containment report and grants, then exit."),
+) -> None:
+    """Run a capsule: validate, probe the kernel, stage a session workdir, execute, trace."""
+    _choice(containment, CLASSES, "--containment")
+    _choice(lifecycle_task_acceptance, ("none", "single", "queue"), "--lifecycle-task-acceptance")
+    _choice(lifecycle_after_task, ("exit", "sleep"), "--lifecycle-after-task")
+    if port is not None and not 0 < port < 65536:
+        raise typer.BadParameter("must be between 1 and 65535", param_hint="--port")
+    from mur.session.options import RunOptions
+
+    opts = RunOptions(
+        manifest=manifest,
+        task=task,
+        system_prompt=system_prompt,
+        task_acceptance=lifecycle_task_acceptance,
+        after_task=lifecycle_after_task,
+        workdir=workdir,
+        json=json_out,
+        verbose=verbose,
+        bind=bind,
+        port=port,
+        no_env_file=no_env_file,
+        containment=containment,
+        explain_scope=explain_scope,
+    )
+    if explain_scope:
+        from mur.manifest.containment import render_scope_report
+        from mur.session.prechecks import explain
+
+        report = explain(opts)
+        if json_out:
+            emit_json(report)
+        else:
+            print(render_scope_report(report), end="")
+        return
+    from mur.session.runner import run_session
+
+    run_session(opts)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

@@ -1,0 +1,154 @@
+"""Errors and warnings, and the one catalogue of every diagnostic code mur uses.
+
+Library code raises ``MurError`` and never prints or exits; ``mur.cli`` renders it once as::
+
+    error[CODE]: message
+      hint: ...
+
+on stderr and exits 1. Warnings go through ``warn()``, which hands them to the current sink
+(stderr by default, a list in tests).
+
+Codes come from ../shared/spec/manifest-schema.md and upstream's catalogue
+(reference/upstream.md section 2). Codes marked "(mur)" are this implementation's own, added for
+behaviour upstream does not have; each is documented here and in docs/errors.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+CATALOGUE: dict[str, str] = {
+    # build
+    "E-BLD-001": "invalid artifact name or identity fields in an artifact murmur.yaml",
+    "E-BLD-002": "unsafe, missing or colliding requires_files entry",
+    "E-BLD-003": "artifact payload missing or ambiguous (wasm artifact without exactly one root .wasm)",
+    # capabilities / containment
+    "E-CAP-001": "invalid capabilities.network.allow entry",
+    "E-CAP-002": "invalid filesystem scope (absolute or escaping the workdir)",
+    "E-CAP-003": "declared containment floor is not achievable on this host",
+    "E-CAP-005": "host cannot enforce network.allow for the shell subprocess tree",
+    # config
+    "E-CFG-002": "unsupported config key",
+    "E-CFG-003": "(mur) config file is not valid YAML or has a wrong type",
+    # deploy
+    "E-DEPLOY-001": "bad deploy arguments (no target, bad --env)",
+    "E-DEPLOY-003": "SSH / transfer failure talking to the target",
+    "E-DEPLOY-004": "the capsule did not start on the target (no startup JSON / service failed)",
+    "E-DEPLOY-006": "the pinned mur runtime could not be obtained or verified",
+    "E-DEPLOY-007": "(mur) target preflight failed (kernel, cgroups, disk, runtime mismatch)",
+    "E-DEPLOY-008": "(mur) unknown or ambiguous deployment id",
+    "E-DEPLOY-009": "(mur) SSH host key unknown or changed",
+    "E-DEPLOY-010": "(mur) Docker engine unavailable or container operation failed",
+    "E-DEPLOY-011": "(mur) nothing to roll back to",
+    # io
+    "E-IO-001": "file not found (manifest, source, HOME, ...)",
+    "E-IO-002": "permission denied on the host",
+    "E-IO-003": "general I/O failure, malformed state file, registry error",
+    # manifest
+    "E-MAN-001": "murmur.yaml: missing required field",
+    "E-MAN-002": "murmur.yaml: YAML syntax error",
+    "E-MAN-003": "murmur.yaml: wrong type, bad value or broken rule",
+    # registry
+    "E-REG-001": "artifact not found in any store or registry",
+    "E-REG-002": "artifact integrity check failed (sha256 mismatch)",
+    "E-REG-003": "artifact name@version already exists",
+    "E-REG-004": "reserved version (latest, stable, edge) cannot be published",
+    "E-REG-005": "registry-resolved artifact disagrees with murmur.lock",
+    # run
+    "E-RUN-001": "guest trapped, failed to compile, or hit a limit (deadline, memory, table)",
+    "E-RUN-002": "guest imports something the host does not provide",
+    "E-RUN-003": "murmur.lock problem (missing entry, version mismatch, invalid file)",
+    "E-RUN-004": "capsule wasm not found",
+    "E-RUN-005": "inference driver not configured or not declared",
+    "E-RUN-006": "inference driver not installed, or inference.command not on PATH",
+    "E-RUN-007": "agent loop failed (also a failed trace write)",
+    "E-RUN-008": "declared artifact not installed locally",
+    "E-RUN-009": "system prompt file (or compaction prompt file, prompt artifact) unreadable",
+    "E-RUN-010": "network.internal_port already bound",
+    "E-RUN-011": "subprocess killed for a capabilities.resources limit",
+    "E-RUN-012": "no delegable cgroup for a subprocess-capable capsule",
+    "E-RUN-013": "workdir exceeded capabilities.resources.workdir_max_bytes",
+    "E-RUN-015": "(mur) shell tool refused (binary not allowed or sandbox could not be applied)",
+    "E-RUN-016": "(mur) inference provider failed after retries",
+    # a2a client
+    "E-A2A-001": "(mur) A2A peer unreachable or answered with an error",
+    # internal
+    "E-INTERNAL": "(mur) unexpected internal error; rerun with MUR_DEBUG=1 and report it",
+    # warnings
+    "W-BLD-001": "requires_files names the reserved entry murmur.yaml",
+    "W-BLD-002": "capsule.wasm shadows another root *.wasm (it is always the payload)",
+    "W-BLD-003": "compiled artifact packs build inputs (Cargo.toml, Cargo.lock, *.rs, target/)",
+    "W-MAN-001": "(mur) unknown key in murmur.yaml, ignored",
+    "W-MAN-002": "(mur) version ignored on a local-source artifact",
+    "W-MAN-003": "(mur) capabilities.containment on a per-artifact entry has no effect",
+    "W-RUN-001": "(mur) manifest pins a different mur_version than the one running",
+    "W-CFG-001": "(mur) literal inference.api_key in a project config file is ignored",
+    "W-SEC-001": "shell.allow on a host with no kernel enforcement (environment-only tier)",
+    "W-SEC-002": "Linux without Landlock (seccomp-only tier): filesystem scope and exec unenforced",
+    "W-SEC-003": "bash plus network.allow on an environment-only host",
+    "W-SEC-004": "literal secret in a manifest",
+    "W-SEC-005": "kernel enforcement in force: states scope and the unix_sockets exception",
+    "W-SEC-006": "inert capability sub-key on a hook",
+    "W-SEC-007": "per-artifact network entry outside the capsule ceiling, dropped",
+    "W-SEC-008": "inert per-artifact grant on a tool or driver (or any grant on a native tool)",
+    "W-SEC-009": "interpreter_runtime grant couples the capsule to the host layout",
+    "W-SEC-010": "no cgroup aggregate bound on this host",
+}
+
+
+class MurError(Exception):
+    """A user-facing failure: a catalogue code, a message, and an optional hint."""
+
+    def __init__(self, code: str, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        text = f"error[{self.code}]: {self.message}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+WarningSink = Callable[[str, str], None]
+
+
+def _stderr_sink(code: str, message: str) -> None:
+    print(f"warning[{code}]: {message}", file=sys.stderr, flush=True)
+
+
+_sink: WarningSink = _stderr_sink
+
+
+def warn(code: str, message: str) -> None:
+    """Emit ``warning[CODE]: message`` through the current sink."""
+    _sink(code, message)
+
+
+def set_warning_sink(sink: WarningSink | None) -> WarningSink:
+    """Replace the warning sink (None restores stderr); returns the previous one."""
+    global _sink
+    previous = _sink
+    _sink = sink or _stderr_sink
+    return previous
+
+
+class collect_warnings:
+    """Context manager collecting ``(code, message)`` warnings instead of printing them."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+        self._previous: WarningSink | None = None
+
+    def __enter__(self) -> list[tuple[str, str]]:
+        self._previous = set_warning_sink(lambda c, m: self.items.append((c, m)))
+        return self.items
+
+    def __exit__(self, *exc: object) -> None:
+        set_warning_sink(self._previous)

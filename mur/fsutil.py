@@ -1,0 +1,41 @@
+"""Small filesystem helpers: atomic writes (temp file in the same directory, fsync, rename)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path:
+    """Write `data` to `path` so a reader sees the old file or the whole new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:
+        dirfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dirfd)
+        finally:
+            os.close(dirfd)
+    except OSError:
+        pass
+    return path
+
+
+def atomic_write_text(path: Path | str, text: str, mode: int = 0o644) -> Path:
+    """atomic_write_bytes for UTF-8 text."""
+    return atomic_write_bytes(path, text.encode("utf-8"), mode)

@@ -1,0 +1,207 @@
+"""Containment classes: the floor a capsule declares versus the class this host achieves.
+
+  * Declared floor: the strongest of `capabilities.containment` (manifest), `containment` in the config
+    files, and `mur run --containment` — a CLI flag can raise the floor, never lower it. Nothing declared
+    means `advisory`.
+  * Achieved class: from the host probe only (a real Landlock ruleset applied in a forked child, see
+    mur.sandbox.probe), never from the manifest: `scoped` on Landlock-capable Linux, else `advisory`;
+    `sealed` is never achievable. `capabilities.filesystem.workdir_exec: true` caps it at `advisory`.
+  * Refusal: E-CAP-003 before any registry pull, compile or workdir creation.
+This module is pure: it takes the probe result as an argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from mur.errors import MurError
+from mur.manifest.capsule import Capsule
+from mur.manifest.config import CLASS_RANK
+
+SCOPED_SHORTFALL = (
+    "scoped requires Landlock filesystem mediation (Linux 5.13+ with a usable Landlock ABI); this host "
+    "provides no kernel filesystem mediation, so paths outside the workdir are constrained by convention only"
+)
+SEALED_SHORTFALL = (
+    "sealed requires mount-namespace + pivot_root isolation, which this runtime does not implement yet; "
+    "no host can provide it today"
+)
+WORKDIR_EXEC_SHORTFALL = (
+    "capabilities.filesystem.workdir_exec: true keeps the Landlock Execute right on the session workdir, so a "
+    "binary the capsule compiles, downloads or renames inside it runs regardless of capabilities.shell.allow — "
+    "the allowlist stops being an enforceable property of this capsule. No host can back a class above "
+    "advisory for it. Either remove workdir_exec or lower the declared containment floor to advisory"
+)
+
+
+class ProbeLike(Protocol):
+    achieved: str
+    mechanism: str
+    tier: str
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The effective declared floor and which source supplied it."""
+
+    declared: str
+    source: str  # "manifest" | "config" | "cli" | "default"
+
+
+def parse_class(value: str, what: str = "--containment") -> str:
+    """Validate a containment class name (usage error text for CLI flags)."""
+    if value not in CLASS_RANK:
+        raise MurError(
+            "E-MAN-003",
+            f"invalid {what} value '{value}': must be one of: advisory, scoped, sealed",
+        )
+    return value
+
+
+def effective_floor(manifest: str | None, config: str | None, cli: str | None) -> Floor:
+    """Strongest of the three sources; ties are credited to the first of manifest, config, cli."""
+    best: Floor | None = None
+    for source, value in (("manifest", manifest), ("config", config), ("cli", cli)):
+        if value is None:
+            continue
+        if best is None or CLASS_RANK[value] > CLASS_RANK[best.declared]:
+            best = Floor(value, source)
+    return best or Floor("advisory", "default")
+
+
+def achieved_class(probe: ProbeLike, workdir_exec: bool) -> str:
+    """The host's class, capped at advisory when the capsule keeps its workdir executable."""
+    achieved = probe.achieved if probe.achieved in ("advisory", "scoped") else "advisory"
+    return "advisory" if workdir_exec else achieved
+
+
+def shortfall_reason(declared: str, achieved: str, workdir_exec: bool) -> str | None:
+    """Why `achieved` falls short of `declared`, naming the missing mechanism; None when met."""
+    if CLASS_RANK[achieved] >= CLASS_RANK[declared]:
+        return None
+    if workdir_exec and declared != "advisory":
+        return WORKDIR_EXEC_SHORTFALL
+    return SEALED_SHORTFALL if declared == "sealed" else SCOPED_SHORTFALL
+
+
+def floor_error(declared: str, achieved: str, reason: str) -> MurError:
+    """The E-CAP-003 refusal, worded as the spec shows it."""
+    return MurError(
+        "E-CAP-003",
+        f"declared containment class '{declared}' is not achievable on this host (achieved: '{achieved}'): {reason}",
+        f"lower the declared floor to '{achieved}' (capabilities.containment in murmur.yaml, containment in "
+        f".murmur/config.yaml, or --containment), or run on a host that provides '{declared}'",
+    )
+
+
+def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool) -> str:
+    """Raise E-CAP-003 when the floor is unmet; returns the achieved class."""
+    achieved = achieved_class(probe, workdir_exec)
+    reason = shortfall_reason(floor.declared, achieved, workdir_exec)
+    if reason is not None:
+        raise floor_error(floor.declared, achieved, reason)
+    return achieved
+
+
+def scope_report(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, Any]:
+    """The `--explain-scope --json` object: containment + the capsule-wide grant set."""
+    caps = capsule.capabilities
+    workdir_exec = caps.filesystem.workdir_exec
+    achieved = achieved_class(probe, workdir_exec)
+    reason = shortfall_reason(floor.declared, achieved, workdir_exec)
+    shell = caps.shell
+    return {
+        "containment": {
+            "declared": floor.declared,
+            "declared_source": floor.source,
+            "achieved": achieved,
+            "floor_met": reason is None,
+            "reason": reason,
+            "mechanism": probe.mechanism,
+        },
+        "grants": {
+            "filesystem_scope": caps.filesystem.scope,
+            "network_allow": list(caps.network.allow),
+            "unix_sockets": caps.network.unix_sockets,
+            "shell_allow": caps.shell_allow,
+            "spawn_allow": caps.spawn_allow,
+            "env_allow": list(caps.env.allow),
+            "interpreter_runtime": [
+                {"binary": g.binary, "dirs": [{"path": d.path, "list_dir": d.list_dir} for d in g.dirs]}
+                for g in (shell.interpreter_runtime if shell else [])
+            ],
+        },
+    }
+
+
+def effective_grants(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, Any]:
+    """`session_start.effective_grants` in trace.jsonl (upstream section 3.3)."""
+    report = scope_report(capsule, floor, probe)
+    c, g = report["containment"], report["grants"]
+    out: dict[str, Any] = {
+        "declared_containment": c["declared"],
+        "achieved_containment": c["achieved"],
+        "floor_met": c["floor_met"],
+    }
+    if c["reason"] is not None:
+        out["shortfall_reason"] = c["reason"]
+    out.update(
+        {
+            "enforcement_tier": probe.mechanism,
+            "filesystem_scope": g["filesystem_scope"],
+            "workdir_exec": capsule.capabilities.filesystem.workdir_exec,
+            "network_allow": g["network_allow"],
+            "unix_sockets": g["unix_sockets"],
+            "shell_allow": g["shell_allow"],
+            "spawn_allow": g["spawn_allow"],
+            "env_allow": g["env_allow"],
+            "interpreter_runtime_grants": _interpreter_lines(report),
+            "staged_runtime_grants": [],
+        }
+    )
+    return out
+
+
+def _interpreter_lines(report: dict[str, Any]) -> list[str]:
+    return [
+        f"{g['binary']}: {d['path']}{' (list_dir)' if d['list_dir'] else ''}"
+        for g in report["grants"]["interpreter_runtime"]
+        for d in g["dirs"]
+    ]
+
+
+def _push_list(out: list[str], label: str, values: list[str]) -> None:
+    if not values:
+        out.append(f"  {label}: <none>")
+        return
+    out.append(f"  {label}:")
+    out.extend(f"    - {v}" for v in values)
+
+
+def render_scope_report(report: dict[str, Any]) -> str:
+    """The human `--explain-scope` report, laid out as the spec shows it."""
+    c, g = report["containment"], report["grants"]
+    out = [
+        "Containment",
+        f"  declared:  {c['declared']}",
+        f"  achieved:  {c['achieved']}",
+        f"  floor met: {'yes' if c['floor_met'] else 'no'}",
+    ]
+    if c["reason"]:
+        out.append(f"  reason:    {c['reason']}")
+    out.append(f"  mechanism: {c['mechanism']}")
+    out.append("")
+    out.append("Effective grants")
+    out.append(f"  filesystem scope: {g['filesystem_scope'] or '<none>'}")
+    _push_list(out, "network allow", g["network_allow"])
+    out.append(f"  unix sockets:     {'true' if g['unix_sockets'] else 'false'}")
+    _push_list(out, "shell allow", g["shell_allow"])
+    _push_list(out, "spawn allow", g["spawn_allow"])
+    _push_list(out, "env allow", g["env_allow"])
+    _push_list(out, "interpreter runtime", _interpreter_lines(report))
+    if not c["floor_met"]:
+        out.append("")
+        out.append("This is a report only — `mur run` without --explain-scope would refuse to launch here.")
+    return "\n".join(out) + "\n"
+

@@ -1,0 +1,228 @@
+"""Loading a capsule `murmur.yaml`: text -> YAML -> typed models -> rules -> LoadedCapsule.
+
+Every failure is a MurError with the spec's code:
+  E-MAN-002  YAML syntax (with line and column)
+  E-MAN-001  a required field is missing (the message names its dotted path)
+  E-MAN-003  wrong type, bad value or broken rule (the message names the dotted path and the reason)
+  E-CAP-001  a network allow entry is malformed
+  E-CAP-002  a filesystem scope is absolute or escapes the workdir
+Unknown keys are not errors: each gets a W-MAN-001 warning (with a "did you mean" when one is close),
+so a manifest written for a newer runtime still loads and a typo is still visible.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ValidationError
+
+from mur.errors import MurError, warn
+from mur.manifest.capsule import Capsule
+from mur.manifest.grants import ArtifactGrant, resolve_grants
+from mur.manifest.network import AllowEntry
+from mur.manifest.rules import validate_rules, validate_scopes_and_networks
+from mur.manifest.yamlio import MANIFEST_FILENAME, parse_yaml, read_manifest_text, type_name
+
+# Free-form mappings whose contents are never touched or checked for unknown keys.
+_OPAQUE = {("inference", "driver", "config"), ("inference", "provider", "config")}
+
+
+@dataclass
+class LoadedCapsule:
+    """A validated capsule manifest plus what was derived from it (parse, then resolve)."""
+
+    capsule: Capsule
+    path: Path | None
+    api_key: str | None = None
+    network_allow: list[AllowEntry] = field(default_factory=list)
+    grants: dict[str, ArtifactGrant] = field(default_factory=dict)
+    stage_warnings: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def dir(self) -> Path:
+        """The directory holding murmur.yaml (relative paths in the manifest resolve against it)."""
+        return self.path.parent if self.path else Path.cwd()
+
+    def emit_stage_warnings(self) -> None:
+        """Print the staging-time warnings (W-SEC-006..009), once."""
+        for code, message in self.stage_warnings:
+            warn(code, message)
+        self.stage_warnings = []
+
+
+def load_capsule(path: str | Path, *, env: Mapping[str, str] | None = None) -> LoadedCapsule:
+    """Read, parse and validate a capsule manifest file."""
+    path = Path(path)
+    text = read_manifest_text(path)
+    loaded = parse_capsule(text, env=env)
+    loaded.path = path.resolve()
+    return loaded
+
+
+def parse_capsule(text: str, *, env: Mapping[str, str] | None = None) -> LoadedCapsule:
+    """Parse and validate capsule manifest text (no file access)."""
+    env = os.environ if env is None else env
+    raw = parse_yaml(text)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise MurError(
+            "E-MAN-003",
+            f"{MANIFEST_FILENAME}: field '<root>' has invalid type (expected mapping, got {type_name(raw)})",
+        )
+    cleaned = _drop_empty(raw, ())
+    try:
+        capsule = Capsule.model_validate(cleaned)
+    except ValidationError as exc:
+        raise _translate(exc) from None
+    for dotted, suggestion in _unknown_keys(capsule, ""):
+        hint = f"; did you mean '{suggestion}'?" if suggestion else ""
+        warn("W-MAN-001", f"{MANIFEST_FILENAME}: unknown key '{dotted}' is ignored{hint}")
+    api_key = validate_rules(capsule, cleaned, env)
+    network_allow = validate_scopes_and_networks(capsule)
+    grants, stage_warnings = resolve_grants(capsule, network_allow)
+    return LoadedCapsule(
+        capsule=capsule,
+        path=None,
+        api_key=api_key,
+        network_allow=network_allow,
+        grants=grants,
+        stage_warnings=stage_warnings,
+    )
+
+
+def _drop_empty(value: Any, path: tuple[str, ...]) -> Any:
+    """Treat YAML null and blank strings in mappings as absent (upstream trims and filters them)."""
+    if path in _OPAQUE:
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if item is None or (isinstance(item, str) and not item.strip()):
+                continue
+            out[key] = _drop_empty(item, path + (str(key),))
+        return out
+    if isinstance(value, list):
+        return [_drop_empty(item, path) for item in value]
+    return value
+
+
+# --- pydantic error translation ----------------------------------------------------------------
+
+_EXPECTED = {
+    "string_type": "string",
+    "int_type": "integer",
+    "int_parsing": "integer",
+    "int_from_float": "integer",
+    "bool_type": "boolean",
+    "bool_parsing": "boolean",
+    "float_type": "number",
+    "float_parsing": "number",
+    "list_type": "sequence",
+    "dict_type": "mapping",
+    "model_type": "mapping",
+    "model_attributes_type": "mapping",
+}
+
+_SECTION = {
+    "capabilities": "capability",
+    "artifacts": "capability",
+    "inference": "inference",
+    "context": "inference",
+    "lifecycle": "lifecycle",
+    "network": "network",
+    "observability": "observability",
+}
+
+
+def dotted(loc: tuple[Any, ...]) -> str:
+    """('artifacts', 0, 'name') -> 'artifacts[0].name'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _translate(exc: ValidationError) -> MurError:
+    err = exc.errors(include_url=False)[0]
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    path = dotted(loc)
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "missing":
+        return MurError("E-MAN-001", f"{MANIFEST_FILENAME}: missing required field '{path}'", _missing_hint(path))
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        choices = expected.replace("'", "").replace(" or ", ", ")
+        if path == "capabilities.containment" or path.endswith(".capabilities.containment"):
+            return MurError(
+                "E-MAN-003",
+                f"{MANIFEST_FILENAME}: invalid capability config for '{path}': "
+                f"must be one of: advisory, scoped, sealed; got '{value}'",
+            )
+        if path == "inference.transport":
+            return MurError(
+                "E-MAN-003",
+                f"{MANIFEST_FILENAME}: invalid inference config for 'inference.transport': unknown value '{value}'",
+                "use transport: http (a WASM driver) or transport: process (the claude CLI)",
+            )
+        return MurError(
+            "E-MAN-003",
+            f"{MANIFEST_FILENAME}: field '{path}' has invalid value '{value}' (expected one of: {choices})",
+        )
+    if kind in ("greater_than", "greater_than_equal", "less_than_equal", "less_than"):
+        section = _SECTION.get(str(loc[0]), "manifest")
+        if path == "network.internal_port":
+            reason = "must be between 1 and 65535"
+        elif kind == "greater_than_equal":
+            reason = "must not be negative"
+        elif section == "capability" or section in ("lifecycle", "network"):
+            reason = "must be greater than zero"
+        else:
+            reason = "must be greater than 0"
+        return MurError("E-MAN-003", f"{MANIFEST_FILENAME}: invalid {section} config for '{path}': {reason}")
+    expected = _EXPECTED.get(kind)
+    if expected is None:
+        return MurError("E-MAN-003", f"{MANIFEST_FILENAME}: field '{path}' is invalid: {err.get('msg', kind)}")
+    return MurError(
+        "E-MAN-003",
+        f"{MANIFEST_FILENAME}: field '{path}' has invalid type (expected {expected}, got {type_name(value)})",
+    )
+
+
+def _missing_hint(path: str) -> str | None:
+    if path in ("name", "version"):
+        return "every capsule manifest needs a name and a version string"
+    if path.startswith("artifacts[") and path.endswith(".version"):
+        return "give the artifact a version, or a local `source:` with `local_source: true`"
+    return None
+
+
+# --- unknown keys --------------------------------------------------------------------------------
+
+
+def _unknown_keys(model: BaseModel, prefix: str) -> list[tuple[str, str | None]]:
+    """(dotted key, closest known key) for every key the models do not know, depth first."""
+    found: list[tuple[str, str | None]] = []
+    known = list(type(model).model_fields)
+    for key in (model.model_extra or {}):
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.7)
+        found.append((f"{prefix}{key}", close[0] if close else None))
+    for name in known:
+        if (prefix + name).replace(".", "/") in ("inference/driver/config", "inference/provider/config"):
+            continue
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            found.extend(_unknown_keys(value, f"{prefix}{name}."))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    found.extend(_unknown_keys(item, f"{prefix}{name}[{index}]."))
+    return found

@@ -1,0 +1,105 @@
+"""Everything `mur run` checks before a workdir exists, in upstream's order (upstream.md 1.3):
+
+  1. `.env` next to the manifest (unless --no-env-file), then the manifest: E-MAN-*, E-CAP-001/002
+  2. `--explain-scope`: print the report and stop (exit 0, nothing created, even when the floor is unmet)
+  3. the containment floor: E-CAP-003
+  4. the mur_version pin (a warning), declared artifacts present (E-RUN-008, local sources E-IO-001),
+     the inference driver (E-RUN-005/006), `inference.command` on PATH (E-RUN-006), murmur.lock
+     (E-RUN-003 / E-REG-002 / E-REG-005), prompt files (E-RUN-009), the capsule component (E-RUN-004),
+     an aggregate cgroup bound for subprocess-capable capsules (E-RUN-012)
+Nothing here writes to disk except murmur.lock creation, which the spec assigns to `mur run`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mur import __version__
+from mur.errors import MurError, warn
+from mur.manifest import LoadedCapsule, load_capsule
+from mur.manifest.config import MurConfig, load_config
+from mur.manifest.containment import Floor, check_floor, effective_floor, scope_report
+from mur.session.options import RunOptions
+
+
+@dataclass
+class Prepared:
+    """A capsule that passed every pre-check, with what staging needs."""
+
+    loaded: LoadedCapsule
+    options: RunOptions
+    config: MurConfig
+    floor: Floor
+    probe: Any
+    achieved: str
+    resolved: dict[str, Any] = field(default_factory=dict)  # name -> ResolvedArtifact
+    system_prompt: str | None = None
+    system_prompt_source: str = "none"
+    compaction_prompt: str | None = None
+    capsule_wasm: Path | None = None
+    process_command: str | None = None
+
+
+def load_env_file(manifest: Path) -> None:
+    """Load `.env` beside the manifest into the environment; existing variables win."""
+    path = manifest.parent / ".env"
+    if not path.is_file():
+        return
+    from dotenv import dotenv_values
+
+    try:
+        values = dotenv_values(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MurError("E-IO-003", f"cannot read env file {path}: {exc}") from exc
+    for key, value in values.items():
+        if value is not None and key not in os.environ:
+            os.environ[key] = value
+
+
+def probe():
+    """The host probe (lazy import keeps `mur --help` fast)."""
+    from mur.sandbox.probe import probe_host
+
+    return probe_host()
+
+
+def load_and_scope(opts: RunOptions) -> tuple[LoadedCapsule, MurConfig, Floor, Any]:
+    """Steps 1-2: parse + validate the manifest, merge config, compute the declared floor, probe."""
+    manifest = Path(opts.manifest)
+    if not opts.no_env_file:
+        load_env_file(manifest)
+    loaded = load_capsule(manifest)
+    config = load_config()
+    floor = effective_floor(loaded.capsule.capabilities.containment, config.containment, opts.containment)
+    return loaded, config, floor, probe()
+
+
+def explain(opts: RunOptions) -> dict[str, Any]:
+    """`mur run --explain-scope`: the report, computed without creating anything."""
+    loaded, _config, floor, host = load_and_scope(opts)
+    return scope_report(loaded.capsule, floor, host)
+
+
+def prepare(opts: RunOptions) -> Prepared:
+    """Run every pre-check; raises MurError on the first failure, before any workdir exists."""
+    loaded, config, floor, host = load_and_scope(opts)
+    capsule = loaded.capsule
+    achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec)
+    if capsule.mur_version and capsule.mur_version != __version__:
+        warn(
+            "W-RUN-001",
+            f"manifest requires mur {capsule.mur_version} but you are running mur {__version__}",
+        )
+    prep = Prepared(loaded, opts, config, floor, host, achieved)
+    from mur.session import resolve
+
+    prep.resolved = resolve.resolve_artifacts(loaded)
+    resolve.check_inference(prep)
+    resolve.check_lock(prep)
+    resolve.read_prompts(prep)
+    resolve.check_capsule_component(prep)
+    resolve.check_subprocess_bound(prep)
+    return prep

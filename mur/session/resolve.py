@@ -1,0 +1,245 @@
+"""Pre-launch resolution: where each declared artifact comes from, and the checks that need it.
+
+Registry artifacts come from the stores (project first, then global; mur.artifacts.resolve). Local-source
+artifacts (`source:` + `local_source: true`) come from disk: a skill is a `skill.md` file or a directory
+holding one (any casing); a tool or driver may also be a directory holding its own `murmur.yaml` and its
+`.wasm` payload (an extension over upstream, which resolves only skill-shaped local payloads: it lets
+`examples/` run without a build/publish round trip).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mur.errors import MurError
+from mur.manifest import LoadedCapsule
+from mur.manifest.artifact import ArtifactManifest, load_artifact_manifest
+from mur.manifest.capsule import ArtifactDecl
+
+
+@dataclass
+class ResolvedArtifact:
+    """One declared artifact, located."""
+
+    decl: ArtifactDecl
+    kind: str  # "store" | "local"
+    path: Path  # the .mur.zip (store), the skill file, or the local artifact directory
+    manifest: ArtifactManifest | None = None  # the artifact's own murmur.yaml (None for bare skills)
+    installed: Any = None  # mur.artifacts.resolve.InstalledArtifact for store artifacts
+    sha256: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.decl.name
+
+    @property
+    def role(self) -> str:
+        return self.decl.runtime
+
+    @property
+    def is_native(self) -> bool:
+        return self.manifest is not None and self.manifest.registry_runtime == "native"
+
+
+def _find_skill_md(directory: Path) -> Path | None:
+    for child in sorted(directory.iterdir()):
+        if child.is_file() and child.name.lower() == "skill.md":
+            return child
+    return None
+
+
+def _resolve_local(loaded: LoadedCapsule, decl: ArtifactDecl) -> ResolvedArtifact:
+    raw = Path(decl.source or "")
+    path = raw if raw.is_absolute() else loaded.dir / raw
+    if not path.exists():
+        raise MurError("E-IO-001", f"skill source path not found: {path}", "fix `source:` (relative to murmur.yaml)")
+    if path.is_file():
+        return ResolvedArtifact(decl, "local", path)
+    if (path / "murmur.yaml").is_file() and decl.runtime in ("tool", "driver", "hook"):
+        return ResolvedArtifact(decl, "local", path, manifest=load_artifact_manifest(path))
+    skill = _find_skill_md(path)
+    if skill is None:
+        raise MurError(
+            "E-IO-001",
+            f"skill source directory '{path}' contains no skill.md",
+            "add a skill.md to that directory, or point `source:` at the file itself",
+        )
+    return ResolvedArtifact(decl, "local", skill)
+
+
+def resolve_artifacts(loaded: LoadedCapsule) -> dict[str, ResolvedArtifact]:
+    """Locate every declared artifact (E-RUN-008 for a registry artifact not installed)."""
+    from mur.artifacts.resolve import find_installed
+
+    out: dict[str, ResolvedArtifact] = {}
+    missing: list[ArtifactDecl] = []
+    for decl in loaded.capsule.artifacts:
+        if decl.source is not None:
+            out[decl.name] = _resolve_local(loaded, decl)
+            continue
+        inst = find_installed(decl.name, decl.version or "", loaded.dir)
+        if inst is None:
+            missing.append(decl)
+            continue
+        out[decl.name] = ResolvedArtifact(decl, "store", inst.zip_path, inst.manifest, inst, inst.sha256)
+    if missing:
+        first = missing[0]
+        names = ", ".join(f"{d.name}@{d.version}" for d in missing)
+        raise MurError(
+            "E-RUN-008",
+            f"artifact {first.name}@{first.version} is declared in murmur.yaml but not installed"
+            + (f" (missing: {names})" if len(missing) > 1 else ""),
+            f"run `mur install {first.name}@{first.version}` (or `mur doctor` to check every artifact)",
+        )
+    return out
+
+
+def check_inference(prep: Any) -> None:
+    """E-RUN-005 (no driver configured/declared), E-RUN-006 (driver not installed, CLI not on PATH)."""
+    inf = prep.loaded.capsule.inference
+    if inf is None:
+        return
+    if inf.transport == "process":
+        command = inf.effective_command
+        found = shutil.which(command)
+        if found is None:
+            raise MurError(
+                "E-RUN-006",
+                f"inference.command '{command}' was not found on PATH",
+                "install the claude CLI (`npm install -g @anthropic-ai/claude-code`) or set inference.command "
+                "to a binary on PATH",
+            )
+        prep.process_command = found
+        return
+    name = inf.driver_artifact
+    if name is None:
+        raise MurError(
+            "E-RUN-005",
+            "inference driver is not configured; add inference.driver.artifact to murmur.yaml",
+            "add an inference.driver.artifact field naming the driver artifact to use",
+        )
+    decl = prep.loaded.capsule.artifact(name)
+    if decl is None or decl.runtime != "driver":
+        raise MurError(
+            "E-RUN-005",
+            f"inference driver '{name}' is not declared in artifacts: with runtime: driver",
+            f"add an artifacts: entry `- {{name: {name}, version: ..., runtime: driver}}`",
+        )
+    if name not in prep.resolved:
+        raise MurError(
+            "E-RUN-006",
+            f"inference driver '{name}' is not installed in the local tool registry",
+            f"run `mur install {name}@{decl.version}`",
+        )
+
+
+def check_lock(prep: Any) -> None:
+    """murmur.lock: created if absent, otherwise verified (never refreshed) for store artifacts."""
+    from mur.artifacts.resolve import check_lock_for_run
+
+    installed = [r.installed for r in prep.resolved.values() if r.kind == "store"]
+    if installed:
+        check_lock_for_run(prep.loaded.dir, installed)
+
+
+def _read_prompt(path_text: str, base: Path, field: str) -> str:
+    path = Path(path_text)
+    path = path if path.is_absolute() else base / path
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise MurError(
+            "E-RUN-009",
+            f"failed to read {field} at {path}: {reason}",
+            f"fix {field} (relative to the directory holding murmur.yaml)",
+        ) from exc
+
+
+def read_prompts(prep: Any) -> None:
+    """Read system_prompt_file / the prompt artifact / the compaction prompt file (E-RUN-009)."""
+    inf = prep.loaded.capsule.inference
+    if prep.options.system_prompt is not None:
+        prep.system_prompt, prep.system_prompt_source = prep.options.system_prompt, "cli"
+    if inf is None:
+        return
+    base = prep.loaded.dir
+    if prep.system_prompt is None:
+        if inf.system_prompt is not None:
+            prep.system_prompt, prep.system_prompt_source = inf.system_prompt, "manifest"
+        elif inf.system_prompt_file is not None:
+            prep.system_prompt = _read_prompt(inf.system_prompt_file, base, "inference.system_prompt_file")
+            prep.system_prompt_source = "manifest"
+        elif inf.system_prompt_artifact is not None:
+            prep.system_prompt = _prompt_artifact_text(prep, inf.system_prompt_artifact)
+            prep.system_prompt_source = "manifest"
+    comp = inf.compaction
+    if comp is not None:
+        if comp.system_prompt is not None:
+            prep.compaction_prompt = comp.system_prompt
+        elif comp.system_prompt_file is not None:
+            prep.compaction_prompt = _read_prompt(
+                comp.system_prompt_file, base, "inference.compaction.system_prompt_file"
+            )
+
+
+def _prompt_artifact_text(prep: Any, name: str) -> str:
+    res = prep.resolved.get(name)
+    try:
+        if res is None:
+            raise FileNotFoundError("not resolved")
+        if res.kind == "local" and res.path.is_file():
+            return res.path.read_text(encoding="utf-8")
+        if res.kind == "local":
+            skill = _find_skill_md(res.path)
+            if skill is None:
+                raise FileNotFoundError("no skill.md")
+            return skill.read_text(encoding="utf-8")
+        from mur.artifacts.package import ArtifactArchive
+
+        archive = ArtifactArchive(res.path.read_bytes())
+        return archive.read("skill.md").decode("utf-8")
+    except Exception as exc:  # noqa: BLE001 - any failure here is the one E-RUN-009 case
+        raise MurError(
+            "E-RUN-009",
+            f"inference.system_prompt_artifact '{name}': skill.md not found or unreadable ({exc}); "
+            "ensure the skill is declared in artifacts: and was staged",
+        ) from exc
+
+
+def check_capsule_component(prep: Any) -> None:
+    """A capsule without an inference block runs its own component: `capsule.wasm` beside murmur.yaml."""
+    if prep.loaded.capsule.inference is not None:
+        return
+    path = prep.loaded.dir / "capsule.wasm"
+    if not path.is_file():
+        raise MurError(
+            "E-RUN-004",
+            f"capsule wasm not found at {path}",
+            "a capsule without an `inference:` block runs its own component: build it to capsule.wasm next to "
+            "murmur.yaml (for the examples: scripts/build-examples), or add an inference block",
+        )
+    prep.capsule_wasm = path
+
+
+def needs_subprocesses(prep: Any) -> bool:
+    """Can this capsule spawn native subprocesses (shell.allow, spawn.allow, a native tool)?"""
+    caps = prep.loaded.capsule.capabilities
+    return bool(caps.shell_allow or caps.spawn_allow or any(r.is_native for r in prep.resolved.values()))
+
+
+def check_subprocess_bound(prep: Any) -> None:
+    """E-RUN-012: on Linux a subprocess-capable capsule needs an aggregate (cgroup) bound."""
+    host = prep.probe
+    if not needs_subprocesses(prep) or host.os != "linux":
+        return
+    if not host.cgroup_delegated:
+        raise MurError(
+            "E-RUN-012",
+            f"no cgroup could be created for this capsule's subprocess tree (cgroup mode: {host.cgroup_mode}); "
+            "running shell tools with no aggregate memory/pids/cpu ceiling is refused",
+            "the systemd user unit `mur` runs under needs `Delegate=yes` for memory, pids, cpu and io",
+        )
