@@ -1,9 +1,11 @@
 """Everything `mur run` checks before a workdir exists, in upstream's order (upstream.md 1.3):
 
   1. `.env` next to the manifest (unless --no-env-file), then the manifest: E-MAN-*, E-CAP-001/002
-  2. `--explain-scope`: print the report and stop (exit 0, nothing created, even when the floor is unmet)
+     (W-MAN-* as it parses), the config files (E-CFG-003), the mur_version pin (W-RUN-001)
+  2. `--explain-scope`: print the staging warnings (W-SEC-006..009) and the report, and stop (exit 0,
+     nothing created, even when the floor is unmet)
   3. the containment floor: E-CAP-003
-  4. the mur_version pin (a warning), declared artifacts present (E-RUN-008, local sources E-IO-001),
+  4. declared artifacts present (E-RUN-008, local sources E-IO-001),
      the inference driver (E-RUN-005/006), `inference.command` on PATH (E-RUN-006), murmur.lock
      (E-RUN-003 / E-REG-002 / E-REG-005), prompt files (E-RUN-009), the capsule component (E-RUN-004),
      an aggregate cgroup bound for subprocess-capable capsules (E-RUN-012)
@@ -73,13 +75,23 @@ def load_and_scope(opts: RunOptions) -> tuple[LoadedCapsule, MurConfig, Floor, A
         load_env_file(manifest)
     loaded = load_capsule(manifest)
     config = load_config()
-    floor = effective_floor(loaded.capsule.capabilities.containment, config.containment, opts.containment)
+    capsule = loaded.capsule
+    if capsule.mur_version and capsule.mur_version != __version__:
+        warn(
+            "W-RUN-001",
+            f"manifest requires mur {capsule.mur_version} but you are running mur {__version__}",
+        )
+    floor = effective_floor(capsule.capabilities.containment, config.containment, opts.containment)
     return loaded, config, floor, probe()
 
 
 def explain(opts: RunOptions) -> dict[str, Any]:
-    """`mur run --explain-scope`: the report, computed without creating anything."""
+    """`mur run --explain-scope`: the report, computed without creating anything.
+
+    The staging warnings (W-SEC-006..009) are printed here too: they describe the grant set the
+    report is about, and this is the one place an operator reads it without launching."""
     loaded, _config, floor, host = load_and_scope(opts)
+    loaded.emit_stage_warnings()
     return scope_report(loaded.capsule, floor, host)
 
 
@@ -88,11 +100,6 @@ def prepare(opts: RunOptions) -> Prepared:
     loaded, config, floor, host = load_and_scope(opts)
     capsule = loaded.capsule
     achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec)
-    if capsule.mur_version and capsule.mur_version != __version__:
-        warn(
-            "W-RUN-001",
-            f"manifest requires mur {capsule.mur_version} but you are running mur {__version__}",
-        )
     prep = Prepared(loaded, opts, config, floor, host, achieved)
     from mur.session import resolve
 

@@ -72,14 +72,14 @@ def _resolve_local(loaded: LoadedCapsule, decl: ArtifactDecl) -> ResolvedArtifac
 
 def resolve_artifacts(loaded: LoadedCapsule) -> dict[str, ResolvedArtifact]:
     """Locate every declared artifact (E-RUN-008 for a registry artifact not installed)."""
-    from mur.artifacts.resolve import find_installed
-
     out: dict[str, ResolvedArtifact] = {}
     missing: list[ArtifactDecl] = []
     for decl in loaded.capsule.artifacts:
         if decl.source is not None:
             out[decl.name] = _resolve_local(loaded, decl)
             continue
+        from mur.artifacts.resolve import find_installed
+
         inst = find_installed(decl.name, decl.version or "", loaded.dir)
         if inst is None:
             missing.append(decl)
@@ -138,10 +138,10 @@ def check_inference(prep: Any) -> None:
 
 def check_lock(prep: Any) -> None:
     """murmur.lock: created if absent, otherwise verified (never refreshed) for store artifacts."""
-    from mur.artifacts.resolve import check_lock_for_run
-
     installed = [r.installed for r in prep.resolved.values() if r.kind == "store"]
     if installed:
+        from mur.artifacts.resolve import check_lock_for_run
+
         check_lock_for_run(prep.loaded.dir, installed)
 
 

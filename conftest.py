@@ -1,0 +1,55 @@
+"""Repository-wide pytest setup: marker-based skips for tests that need real system components.
+
+CI (.ci/run) provides every component, so CI skips nothing; on a bare machine the tests that need
+Docker, qemu, root, Landlock, sshd or the claude CLI skip with the reason instead of failing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+
+import pytest
+
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+
+@functools.lru_cache(maxsize=None)
+def _docker() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+
+
+@functools.lru_cache(maxsize=None)
+def _landlock() -> bool:
+    try:
+        from mur.sandbox.probe import probe_host
+
+        return probe_host().landlock_abi > 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _claude() -> bool:
+    return bool(os.environ.get("MUR_CLAUDE_BIN") or shutil.which("claude"))
+
+
+CHECKS = {
+    "requires_docker": (_docker, "needs a running Docker engine (.ci/run starts one)"),
+    "requires_qemu": (lambda: bool(shutil.which("qemu-system-x86_64") and shutil.which("debootstrap")),
+                      "needs qemu-system-x86_64 and debootstrap"),
+    "requires_landlock": (_landlock, "needs a Landlock-capable kernel"),
+    "requires_root": (lambda: os.geteuid() == 0, "needs root"),
+    "requires_sshd": (lambda: os.path.exists("/usr/sbin/sshd"), "needs openssh-server"),
+    "requires_claude": (_claude, "needs the npm claude CLI (.ci/install-claude.sh)"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name, (check, reason) in CHECKS.items():
+            if item.get_closest_marker(name) is not None and not check():
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,103 @@
+"""`mur run` end to end on a real wasmtime host: layout, startup output, trace schema, statuses."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from session_support import read_trace, run_mur, session_dirs
+
+SES = re.compile(r"^ses_[0-9a-f]{32}$")
+
+
+def test_hello_runs_and_lays_out_the_workdir(hello, home):
+    proc = run_mur("run", "--task", "Ada", cwd=hello, home=home)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert re.fullmatch(r"murmur: url localhost:\d+", lines[0])
+    assert lines[1].startswith("session: ") and SES.match(lines[1].split(": ")[1])
+    assert lines[-1] == "status:  ok"
+    [wd] = session_dirs(hello)
+    assert wd.name == lines[1].split(": ")[1]
+    assert (wd / "out" / "result.txt").read_text().strip() == "Hello, Ada!"
+    for rel in ("MURMUR.md", "trace.jsonl", "task.md", "logs", "tools/greet/murmur.yaml", "tools/greet/greet.wasm"):
+        assert (wd / rel).exists(), rel
+    md = (wd / "MURMUR.md").read_text()
+    assert "## Installed Tools" in md and "`greet`" in md and wd.name in md
+
+
+def test_json_startup_line_is_deploys_contract(hello, home):
+    proc = run_mur("run", "--task", "Bo", "--json", cwd=hello, home=home)
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(proc.stdout.splitlines()[0])
+    assert list(first) == ["url", "pid", "session_id", "name", "version", "workdir"]
+    assert re.fullmatch(r"localhost:\d+", first["url"]) and SES.match(first["session_id"])
+    assert (first["name"], first["version"]) == ("hello", "0.1.0")
+    assert (hello / "workdir" / first["session_id"]) == __import__("pathlib").Path(first["workdir"])
+
+
+def test_trace_lines_follow_the_schema(hello, home):
+    assert run_mur("run", "--task", "Cy", cwd=hello, home=home).returncode == 0
+    [wd] = session_dirs(hello)
+    events = read_trace(wd / "trace.jsonl")
+    kinds = [e["event_type"] for e in events]
+    assert kinds == ["task_start", "session_start", "tool_call", "session_end", "task_end"]
+    assert {e["session_id"] for e in events} == {wd.name}
+    stamps = [e["timestamp"] for e in events]
+    assert all(isinstance(t, int) and t > 1_600_000_000_000 for t in stamps) and stamps == sorted(stamps)
+    start = events[1]
+    for key, kind in {
+        "capsule_name": str, "capsule_version": str, "max_turns": int, "capabilities": list,
+        "tools_declared": list, "containment_declared": str, "containment_achieved": str, "workdir_exec": bool,
+        "system_prompt_source": str, "effective_grants": dict,
+    }.items():
+        assert isinstance(start[key], kind), key
+    assert "model" in start and "system_prompt_sha256" in start
+    assert start["containment_declared"] == "advisory" and start["containment_achieved"] == "scoped"
+    assert start["tools_declared"] == ["greet"]
+    grants = start["effective_grants"]
+    assert grants["enforcement_tier"] == "landlock+seccomp" and grants["floor_met"] is True
+    assert grants["env_allow"] == ["HELLO_GREETING"]
+    call = events[2]
+    assert call["tool_name"] == "greet" and call["status"] == "ok" and call["input"] == {"name": "Cy"}
+    assert isinstance(call["input_bytes"], int) and call["input_bytes"] >= len('{"name":"Cy"}')
+    assert isinstance(call["output_bytes"], int) and isinstance(call["duration_ms"], int)
+    assert "output" not in call  # only with trace.include_tool_output
+    end = events[3]
+    assert end["exit_status"] == "ok" and end["total_tool_calls"] == 1 and end["total_shell_calls"] == 0
+    for key in ("total_turns", "total_input_tokens", "total_output_tokens", "duration_ms"):
+        assert isinstance(end[key], int)
+
+
+def test_workdir_flag_places_the_session_under_dot_murmur(hello, home, tmp_path):
+    target = tmp_path / "wd"
+    proc = run_mur("run", "--task", "Di", "--workdir", str(target), "--json", cwd=hello, home=home)
+    assert proc.returncode == 0, proc.stderr
+    ses = json.loads(proc.stdout.splitlines()[0])["session_id"]
+    assert (target / "task.md").read_text() == "Di"
+    assert (target / ".murmur" / ses / "trace.jsonl").is_file()
+    assert (target / ".murmur" / ses / "out" / "result.txt").read_text().strip() == "Hello, Di!"
+
+
+def test_task_from_a_file_is_copied(hello, home, tmp_path):
+    task = tmp_path / "t.md"
+    task.write_text("Eve")
+    assert run_mur("run", "--task", str(task), cwd=hello, home=home).returncode == 0
+    [wd] = session_dirs(hello)
+    assert (wd / "task.md").read_text() == "Eve"
+    assert (wd / "out" / "result.txt").read_text().strip() == "Hello, Eve!"
+
+
+def test_env_allow_reaches_the_guest_but_secrets_do_not(hello, home):
+    proc = run_mur("run", "--task", "Fa", cwd=hello, home=home, env={"HELLO_GREETING": "Bonjour"})
+    assert proc.returncode == 0, proc.stderr
+    [wd] = session_dirs(hello)
+    assert (wd / "out" / "result.txt").read_text().strip() == "Bonjour, Fa!"
+
+
+def test_verbose_prints_the_session_details(hello, home):
+    proc = run_mur("run", "--task", "Gu", "-v", cwd=hello, home=home)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "workdir: " in out and "manifest: hello v0.1.0" in out and "driver: <none>" in out
+    assert "skills: 0 installed" in out

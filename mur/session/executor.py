@@ -1,0 +1,210 @@
+"""One task, one attempt: `session_start`, the capsule's work, `session_end` (upstream section 3.3).
+
+The A2A service (mur.a2a.service) calls `TaskExecutor` for every task it accepts. A capsule with an
+`inference:` block runs the agent loop (transport http through the driver component, or the claude
+CLI as a process); a plain capsule runs its own `capsule.wasm`, whose tools are reached through
+`murmur:tool-registry/invoke`. Failures become a failed TaskOutcome (the session keeps serving); the
+last one is kept so `mur run` can report it (status `failed` or `trapped`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from typing import Any
+
+from mur.errors import MurError
+from mur.session.trace import TraceWriter
+
+
+class TaskExecutor:
+    """Runs tasks for one session."""
+
+    def __init__(self, prep: Any, session_id: str, wd: Any, tools: Any, trace: TraceWriter, capsule_url: str):
+        self.prep = prep
+        self.session_id = session_id
+        self.wd = wd
+        self.tools = tools
+        self.trace = trace
+        self.capsule_url = capsule_url
+        self.last_error: MurError | None = None
+        self.status = "ok"  # ok | failed | trapped | max_turns_reached
+        self.totals = {"turns": 0, "input_tokens": 0, "output_tokens": 0, "tool_calls": 0, "shell_calls": 0}
+
+    # --- trace ---------------------------------------------------------------------------------
+
+    def _session_start(self, max_turns: int) -> None:
+        from mur.manifest.containment import effective_grants
+
+        prep = self.prep
+        capsule = prep.loaded.capsule
+        caps = capsule.capabilities
+        declared_caps = []
+        if caps.network.allow:
+            declared_caps.append("network")
+        if caps.filesystem.scope:
+            declared_caps.append("filesystem")
+        if caps.shell_allow:
+            declared_caps.append("shell")
+        prompt = prep.system_prompt
+        self.trace.emit(
+            "session_start",
+            capsule_name=capsule.name,
+            capsule_version=capsule.version,
+            model=capsule.inference.model if capsule.inference else None,
+            max_turns=max_turns,
+            capabilities=declared_caps,
+            tools_declared=[t.name for t in self.tools.visible()],
+            containment_declared=prep.floor.declared,
+            containment_achieved=prep.achieved,
+            workdir_exec=caps.filesystem.workdir_exec,
+            system_prompt_source=prep.system_prompt_source if prompt is not None else "none",
+            system_prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest() if prompt is not None else None,
+            **({"system_prompt": prompt} if capsule.trace.include_tool_output and prompt is not None else {}),
+            effective_grants=effective_grants(capsule, prep.floor, prep.probe),
+        )
+
+    def _session_end(self, stats: dict[str, int], exit_status: str, started: float) -> None:
+        for key in self.totals:
+            self.totals[key] += stats.get(key, 0)
+        self.trace.emit(
+            "session_end",
+            total_turns=self.totals["turns"],
+            total_input_tokens=self.totals["input_tokens"],
+            total_output_tokens=self.totals["output_tokens"],
+            total_tool_calls=self.totals["tool_calls"],
+            total_shell_calls=self.totals["shell_calls"],
+            duration_ms=int((time.monotonic() - started) * 1000),
+            exit_status=exit_status,
+        )
+
+    # --- the executor ----------------------------------------------------------------------------
+
+    def __call__(self, request: Any, context: Any) -> Any:
+        from mur.a2a.service import TaskOutcome
+
+        capsule = self.prep.loaded.capsule
+        max_turns = capsule.inference.max_turns if capsule.inference else 0
+        started = time.monotonic()
+        calls_before = (self.tools.tool_calls, self.tools.shell_calls)
+        self._session_start(max_turns)
+        try:
+            if capsule.inference is None:
+                state, text, stats, history = self._run_plain(request, context)
+            else:
+                state, text, stats, history = self._run_agent(request, context)
+        except MurError as err:
+            self.last_error = err
+            self.status = "trapped" if err.code == "E-RUN-001" else "failed"
+            state, text, stats, history = "failed", err.message, {}, None
+        stats.setdefault("tool_calls", self.tools.tool_calls - calls_before[0])
+        stats.setdefault("shell_calls", self.tools.shell_calls - calls_before[1])
+        exit_status = {"completed": "ok"}.get(state, stats.pop("exit_status", "failed"))
+        if state == "failed" and self.status == "ok":
+            self.status = "failed"
+        self._session_end(stats, exit_status, started)
+        workdir_error = self.tools.shell.workdir_exceeded() if self.tools.shell is not None else None
+        if workdir_error is not None:
+            self.last_error, self.status, state, text = workdir_error, "failed", "failed", workdir_error.message
+        return TaskOutcome(state=state, text=text, history=history, stats=stats)
+
+    def _run_plain(self, request: Any, context: Any) -> tuple[str, str, dict, Any]:
+        """A plain tool capsule: call capsule.wasm's run(); its out/result.txt is the result."""
+        from mur.wasm.host import WasmHost
+
+        tools = self.tools
+        capsule_tool = _CapsuleTool(self.prep.capsule_wasm)
+        cfg = tools.guest_config(capsule_tool)
+        host = WasmHost(shell=tools.guest_shell, request_input=context.request_input, engine=tools.host.engine)
+        result_path = (cfg.preopen or self.wd.accessible) / "out" / "result.txt"
+        try:
+            result_path.unlink()
+        except OSError:
+            pass
+        host.run_capsule(cfg, tools.invoke)
+        text = ""
+        if result_path.is_file():
+            text = result_path.read_text(encoding="utf-8", errors="replace")
+        return "completed", text, {"turns": 0}, None
+
+    def _run_agent(self, request: Any, context: Any) -> tuple[str, str, dict, Any]:
+        from mur.inference.loop import LoopConfig, run_agent_loop
+        from mur.inference.prompts import build_system_prompt
+
+        prep = self.prep
+        capsule = prep.loaded.capsule
+        inf = capsule.inference
+        tools = self.tools
+        if inf.transport == "process":
+            from mur.inference.prompts import build_process_system_prompt
+            from mur.inference.process import run_process_transport
+
+            outcome = run_process_transport(
+                request.text,
+                command=prep.process_command or inf.effective_command,
+                model=inf.model,
+                max_turns=inf.max_turns,
+                system_prompt=build_process_system_prompt(prep.system_prompt),
+                workdir=self.wd.accessible,
+                env=_process_env(),
+                trace=self.trace.write,
+            )
+        else:
+            client = self._driver_client()
+            cfg = LoopConfig(
+                model=inf.model,
+                max_turns=inf.max_turns,
+                max_tokens=inf.effective_max_tokens,
+                system_prompt=build_system_prompt(prep.system_prompt, capsule_name=capsule.name),
+                context_max_tokens=capsule.context.max_tokens,
+                compaction=inf.compaction,
+                compaction_system_prompt=prep.compaction_prompt,
+                max_task_reopens=inf.max_task_reopens,
+            )
+            outcome = run_agent_loop(
+                request.text, cfg, client, tools, self.trace.write, history=request.history, workdir=self.wd.session
+            )
+        stats = {
+            "turns": outcome.turns,
+            "input_tokens": outcome.input_tokens,
+            "output_tokens": outcome.output_tokens,
+            "tool_calls": outcome.tool_calls,
+            "exit_status": outcome.exit_status,
+        }
+        if outcome.exit_status == "ok":
+            return "completed", outcome.result, stats, outcome.messages
+        code = outcome.error_code or "E-RUN-007"
+        message = outcome.error or outcome.result
+        if outcome.exit_status == "max_turns_reached":
+            message = f"agent loop failed: max_turns ({inf.max_turns}) reached before the task completed"
+            self.status = "max_turns_reached"
+        self.last_error = MurError(code, message)
+        return "failed", message, stats, None
+
+    def _driver_client(self) -> Any:
+        from mur.inference.driver import DriverModelClient
+        from mur.wasm.types import ToolInput
+
+        inf = self.prep.loaded.capsule.inference
+        driver = self.tools.staged.tools[inf.driver_artifact]
+        cfg = self.tools.guest_config(driver)
+
+        def call_driver(payload: str) -> Any:
+            return self.tools.host.call_tool(cfg, ToolInput(data=payload), kind="driver")
+
+        return DriverModelClient(call_driver)
+
+
+class _CapsuleTool:
+    """Adapter so the capsule component gets a GuestConfig like any tool (capsule-wide grants)."""
+
+    def __init__(self, wasm_path: Any):
+        self.name = "__capsule__"
+        self.wasm_path = wasm_path
+        self.role = "capsule"
+
+
+def _process_env() -> dict[str, str]:
+    """The claude CLI's environment: the host's, so its own configured credentials work."""
+    return dict(os.environ)

@@ -1,0 +1,235 @@
+"""`mur run` end to end: pre-checks, session, staging, sandbox, A2A service, tasks, teardown.
+
+Order matters and is the contract users see:
+  1. every pre-check (mur.session.prechecks) — nothing exists on disk yet;
+  2. the A2A server binds (E-RUN-010 when network.internal_port is taken) — still nothing on disk;
+  3. the workdir is created and staged, the shell sandbox starts (cgroups, size watcher);
+  4. the startup line is printed (human, or one JSON line with --json: deploy's contract);
+  5. the lifecycle runs tasks until it ends; SIGTERM finishes or fails the running task;
+  6. teardown always runs: sandbox processes killed and cgroups removed, trace closed, server stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from mur import ids
+from mur.errors import MurError, warn
+from mur.session.options import RunOptions
+
+
+def _card(prep: Any, staged: Any) -> dict[str, Any]:
+    capsule = prep.loaded.capsule
+    return {
+        "name": capsule.name,
+        "version": capsule.version,
+        "capabilities": {
+            "tools": [t.name for t in staged.by_role("tool")],
+            "shell": bool(capsule.capabilities.shell_allow),
+            "network": bool(capsule.capabilities.network.allow),
+            "streaming": True,
+        },
+    }
+
+
+def _startup(opts: RunOptions, prep: Any, url: str, session_id: str, wd: Any, staged: Any) -> None:
+    from mur.cli.render import emit_json
+
+    capsule = prep.loaded.capsule
+    if opts.json:
+        emit_json(
+            {
+                "url": url,
+                "pid": os.getpid(),
+                "session_id": session_id,
+                "name": capsule.name,
+                "version": capsule.version,
+                "workdir": str(wd.session),
+            }
+        )
+        return
+    print(f"murmur: url {url}")
+    print(f"session: {session_id}")
+    if opts.verbose:
+        inf = capsule.inference
+        print(f"workdir: {wd.session}")
+        print(f"manifest: {capsule.name} v{capsule.version}")
+        driver = inf.driver_artifact if inf and inf.transport == "http" else (inf.effective_command if inf else None)
+        print(f"driver: {driver or '<none>'}")
+        print(f"skills: {len(staged.by_role('skill'))} installed")
+    sys.stdout.flush()
+
+
+def _launch_warnings(warnings: list[tuple[str, str]], wd: Any) -> None:
+    """W-SEC-001/002/005/010 go to stderr and to logs/bootstrap.log (upstream's rule)."""
+    if not warnings:
+        return
+    with open(wd.bootstrap_log, "a", encoding="utf-8") as log:
+        for code, message in warnings:
+            warn(code, message)
+            log.write(f"warning[{code}]: {message}\n")
+
+
+def run_session(opts: RunOptions) -> None:
+    """Run a capsule session; raises MurError for the CLI to render (exit 1) when it did not end ok."""
+    from mur.a2a.service import CapsuleService, lifecycle_with_overrides
+    from mur.session import murmur_md
+    from mur.session.prechecks import prepare
+    from mur.session.staging import stage
+    from mur.session.tools import GuestSettings, SessionTools
+    from mur.session.trace import TraceWriter
+    from mur.session.workdir import create_workdir, plan_workdir, write_task_input
+
+    prep = prepare(opts)
+    loaded = prep.loaded
+    capsule = loaded.capsule
+    session_id = ids.session_id()
+    wd = plan_workdir(loaded.dir, session_id, opts.workdir)
+    lifecycle = lifecycle_with_overrides(capsule.lifecycle, opts.task_acceptance, opts.after_task)
+    port = opts.port if opts.port is not None else capsule.network.internal_port
+
+    executor_box: dict[str, Any] = {}
+    trace_box: dict[str, Any] = {}
+
+    def execute(request: Any, context: Any) -> Any:
+        return executor_box["executor"](request, context)
+
+    def trace_event(event: dict) -> None:
+        writer = trace_box.get("writer")
+        if writer is not None:
+            writer.write(event)
+
+    card_box: dict[str, Any] = {"name": capsule.name, "version": capsule.version, "capabilities": {}}
+    service = CapsuleService(
+        card=card_box,
+        lifecycle=lifecycle,
+        executor=execute,
+        trace=trace_event,
+        workdir=wd.session,
+        task_dir=wd.accessible,
+        bind=opts.bind,
+        port=port,
+    )
+    url = service.start()
+    loaded.emit_stage_warnings()
+    staged = shell = trace = None
+    try:
+        create_workdir(wd)
+        trace = TraceWriter(wd.trace, session_id, wd.bootstrap_log)
+        trace_box["writer"] = trace
+        staged = stage(prep.resolved, capsule.capabilities.shell_allow, wd)
+        card_box.update(_card(prep, staged))
+        shell = _start_shell(prep, wd, session_id, loaded)
+        settings = _guest_settings(prep, session_id, url, wd, staged)
+        from mur.wasm.host import WasmHost
+
+        tools = SessionTools(staged, settings, None, shell, trace)
+        tools.host = WasmHost(shell=tools.guest_shell)
+        _precompile(tools, staged, prep)
+        from mur.session.executor import TaskExecutor
+
+        executor = TaskExecutor(prep, session_id, wd, tools, trace, url)
+        executor_box["executor"] = executor
+        inventory = murmur_md.Inventory(
+            capsule.name,
+            capsule.version,
+            session_id,
+            url,
+            capsule.inference.model if capsule.inference else None,
+            capsule.context.max_tokens,
+            capsule.inference is not None and capsule.inference.compaction is not None,
+            tools=[murmur_md.ToolEntry(t.name, t.version, t.kind, t.description) for t in tools.visible() if t.role != "skill"],
+            skills=[murmur_md.ToolEntry(t.name, t.version, t.kind) for t in staged.by_role("skill")],
+        )
+        (wd.session / "MURMUR.md").write_text(murmur_md.render(inventory), encoding="utf-8")
+        if shell is not None:
+            _launch_warnings(shell.launch_warnings, wd)
+        initial = write_task_input(wd, opts.task)
+        _startup(opts, prep, url, session_id, wd, staged)
+        status = service.run(initial)
+    finally:
+        if shell is not None:
+            shell.close()
+        if staged is not None:
+            staged.cleanup()
+        service.stop()
+        if trace is not None:
+            trace.close()
+    final = executor_box["executor"].status if "executor" in executor_box else "failed"
+    if final == "ok" and status != "ok":
+        final = "failed"
+    if not opts.json:
+        print(f"status:  {final}")
+    error = executor_box["executor"].last_error if "executor" in executor_box else None
+    if final != "ok":
+        raise error or MurError("E-RUN-007", "agent loop failed: the session did not complete")
+
+
+def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any) -> Any:
+    """Start the shell sandbox when the capsule can spawn subprocesses (E-RUN-012 inside)."""
+    from mur.session.resolve import needs_subprocesses
+
+    if not needs_subprocesses(prep):
+        return None
+    from mur.sandbox.shell import ShellSandbox
+
+    shell = ShellSandbox(
+        prep.loaded.capsule.capabilities, wd.accessible, session_id, loaded.network_allow, probe=prep.probe,
+        log=_bootstrap_logger(wd),
+    )
+    shell.launch_warnings = shell.start()
+    return shell
+
+
+def _bootstrap_logger(wd: Any):
+    def log(message: str) -> None:
+        try:
+            with open(wd.bootstrap_log, "a", encoding="utf-8") as fh:
+                fh.write(message.rstrip("\n") + "\n")
+        except OSError:
+            pass
+
+    return log
+
+
+def _guest_settings(prep: Any, session_id: str, url: str, wd: Any, staged: Any) -> Any:
+    from mur.inference.driver import driver_env
+    from mur.session.tools import GuestSettings
+
+    capsule = prep.loaded.capsule
+    caps = capsule.capabilities
+    murmur_vars = {
+        "MURMUR_SESSION_ID": session_id,
+        "MURMUR_CAPSULE_URL": url,
+        "MURMUR_CAPSULE_NAME": capsule.name,
+        "MURMUR_CAPSULE_VERSION": capsule.version,
+    }
+    if capsule.observability.otel_endpoint:
+        murmur_vars["MURMUR_OTEL_ENDPOINT"] = capsule.observability.otel_endpoint
+    extra: dict[str, dict[str, str]] = {}
+    inf = capsule.inference
+    if inf is not None and inf.transport == "http" and inf.driver_artifact:
+        extra[inf.driver_artifact] = driver_env(inf, prep.loaded.api_key)
+    return GuestSettings(
+        env_allow=list(caps.env.allow),
+        strip_env=list(caps.shell.strip_env) if caps.shell else [],
+        murmur_vars=murmur_vars,
+        limits=caps.limits,
+        ceiling=prep.loaded.network_allow,
+        accessible=wd.accessible,
+        capsule_scope=caps.filesystem.scope,
+        grants=prep.loaded.grants,
+        include_output=capsule.trace.include_tool_output,
+        extra_vars=extra,
+    )
+
+
+def _precompile(tools: Any, staged: Any, prep: Any) -> None:
+    """Compile (or load from the cache) every component before the startup line: no first-call stall."""
+    for tool in staged.tools.values():
+        if tool.kind == "wasm" and tool.wasm_path is not None:
+            tools.host.precompile(tool.wasm_path, kind="driver" if tool.role == "driver" else "tool", label=tool.name)
+    if prep.capsule_wasm is not None:
+        tools.host.precompile(prep.capsule_wasm, kind="capsule", label=prep.loaded.capsule.name)
