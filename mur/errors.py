@@ -23,6 +23,7 @@ CATALOGUE: dict[str, str] = {
     "E-BLD-001": "invalid artifact name or identity fields in an artifact murmur.yaml",
     "E-BLD-002": "unsafe, missing or colliding requires_files entry",
     "E-BLD-003": "artifact payload missing or ambiguous (wasm artifact without exactly one root .wasm)",
+    "E-BLD-010": "(mur) building a Python guest component with componentize-py failed",
     # capabilities / containment
     "E-CAP-001": "invalid capabilities.network.allow entry",
     "E-CAP-002": "invalid filesystem scope (absolute or escaping the workdir)",
@@ -71,6 +72,8 @@ CATALOGUE: dict[str, str] = {
     "E-RUN-013": "workdir exceeded capabilities.resources.workdir_max_bytes",
     "E-RUN-015": "(mur) shell tool refused (binary not allowed or sandbox could not be applied)",
     "E-RUN-016": "(mur) inference provider failed after retries",
+    "E-TRC-001": "trace parse error (a line is not a JSON event, or no session_start/session_end)",
+    "E-TRC-002": "session address matched no session, or several",
     # a2a client
     "E-A2A-001": "(mur) A2A peer unreachable or answered with an error",
     # internal
@@ -79,9 +82,8 @@ CATALOGUE: dict[str, str] = {
     "W-BLD-001": "requires_files names the reserved entry murmur.yaml",
     "W-BLD-002": "capsule.wasm shadows another root *.wasm (it is always the payload)",
     "W-BLD-003": "compiled artifact packs build inputs (Cargo.toml, Cargo.lock, *.rs, target/)",
-    "W-MAN-001": "(mur) unknown key in murmur.yaml, ignored",
-    "W-MAN-002": "(mur) version ignored on a local-source artifact",
-    "W-MAN-003": "(mur) capabilities.containment on a per-artifact entry has no effect",
+    "W-MAN-001": "(mur) unrecognized key in murmur.yaml, parsed and ignored (upstream's later W-SEC-019)",
+    "W-MAN-002": "(mur) version ignored on a local-source artifact (upstream prints it without a code)",
     "W-RUN-001": "(mur) manifest pins a different mur_version than the one running",
     "W-CFG-001": "(mur) literal inference.api_key in a project config file is ignored",
     "W-SEC-001": "shell.allow on a host with no kernel enforcement (environment-only tier)",
@@ -94,6 +96,7 @@ CATALOGUE: dict[str, str] = {
     "W-SEC-008": "inert per-artifact grant on a tool or driver (or any grant on a native tool)",
     "W-SEC-009": "interpreter_runtime grant couples the capsule to the host layout",
     "W-SEC-010": "no cgroup aggregate bound on this host",
+    "W-SEC-011": "filesystem.workdir_exec: true makes shell.allow advisory (achieved class capped at advisory)",
 }
 
 
@@ -152,3 +155,27 @@ class collect_warnings:
 
     def __exit__(self, *exc: object) -> None:
         set_warning_sink(self._previous)
+
+
+def catalogue_markdown() -> str:
+    """docs/errors.md, rendered from CATALOGUE (`python -m mur.errors > docs/errors.md`)."""
+    lines = [
+        "# Diagnostic codes",
+        "",
+        "Generated from `CATALOGUE` in `mur/errors.py` (`python -m mur.errors > docs/errors.md`); a test",
+        "keeps the two identical. Errors render once, at the CLI edge, as `error[CODE]: message` plus an",
+        "optional `  hint: ...` line on stderr and exit 1 (usage errors exit 2, with click's usage text);",
+        "warnings render as `warning[CODE]: message` on stderr and never change the exit status.",
+        "Codes marked (mur) are this implementation's own; every other code is upstream's, with",
+        "upstream's meaning.",
+        "",
+        "| Code | Meaning |",
+        "|---|---|",
+    ]
+    pipe, escaped = "|", "\\|"
+    lines.extend(f"| `{code}` | {meaning.replace(pipe, escaped)} |" for code, meaning in CATALOGUE.items())
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(catalogue_markdown())

@@ -123,9 +123,14 @@ class TaskExecutor:
         except OSError:
             pass
         host.run_capsule(cfg, tools.invoke)
-        text = ""
-        if result_path.is_file():
-            text = result_path.read_text(encoding="utf-8", errors="replace")
+        if not result_path.is_file():
+            message = "the capsule component finished without writing out/result.txt"
+            self.last_error = MurError("E-RUN-007", f"capsule run failed: {message}")
+            return "failed", f"error: {message}", {"turns": 0}, None
+        text = result_path.read_text(encoding="utf-8", errors="replace")
+        if text.startswith("error:"):
+            self.last_error = MurError("E-RUN-007", f"capsule run failed: {text.strip()[len('error:'):].strip()}")
+            return "failed", text, {"turns": 0}, None
         return "completed", text, {"turns": 0}, None
 
     def _run_agent(self, request: Any, context: Any) -> tuple[str, str, dict, Any]:
@@ -146,7 +151,8 @@ class TaskExecutor:
                 model=inf.model,
                 max_turns=inf.max_turns,
                 system_prompt=build_process_system_prompt(prep.system_prompt),
-                workdir=self.wd.accessible,
+                workdir=self.wd.session,
+                cwd=self.wd.accessible,
                 env=_process_env(),
                 trace=self.trace.write,
             )

@@ -221,6 +221,7 @@ def _guest_settings(prep: Any, session_id: str, url: str, wd: Any, staged: Any) 
         accessible=wd.accessible,
         capsule_scope=caps.filesystem.scope,
         grants=prep.loaded.grants,
+        logs_dir=wd.logs,
         include_output=capsule.trace.include_tool_output,
         extra_vars=extra,
     )

@@ -31,6 +31,7 @@ class GuestSettings:
     accessible: Path
     capsule_scope: str | None
     grants: dict[str, Any]
+    logs_dir: Path | None = None  # guest stdout/stderr go to <logs_dir>/tool-<name>.log
     include_output: bool = False
     extra_vars: dict[str, dict[str, str]] = field(default_factory=dict)  # per-artifact MURMUR_* additions
 
@@ -103,6 +104,7 @@ class SessionTools:
             limits=s.limits,
             http_allow=network,
             on_http=self._http_event(tool.name),
+            log_path=(s.logs_dir / f"{'capsule' if tool.role == 'capsule' else 'tool-' + tool.name}.log") if s.logs_dir else None,
         )
 
     def _http_event(self, artifact: str) -> Callable[[dict], None]:

@@ -1,0 +1,170 @@
+"""One wasmtime Engine per process, and a compile cache so a second launch does not recompile.
+
+Compiling an 18 MB componentize-py component takes seconds; loading a serialized one is an mmap.
+``Config.cache`` (wasmtime's own cache) lives in a directory we do not control and cannot be
+pointed at a fresh location per run, so mur keeps its own: ``<cache>/wasm/<sha256 of the wasm>.
+<engine fingerprint>.cwasm``, written atomically. The fingerprint covers the wasmtime version, the
+engine settings and the platform, because serialized code only loads into an identical engine.
+
+Deserializing is loading native code, so the cache directory must be ours: it is created 0700, and
+one that is not owned by us or is group/other-writable is not used (we compile instead).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import threading
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from mur.wasm.limits import EpochTicker, GuestError
+
+ENGINE_SETTINGS = "component-model,epoch-interruption"
+
+
+def wasmtime_version() -> str:
+    """The installed wasmtime-py version (also the embedded wasmtime's major version)."""
+    try:
+        return metadata.version("wasmtime")
+    except metadata.PackageNotFoundError:  # pragma: no cover - wasmtime is a hard dependency
+        return "unknown"
+
+
+def cache_root() -> Path:
+    """``$MUR_CACHE_DIR`` or ``~/.murmur/cache``."""
+    env = os.environ.get("MUR_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".murmur" / "cache"
+
+
+def default_cache_dir() -> Path:
+    return cache_root() / "wasm"
+
+
+def engine_fingerprint() -> str:
+    text = f"wasmtime {wasmtime_version()}; {ENGINE_SETTINGS}; {platform.machine()}; {sys.platform}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _private_dir(path: Path) -> bool:
+    """Create `path` 0700 if missing; True when it is ours and not writable by others."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not (st.st_mode & 0o022)
+
+
+class WasmEngine:
+    """The process's wasmtime Engine plus its component compile cache and epoch ticker."""
+
+    def __init__(self, cache_dir: Path | None = None):
+        from wasmtime import Config, Engine
+
+        config = Config()
+        config.wasm_component_model = True
+        config.epoch_interruption = True
+        self.engine = Engine(config)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
+        self._components: dict[str, Any] = {}
+        self._digests: dict[tuple[str, int, int], str] = {}
+        self._lock = threading.Lock()
+        self._ticker: EpochTicker | None = None
+
+    def start_ticker(self) -> None:
+        """Start the epoch ticker (idempotent). Deadlines fire only while it runs."""
+        with self._lock:
+            if self._ticker is None:
+                self._ticker = EpochTicker(self.engine)
+
+    def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+        self._components.clear()
+
+    def _digest(self, path: Path) -> str:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        digest = self._digests.get(key)
+        if digest is None:
+            digest = file_sha256(path)
+            self._digests[key] = digest
+        return digest
+
+    def cache_path(self, digest: str) -> Path:
+        return self.cache_dir / f"{digest}.{engine_fingerprint()}.cwasm"
+
+    def component(self, path: Path, *, kind: str = "tool", label: str = "") -> Any:
+        """The compiled Component for a .wasm file: from memory, the disk cache, or a compile."""
+        from wasmtime import WasmtimeError
+        from wasmtime.component import Component
+
+        path = Path(path)
+        digest = self._digest(path)
+        with self._lock:
+            hit = self._components.get(digest)
+        if hit is not None:
+            self.stats["memory_hits"] += 1
+            return hit
+        cached = self.cache_path(digest)
+        usable = _private_dir(self.cache_dir)
+        component = None
+        if usable and cached.is_file():
+            try:
+                component = Component.deserialize_file(self.engine, str(cached))
+                self.stats["disk_hits"] += 1
+            except WasmtimeError:
+                cached.unlink(missing_ok=True)  # stale or corrupt: recompile below
+        if component is None:
+            try:
+                component = Component.from_file(self.engine, str(path))
+            except WasmtimeError as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid component"
+                who = "capsule" if kind == "capsule" else f"{kind} '{label or path.stem}'"
+                raise GuestError("E-RUN-001", f"{who}: failed to compile {path}: {first}",
+                                 kind="compile") from exc
+            self.stats["compiled"] += 1
+            if usable:
+                self._store(cached, component)
+        with self._lock:
+            self._components[digest] = component
+        return component
+
+    def _store(self, target: Path, component: Any) -> None:
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            data = component.serialize()
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a cache we cannot write is only slower, never wrong
+
+
+_default: WasmEngine | None = None
+_default_lock = threading.Lock()
+
+
+def default_engine() -> WasmEngine:
+    """The process-wide engine (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = WasmEngine()
+        return _default

@@ -1,0 +1,214 @@
+"""Host imports: what a guest can call, and nothing else.
+
+Linked for every guest: WASI p2 (``Linker.add_wasip2``: cli, io, clocks, random, filesystem, and
+sockets — but the WASI context grants no network, so every socket call is refused with
+access-denied) and the murmur:* interfaces below. ``wasi:http`` is deliberately not linked: it has no
+per-request hook in wasmtime-py, so it could not be held to capabilities.network.allow. A component
+that imports it fails to instantiate with E-RUN-002.
+
+| import                                  | host side                                     |
+|-----------------------------------------|-----------------------------------------------|
+| murmur:tool-registry/invoke@0.1.0       | ``invoke(name, ToolInput)`` (the session's registry) |
+| murmur:http/outbound@0.1.0              | mur.wasm.http.OutboundHttp (allow-listed httpx) |
+| murmur:shell/execute@0.1.0              | ``shell(binary, args, env)`` (the shell sandbox) |
+| murmur:task/task@0.1.0                  | ``request_input(prompt)`` (A2A input-required) |
+| murmur:text/chunks@0.1.0                | ``on_chunk(kind, text)`` (SSE stream)          |
+| murmur:runtime/inference@0.2.0          | ``run_inference(request)`` (hooks)             |
+
+A linker is built per guest call so its host functions close over that call's grants; building
+one costs about a millisecond.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from mur.errors import MurError
+from mur.wasm.http import OutboundHttp
+from mur.wasm.types import ToolInput, ToolResult, input_from_value, result_to_value
+
+TOOL_RUN = "murmur:tool/run@0.1.0"
+CAPSULE_RUN = "murmur:capsule/run@0.1.0"
+TOOL_REGISTRY = "murmur:tool-registry/invoke@0.1.0"
+HTTP_OUTBOUND = "murmur:http/outbound@0.1.0"
+SHELL_EXECUTE = "murmur:shell/execute@0.1.0"
+TASK = "murmur:task/task@0.1.0"
+TEXT_CHUNKS = "murmur:text/chunks@0.1.0"
+INFERENCE = "murmur:runtime/inference@0.2.0"
+HOOK_LIFECYCLE = "murmur:hook/lifecycle@0.5.0"
+LIFECYCLE_FUNCS = ("on-stage", "on-session-start", "on-task-start", "on-inference", "on-tool-call",
+                   "on-shell", "on-compaction", "on-task-end", "on-session-end")
+
+NO_SHELL = "shell capability not granted"
+NO_TASK = "request-input is only available while serving an A2A task"
+NO_INFERENCE = "no inference driver is configured for this capsule"
+NO_REGISTRY = "tool registry is not available to this guest"
+
+
+@dataclass
+class CallContext:
+    """Everything the host imports of one guest call may use."""
+
+    kind: str
+    label: str
+    http: OutboundHttp
+    invoke: Callable[[str, ToolInput], ToolResult] | None = None
+    shell: Callable[..., Any] | None = None
+    request_input: Callable[[str], str] | None = None
+    on_chunk: Callable[[str, str], None] | None = None
+    run_inference: Callable[[Any], Any] | None = None
+
+
+def _record(**fields: Any) -> Any:
+    from wasmtime.component import Record
+
+    rec = Record()
+    for name, value in fields.items():
+        setattr(rec, name.replace("_", "-"), value)
+    return rec
+
+
+def _field(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _invoke(ctx: CallContext) -> Callable[..., Any]:
+    def invoke(_store: Any, name: str, value: Any) -> Any:
+        if ctx.invoke is None:
+            return NO_REGISTRY
+        try:
+            return result_to_value(ctx.invoke(name, input_from_value(value)))
+        except MurError as exc:
+            return exc.message
+        except Exception as exc:  # the guest gets a reason, never a host traceback
+            return f"tool '{name}' failed: {type(exc).__name__}: {exc}"
+
+    return invoke
+
+
+def _http_send(ctx: CallContext) -> Callable[..., Any]:
+    def send(_store: Any, req: Any) -> Any:
+        out = ctx.http.send(
+            getattr(req, "method", ""),
+            getattr(req, "url", ""),
+            list(getattr(req, "headers", []) or []),
+            getattr(req, "body", None),
+            getattr(req, "timeout-ms", None),
+        )
+        if isinstance(out, str):
+            return out
+        return _record(status=out["status"], headers=out["headers"], body=out["body"])
+
+    return send
+
+
+def _shell_run(ctx: CallContext) -> Callable[..., Any]:
+    def run(_store: Any, binary: str, args: list[str], env: list[tuple[str, str]]) -> Any:
+        if ctx.shell is None:
+            return NO_SHELL
+        try:
+            res = ctx.shell(binary, list(args), [tuple(kv) for kv in env])
+        except MurError as exc:
+            return exc.message
+        except Exception as exc:
+            return f"shell '{binary}' failed: {type(exc).__name__}: {exc}"
+        return _record(
+            exit_code=int(_field(res, "exit_code", -1)),
+            stdout=str(_field(res, "stdout", "") or ""),
+            stderr=str(_field(res, "stderr", "") or ""),
+            truncated=bool(_field(res, "truncated", False)),
+            full_output_path=_field(res, "full_output_path"),
+        )
+
+    return run
+
+
+def _request_input(ctx: CallContext) -> Callable[..., Any]:
+    def request_input(_store: Any, prompt: str) -> str:
+        # The WIT signature has no error channel: refusing means trapping the guest (upstream does
+        # the same); the raised MurError becomes the call's E-RUN-001 message.
+        if ctx.request_input is None:
+            raise MurError("E-RUN-001", NO_TASK)
+        return str(ctx.request_input(prompt))
+
+    return request_input
+
+
+def _chunk(ctx: CallContext, kind: str) -> Callable[..., Any]:
+    def emit(_store: Any, text: str) -> None:
+        if ctx.on_chunk is not None:
+            try:
+                ctx.on_chunk(kind, text)
+            except Exception:
+                pass
+        return None
+
+    return emit
+
+
+def _run_inference(ctx: CallContext) -> Callable[..., Any]:
+    def run_inference(_store: Any, request: Any) -> Any:
+        if ctx.run_inference is None:
+            return NO_INFERENCE
+        try:
+            out = ctx.run_inference(request)
+        except MurError as exc:
+            return exc.message
+        except Exception as exc:
+            return f"inference failed: {type(exc).__name__}: {exc}"
+        if isinstance(out, str):
+            return out
+        return _record(
+            text=str(_field(out, "text", "")),
+            model_used=str(_field(out, "model_used", "")),
+            input_tokens=int(_field(out, "input_tokens", 0)),
+            output_tokens=int(_field(out, "output_tokens", 0)),
+        )
+
+    return run_inference
+
+
+def _not_callable_tool_run(_store: Any, _value: Any) -> Any:
+    # A capsule imports murmur:tool/run only for its records (tool-registry `use`s them).
+    return result_to_value(ToolResult(
+        status="error",
+        summary="murmur:tool/run is not callable from a guest; call tools through murmur:tool-registry/invoke",
+    ))
+
+
+def _not_callable_lifecycle(_store: Any, _event: Any) -> Any:
+    # A hook imports murmur:hook/lifecycle only for its records (inference `use`s `message`).
+    return "murmur:hook/lifecycle functions are hook exports, not host imports"
+
+
+def build_linker(engine: Any, ctx: CallContext) -> Any:
+    """A component Linker with WASI p2 and every murmur:* import bound to `ctx`."""
+    from wasmtime.component import Linker
+
+    linker = Linker(engine)
+    linker.add_wasip2()
+    with linker.root() as root:
+        # componentize-py guests import every function of an interface they take types from, so
+        # the type-only imports get stubs that answer "not callable here".
+        with root.add_instance(TOOL_RUN) as inst:
+            inst.add_func("run", _not_callable_tool_run)
+        with root.add_instance(HOOK_LIFECYCLE) as inst:
+            for fn in LIFECYCLE_FUNCS:
+                inst.add_func(fn, _not_callable_lifecycle)
+        with root.add_instance(TOOL_REGISTRY) as inst:
+            inst.add_func("invoke", _invoke(ctx))
+        with root.add_instance(HTTP_OUTBOUND) as inst:
+            inst.add_func("send", _http_send(ctx))
+        with root.add_instance(SHELL_EXECUTE) as inst:
+            inst.add_func("run", _shell_run(ctx))
+        with root.add_instance(TASK) as inst:
+            inst.add_func("request-input", _request_input(ctx))
+        with root.add_instance(TEXT_CHUNKS) as inst:
+            inst.add_func("emit-chunk", _chunk(ctx, "text"))
+            inst.add_func("emit-thinking-chunk", _chunk(ctx, "thinking"))
+        with root.add_instance(INFERENCE) as inst:
+            inst.add_func("run-inference", _run_inference(ctx))
+    return linker
