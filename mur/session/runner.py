@@ -114,11 +114,14 @@ def run_session(opts: RunOptions) -> None:
     )
     url = service.start()
     loaded.emit_stage_warnings()
-    staged = shell = trace = None
+    staged = shell = trace = otel = None
     try:
         create_workdir(wd)
         trace = TraceWriter(wd.trace, session_id, wd.bootstrap_log)
         trace_box["writer"] = trace
+        otel = _otel_exporter(capsule, wd)
+        if otel is not None:
+            trace.listeners.append(otel.on_event)
         staged = stage(prep.resolved, capsule.capabilities.shell_allow, wd)
         card_box.update(_card(prep, staged))
         shell = _start_shell(prep, wd, session_id, loaded)
@@ -157,6 +160,8 @@ def run_session(opts: RunOptions) -> None:
         service.stop()
         if trace is not None:
             trace.close()
+        if otel is not None:
+            otel.export()  # never raises; bounded by its timeout; failures go to logs/otel.log
     final = executor_box["executor"].status if "executor" in executor_box else "failed"
     if final == "ok" and status != "ok":
         final = "failed"
@@ -165,6 +170,18 @@ def run_session(opts: RunOptions) -> None:
     error = executor_box["executor"].last_error if "executor" in executor_box else None
     if final != "ok":
         raise error or MurError("E-RUN-007", "agent loop failed: the session did not complete")
+
+
+def _otel_exporter(capsule: Any, wd: Any) -> Any:
+    """The OTel span exporter when observability.otel_endpoint is set (spec: "OTel span emission")."""
+    endpoint = capsule.observability.otel_endpoint
+    if not endpoint:
+        return None
+    from mur.observability.otel import OtelExporter
+
+    return OtelExporter(
+        endpoint, service_name=capsule.name, service_version=capsule.version, log_path=wd.logs / "otel.log", timeout=5.0
+    )
 
 
 def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any) -> Any:
