@@ -282,7 +282,9 @@ def _shell_json(res: Any) -> dict[str, Any]:
     data = res.stdout if not res.stderr else f"{res.stdout}\n[stderr]\n{res.stderr}"
     summary = f"exit code {res.exit_code}"
     if res.resource_limit:
-        summary += f" (killed: capabilities.resources.{res.resource_limit})"
+        from mur.sandbox.shell import limit_error
+
+        summary += f" — {limit_error(res).render()}"
     return {
         "status": "passed" if res.exit_code == 0 else "failed",
         "summary": summary,

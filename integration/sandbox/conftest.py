@@ -1,0 +1,113 @@
+"""Fixtures for the real-kernel sandbox tests: a started ShellSandbox per test, and the leak check.
+
+Every test's sandbox is closed by the fixture, which then asserts nothing is left behind: no
+cgroup directory, no process whose cwd is in the workdir, no ACL entry for the sandbox uid.
+Escape attempts record a line for the end-of-run report (``record_escape``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from mur.manifest.capsule import Capabilities
+from mur.manifest.network import parse_allow_list
+from mur.sandbox.probe import probe_host
+from mur.sandbox.shell import ShellSandbox
+from sbx_support import ESCAPES, HOST_ENV, assert_nothing_left, capabilities
+
+
+@pytest.fixture(autouse=True)
+def _requirements(request):
+    if request.node.get_closest_marker("requires_root") and os.geteuid() != 0:
+        pytest.skip("needs root")
+    if request.node.get_closest_marker("requires_landlock") and probe_host().landlock_abi == 0:
+        pytest.skip("needs a Landlock-capable kernel")
+
+
+@pytest.fixture
+def workdir():
+    path = tempfile.mkdtemp(prefix="mur-sbx-")
+    yield Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def outside():
+    """A directory outside the workdir that the sandbox uid could use under plain file permissions."""
+    path = tempfile.mkdtemp(prefix="mur-outside-")
+    os.chmod(path, 0o777)
+    secret = Path(path) / "secret.txt"
+    secret.write_text("outside-secret\n")
+    os.chmod(secret, 0o644)
+    yield Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def sandbox(workdir, request):
+    """``sandbox(caps, network_allow=[], host_env=None)`` -> a started ShellSandbox, closed and leak-checked."""
+    made: list[ShellSandbox] = []
+
+    def make(caps: Capabilities | None = None, network_allow=(), host_env=None, **kw) -> ShellSandbox:
+        sb = ShellSandbox(caps or capabilities(), workdir, f"ses_test{os.getpid()}_{len(made)}_{request.node.name[-20:]}",
+                          parse_allow_list(list(network_allow)), host_env=host_env or HOST_ENV, **kw)
+        made.append(sb)
+        sb.warnings = sb.start()
+        return sb
+
+    yield make
+    for sb in made:
+        sb.close()
+        assert_nothing_left(sb)
+
+
+@pytest.fixture
+def tcp_listeners():
+    """Two loopback TCP listeners that greet every connection."""
+    servers = []
+    for _ in range(2):
+        srv = socket.create_server(("127.0.0.1", 0))
+        srv.settimeout(0.2)
+        servers.append(srv)
+    stop = threading.Event()
+
+    def serve(srv):
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"hello\n")
+
+    threads = [threading.Thread(target=serve, args=(s,), daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    yield [s.getsockname()[1] for s in servers]
+    stop.set()
+    for t in threads:
+        t.join(timeout=2)
+    for s in servers:
+        s.close()
+
+
+@pytest.fixture
+def record_escape():
+    def record(attempt: str, sandboxed: str, control: str) -> None:
+        ESCAPES.append((attempt, sandboxed, control))
+    return record
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not ESCAPES:
+        return
+    terminalreporter.section("sandbox escape attempts (each blocked; control without the sandbox succeeded)")
+    for attempt, sandboxed, control in ESCAPES:
+        terminalreporter.write_line(f"{attempt:<46} sandboxed: {sandboxed:<52} control: {control}")

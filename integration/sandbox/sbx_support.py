@@ -1,0 +1,70 @@
+"""Helpers shared by the sandbox integration tests (a uniquely named module: several conftest.py
+files exist in this repository, so tests must not ``import conftest``)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sysconfig
+
+from mur.manifest.capsule import Capabilities
+from mur.sandbox import access
+from mur.sandbox.shell import ShellSandbox
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+HOST_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/root", "USER": "root", "TERM": "dumb"}
+ESCAPES: list[tuple[str, str, str]] = []
+
+
+@functools.lru_cache(maxsize=1)
+def python_stdlib() -> str:
+    """The system python's stdlib dir (its interpreter_runtime grant)."""
+    out = subprocess.run([SYSTEM_PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip() or sysconfig.get_paths()["stdlib"]
+
+
+def capabilities(allow=("bash", "cat", "python3"), **extra) -> Capabilities:
+    data = {"shell": {"allow": list(allow)}}
+    if "python3" in allow:
+        data["shell"]["interpreter_runtime"] = [
+            {"binary": "python3", "dirs": [{"path": python_stdlib(), "list_dir": True}]}]
+    for key, value in extra.items():
+        if key == "shell":
+            data["shell"].update(value)
+        else:
+            data[key] = value
+    return Capabilities.model_validate(data, strict=False)
+
+
+def _processes_in(workdir: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cwd = os.readlink(f"/proc/{entry}/cwd")
+            except OSError:
+                continue
+            if cwd == workdir or cwd.startswith(workdir + "/"):
+                found.append(int(entry))
+    return found
+
+
+def assert_nothing_left(sb: ShellSandbox) -> None:
+    """No cgroup, no process, no ACL entry for the sandbox uid after close()."""
+    if sb.cgroup is not None:
+        leftovers = [d for d in sb.cgroup.dirs.values() if os.path.exists(d)]
+        assert leftovers == [], f"cgroups left behind: {leftovers}"
+    assert _processes_in(str(sb.workdir)) == [], "processes left running in the workdir"
+    for root, dirs, files in os.walk(sb.workdir):
+        for name in dirs + files + ["."]:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                continue
+            for attr in (access.ACCESS, access.DEFAULT):
+                try:
+                    entries = access.decode(os.getxattr(path, attr))
+                except OSError:
+                    continue
+                assert not any(t == access.USER and i == 65534 for t, _p, i in entries), f"ACL left on {path}"

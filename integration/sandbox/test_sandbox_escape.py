@@ -1,0 +1,306 @@
+"""The escape suite: each attempt must fail inside the sandbox, next to a control showing the same
+action succeeds without it. Real kernel: Landlock, seccomp, rlimits, cgroups; nothing mocked.
+
+Bombs are never run unbounded outside the sandbox: their controls are bounded versions that show
+the host would have allowed more than the sandbox did.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socketserver
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sbx_support import HOST_ENV, SYSTEM_PYTHON, capabilities  # type: ignore[import-not-found]
+from mur.errors import MurError
+from mur.sandbox.shell import limit_error
+
+pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
+
+
+def bare(argv, **kw) -> subprocess.CompletedProcess:
+    """The control: the same action as a plain subprocess, no sandbox."""
+    kw.setdefault("env", HOST_ENV)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, **kw)
+
+
+# --- filesystem ------------------------------------------------------------------------------
+
+
+def test_read_etc_shadow(sandbox, record_escape):
+    sb = sandbox()
+    r = sb.run("cat", command="cat /etc/shadow")
+    assert r.exit_code != 0 and "Permission denied" in r.stderr and r.stdout == ""
+    control = bare(["cat", "/etc/shadow"])
+    assert control.returncode == 0 and "root:" in control.stdout
+    record_escape("read /etc/shadow", f"rc {r.exit_code}: {r.stderr.strip()}", "root reads it")
+
+
+def test_read_a_file_outside_the_grant(sandbox, outside, record_escape):
+    sb = sandbox()
+    secret = outside / "secret.txt"
+    r = sb.run("cat", command=f"cat {secret}")
+    assert r.exit_code != 0 and "Permission denied" in r.stderr and "outside-secret" not in r.stdout
+    # the sandbox uid could read it under plain permissions: Landlock is what refuses
+    control = bare(["cat", str(secret)], user=65534, group=65534, extra_groups=[])
+    assert control.returncode == 0 and control.stdout == "outside-secret\n"
+    r2 = sb.run("bash", command=f"echo \"$(< {secret})\"")
+    assert "outside-secret" not in r2.stdout
+    record_escape("read a file outside the grant", f"rc {r.exit_code}: Permission denied", "uid 65534 reads it")
+
+
+def test_write_outside_the_workdir(sandbox, outside, record_escape):
+    sb = sandbox()
+    target = outside / "planted.txt"
+    r = sb.run("bash", command=f"echo pwned > {target}")
+    assert r.exit_code != 0 and "Permission denied" in r.stderr and not target.exists()
+    r2 = sb.run("bash", command="echo pwned > /tmp/mur-planted-$$")
+    assert r2.exit_code != 0
+    ok = sb.run("bash", command="echo fine > inside.txt && cat inside.txt")
+    assert ok.exit_code == 0 and ok.stdout == "fine\n" and (sb.workdir / "inside.txt").read_text() == "fine\n"
+    control = bare(["bash", "-c", f"echo pwned > {target}"], user=65534, group=65534, extra_groups=[])
+    assert control.returncode == 0 and target.read_text() == "pwned\n"
+    record_escape("write outside the workdir", f"rc {r.exit_code}: Permission denied", "uid 65534 writes it")
+
+
+def test_exec_a_binary_that_is_not_allowed(sandbox, record_escape):
+    sb = sandbox()
+    r = sb.run("bash", command="/usr/bin/id")
+    assert r.exit_code == 126 and "Permission denied" in r.stderr
+    with pytest.raises(MurError) as info:
+        sb.run("id", command="id")
+    assert info.value.code == "E-RUN-015"
+    control = bare(["/usr/bin/id"])
+    assert control.returncode == 0 and "uid=" in control.stdout
+    record_escape("exec a binary not allowed (/usr/bin/id)", f"rc {r.exit_code}: Permission denied", "runs")
+
+
+def test_exec_a_binary_copied_into_the_workdir(sandbox, record_escape):
+    sb = sandbox()
+    copy = sb.workdir / "mycat"
+    shutil.copy("/usr/bin/cat", copy)
+    os.chmod(copy, 0o755)
+    (sb.workdir / "note.txt").write_text("note\n")
+    direct = sb.run("bash", command="./mycat note.txt")
+    assert direct.exit_code == 126 and "Permission denied" in direct.stderr
+    loader = sb.run("bash", command="/lib64/ld-linux-x86-64.so.2 ./mycat note.txt")  # maps it, does not exec it
+    assert loader.exit_code != 0 and loader.stdout == ""
+    memfd = sb.run("python3", args=["-c", (
+        "import os\nfd = os.memfd_create('x', 0)\nos.write(fd, open('mycat', 'rb').read())\n"
+        "os.execve(fd, ['mycat', 'note.txt'], {})")])
+    assert memfd.exit_code != 0 and memfd.stdout == "" and "Operation not permitted" in memfd.stderr
+    control = bare([str(copy), "note.txt"], cwd=sb.workdir)
+    assert control.returncode == 0 and control.stdout == "note\n"
+    record_escape("exec a copy in the workdir (direct/ld.so/memfd)",
+                  f"rc {direct.exit_code}/{loader.exit_code}/{memfd.exit_code}", "the copy runs")
+
+
+# --- sockets and network ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def unix_daemon():
+    directory = tempfile.mkdtemp(prefix="mur-uds-")
+    os.chmod(directory, 0o777)
+    path = os.path.join(directory, "daemon.sock")
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            self.wfile.write(b"pong\n")
+
+    server = socketserver.ThreadingUnixStreamServer(path, Handler)
+    os.chmod(path, 0o777)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield path
+    server.shutdown()
+    server.server_close()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+UNIX_CLIENT = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n"
+               "print(s.recv(10).decode().strip())")
+
+
+def test_connect_to_a_unix_socket(sandbox, unix_daemon, record_escape):
+    sb = sandbox()
+    r = sb.run("python3", args=["-c", UNIX_CLIENT, unix_daemon])
+    assert r.exit_code != 0 and "Permission denied" in r.stderr and "pong" not in r.stdout
+    control = bare([SYSTEM_PYTHON, "-c", UNIX_CLIENT, unix_daemon], user=65534, group=65534, extra_groups=[])
+    assert control.returncode == 0 and control.stdout == "pong\n"
+    record_escape("connect to a test daemon's unix socket", "socket(AF_UNIX): EACCES", "uid 65534 gets pong")
+
+
+def test_unix_sockets_true_is_the_documented_opt_in(sandbox, unix_daemon):
+    sb = sandbox(capabilities(network={"unix_sockets": True}))
+    r = sb.run("python3", args=["-c", UNIX_CLIENT, unix_daemon])
+    assert r.exit_code == 0 and r.stdout == "pong\n"
+    assert "AF_UNIX sockets are ALLOWED" in dict(sb.warnings)["W-SEC-005"]
+
+
+def test_open_netlink_and_packet_sockets(sandbox, record_escape):
+    sb = sandbox(capabilities(network={"unix_sockets": True}))  # no key re-enables these
+    code = ("import socket\nfor fam, proto in ((socket.AF_NETLINK, 0), (socket.AF_PACKET, 0)):\n"
+            "    try:\n        socket.socket(fam, socket.SOCK_RAW, proto); print('opened', fam)\n"
+            "    except OSError as e:\n        print('refused', fam, e.errno)")
+    r = sb.run("python3", args=["-c", code])
+    assert r.stdout.split("\n")[:2] == ["refused 16 13", "refused 17 13"]
+    control = bare([SYSTEM_PYTHON, "-c", code])
+    assert "opened 16" in control.stdout
+    record_escape("open netlink / packet sockets", "EACCES, EACCES", "root opens netlink")
+
+
+def test_connect_to_a_tcp_port_not_allowed(sandbox, tcp_listeners, record_escape):
+    allowed, denied = tcp_listeners
+    sb = sandbox(network_allow=[f"127.0.0.1:{allowed}", "unresolvable-host.invalid:1"])
+    read = "exec 3<>/dev/tcp/127.0.0.1/{port} && head_line=$(timeout_read=1; read -r l <&3; echo \"$l\") && echo \"$head_line\""
+    ok = sb.run("bash", command=read.format(port=allowed))
+    assert ok.exit_code == 0 and ok.stdout == "hello\n"
+    r = sb.run("bash", command=read.format(port=denied))
+    assert r.exit_code != 0 and "Permission denied" in r.stderr and "hello" not in r.stdout
+    bind = sb.run("python3", args=["-c", "import socket; socket.create_server(('127.0.0.1', 0))"])
+    assert bind.exit_code != 0 and "Permission denied" in bind.stderr
+    control = bare(["bash", "-c", read.format(port=denied)])
+    assert control.returncode == 0 and control.stdout == "hello\n"
+    record_escape("connect to a TCP port not allowed (+ bind)", f"rc {r.exit_code}: Permission denied", "connects")
+
+
+# --- resources -------------------------------------------------------------------------------
+
+
+def test_fork_bomb(sandbox, record_escape):
+    sb = sandbox(capabilities(resources={"cgroup_pids_max": 48}))
+    began = time.monotonic()
+    r = sb.run("bash", command="bomb() { bomb | bomb & }; bomb; wait", timeout=3)
+    assert r.resource_limit == "cgroup_pids_max" and "fork: retry: Resource temporarily unavailable" in r.stderr
+    assert time.monotonic() - began < 15
+    until = time.monotonic() + 5  # SIGKILLed at the end of the call; give 48 exits a moment
+    while sb.cgroup.pids() and time.monotonic() < until:
+        time.sleep(0.05)
+    assert sb.cgroup.pids() == set()  # the call's whole process group is gone
+    # control (bounded): the host lets a plain process run more children than pids.max at once
+    code = ("import os, time\npids = []\nfor _ in range(80):\n    pid = os.fork()\n"
+            "    if pid == 0:\n        time.sleep(0.5); os._exit(0)\n    pids.append(pid)\n"
+            "for p in pids: os.waitpid(p, 0)\nprint(len(pids))")
+    control = bare([SYSTEM_PYTHON, "-c", code])
+    assert control.returncode == 0 and control.stdout == "80\n"
+    record_escape("fork bomb", "stopped at pids.max=48 (cgroup_pids_max)", "80 concurrent children")
+
+
+def test_memory_bomb(sandbox, record_escape):
+    sb = sandbox(capabilities(resources={"cgroup_memory_bytes": 64 << 20}))
+    bomb = "b = b'x' * (256 << 20); print(len(b))"
+    r = sb.run("python3", args=["-c", bomb])
+    assert r.exit_code == 137 and r.resource_limit == "cgroup_memory_bytes" and r.stdout == ""
+    err = limit_error(r)
+    assert err.code == "E-RUN-011" and "capabilities.resources.cgroup_memory_bytes" in err.message
+    control = bare([SYSTEM_PYTHON, "-c", bomb])  # bounded: 256 MiB
+    assert control.returncode == 0 and control.stdout == f"{256 << 20}\n"
+    record_escape("memory bomb (256 MiB vs 64 MiB)", "OOM-killed (cgroup_memory_bytes)", "allocates 256 MiB")
+
+
+def test_address_space_limit_is_left_unattributed(sandbox):
+    sb = sandbox(capabilities(resources={"memory_bytes": 256 << 20}))
+    r = sb.run("python3", args=["-c", "b = bytearray(512 << 20)"])
+    assert r.exit_code == 1 and "MemoryError" in r.stderr and r.resource_limit is None  # spec: ENOMEM, not guessed
+
+
+def test_fill_the_disk_past_workdir_max_bytes(sandbox, record_escape):
+    sb = sandbox(capabilities(resources={"workdir_max_bytes": 4 << 20}))
+    writer = ("import time\nfor i in range(200):\n    open(f'fill{i}', 'wb').write(b'x' * (1 << 20))\n"
+              "    time.sleep(0.05)\nprint('wrote everything')")
+    r = sb.run("python3", args=["-c", writer])
+    assert r.exit_code == 137 and "wrote everything" not in r.stdout  # killed within a poll interval
+    exceeded = sb.workdir_exceeded()
+    assert exceeded is not None and exceeded.code == "E-RUN-013"
+    written = len(list(sb.workdir.glob("fill*")))
+    assert 4 < written < 100
+    with pytest.raises(MurError) as info:
+        sb.run("bash", command="echo more")
+    assert info.value.code == "E-RUN-013"
+    with tempfile.TemporaryDirectory() as tmp:
+        control = bare([SYSTEM_PYTHON, "-c", writer.replace("range(200)", "range(8)")], cwd=tmp)
+        assert control.returncode == 0 and len(list(Path(tmp).glob("fill*"))) == 8
+    record_escape("fill the disk past workdir_max_bytes (4 MiB)", f"killed after {written} MiB, E-RUN-013",
+                  "writes 8 MiB")
+
+
+def test_write_past_max_file_size_bytes(sandbox, record_escape):
+    sb = sandbox(capabilities(resources={"max_file_size_bytes": 1 << 20}))
+    write = "x=$(printf '%*s' 65536 ''); for i in $(printf '%s ' {1..64}); do printf '%s' \"$x\"; done > big"
+    r = sb.run("bash", command=write)
+    assert r.resource_limit == "max_file_size_bytes" and r.exit_code == 128 + 25
+    assert (sb.workdir / "big").stat().st_size == 1 << 20
+    with tempfile.TemporaryDirectory() as tmp:
+        control = bare(["bash", "-c", write], cwd=tmp)
+        assert control.returncode == 0 and (Path(tmp) / "big").stat().st_size == 4 << 20
+    record_escape("write past max_file_size_bytes (1 MiB)", "SIGXFSZ at exactly 1 MiB", "writes 4 MiB")
+
+
+def test_spin_past_cpu_seconds(sandbox, record_escape):
+    sb = sandbox(capabilities(resources={"cpu_seconds": 1}))
+    r = sb.run("bash", command="while :; do :; done", timeout=120)  # wall time stretches on a loaded host
+    assert r.resource_limit == "cpu_seconds" and r.exit_code == 137 and not r.timed_out
+    assert r.duration_ms >= 900
+    assert limit_error(r).message == "shell subprocess 'bash' was killed for exceeding capabilities.resources.cpu_seconds"
+    control = bare([SYSTEM_PYTHON, "-c", "import time\nwhile time.process_time() < 1.5: pass\nprint('done')"])
+    assert control.returncode == 0 and control.stdout == "done\n"
+    record_escape("spin past cpu_seconds (1 s)", "killed at 1 s CPU (cpu_seconds)", "spins 1.5 s")
+
+
+# --- environment and signals -----------------------------------------------------------------
+
+
+def test_read_a_stripped_credential(sandbox, record_escape):
+    env = dict(HOST_ENV, GITHUB_TOKEN="ghp_mur_test", AWS_SECRET_ACCESS_KEY="aws-secret", OPENAI_API_KEY="sk-x",
+               CUSTOM_SECRET_THING="custom", KEEP_ME="kept")
+    sb = sandbox(capabilities(shell={"strip_env": ["CUSTOM_*"], "baseline_env": ["KEEP_*", "CUSTOM_*", "AWS_*"]}),
+                 host_env=env)
+    show = 'echo "${GITHUB_TOKEN-unset}|${AWS_SECRET_ACCESS_KEY-unset}|${OPENAI_API_KEY-unset}|${CUSTOM_SECRET_THING-unset}|${KEEP_ME-unset}|$HOME"'
+    r = sb.run("bash", command=show)
+    assert r.stdout == f"unset|unset|unset|unset|kept|{sb.workdir}/.capsule-home\n"
+    leak = sb.run("bash", command="cat /proc/1/environ /proc/$PPID/environ 2>&1; echo done")
+    assert "ghp_mur_test" not in leak.stdout
+    control = bare(["bash", "-c", show], env=env)
+    assert control.stdout.startswith("ghp_mur_test|aws-secret|sk-x|custom|kept|")
+    record_escape("read stripped credentials from the env", "unset|unset|unset|unset", "ghp_…|aws-…|sk-…|custom")
+
+
+def test_signal_a_process_outside(sandbox, record_escape):
+    sb = sandbox()
+    # a victim the sandbox uid could signal under plain permissions: same uid
+    victim = subprocess.Popen(["sleep", "60"], user=65534, group=65534, extra_groups=[], env=HOST_ENV)
+    try:
+        r = sb.run("bash", command=f"kill -TERM {victim.pid}")
+        assert r.exit_code != 0 and "Operation not permitted" in r.stderr
+        assert victim.poll() is None
+        parent = sb.run("bash", command=f"kill -0 {os.getpid()}")
+        assert parent.exit_code != 0
+        control = bare(["kill", "-TERM", str(victim.pid)], user=65534, group=65534, extra_groups=[])
+        assert control.returncode == 0 and victim.wait(timeout=5) == -15
+    finally:
+        victim.kill()
+        victim.wait()
+    record_escape("signal a process outside (same uid)", f"rc {r.exit_code}: Operation not permitted",
+                  "uid 65534 kills it")
+
+
+def test_namespaces_ptrace_and_mount_are_refused(sandbox, record_escape):
+    sb = sandbox()
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "for name, call in (('unshare', lambda: libc.unshare(0x10000000)),"
+            " ('mount', lambda: libc.mount(b'none', b'.', b'tmpfs', 0, None)),"
+            " ('ptrace', lambda: libc.ptrace(16, os.getppid(), None, None))):\n"
+            "    rc = call(); print(name, rc, ctypes.get_errno())")
+    r = sb.run("python3", args=["-c", code])
+    assert r.stdout.split("\n")[:3] == ["unshare -1 1", "mount -1 1", "ptrace -1 1"]
+    control = bare([SYSTEM_PYTHON, "-c", code.replace("('mount',", "('mount_skipped',").replace(
+        "libc.mount(b'none', b'.', b'tmpfs', 0, None)", "0")])
+    assert control.stdout.split("\n")[0] == "unshare 0 0"  # root may create a user namespace bare
+    record_escape("unshare(CLONE_NEWUSER) / mount / ptrace", "EPERM x3", "root unshares")

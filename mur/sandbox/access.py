@@ -1,0 +1,192 @@
+"""Let the unprivileged sandbox uid use the workdir when mur runs as root -- without chown.
+
+When mur is root the shell child drops to uid 65534 (RLIMIT_NPROC is not enforced for uid 0, and
+root-owned files would be one Landlock bug away). That uid must read and write the session workdir.
+We grant it with POSIX ACLs instead of changing ownership, because the workdir may be a directory
+the user passed with ``--workdir``: chowning their tree to ``nobody`` would be a lasting surprise.
+
+* every directory in the workdir gets ``user:65534:rwx`` plus the same *default* entry, so files
+  and directories created later (by mur as root or by the tool) inherit it;
+* every regular file gets ``user:65534:rw-``;
+* each ancestor the uid cannot traverse gets ``user:65534:--x`` (search only: no listing, no reads);
+  this is what makes absolute paths such as ``HOME=<workdir>/.capsule-home`` usable;
+* ``revoke`` strips every such entry again at session end and restores the ancestors exactly.
+  Files the tool created stay owned by 65534 (root can still manage them).
+
+When the filesystem has no ACL support we fall back to chowning the workdir tree (not the
+ancestors) to the sandbox uid, and say so in the log.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import struct
+from dataclasses import dataclass, field
+
+ACCESS, DEFAULT = "system.posix_acl_access", "system.posix_acl_default"
+USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+UNDEFINED_ID = 0xFFFFFFFF
+VERSION = 2
+
+
+def decode(blob: bytes) -> list[tuple[int, int, int]]:
+    """(tag, perm, id) entries of an ACL xattr value."""
+    if len(blob) < 4 or struct.unpack_from("<I", blob)[0] != VERSION:
+        raise ValueError("not a v2 POSIX ACL")
+    return [struct.unpack_from("<HHI", blob, off) for off in range(4, len(blob) - 7, 8)]
+
+
+def encode(entries: list[tuple[int, int, int]]) -> bytes:
+    """The xattr value for these entries (sorted by tag, then id, as the kernel requires)."""
+    return struct.pack("<I", VERSION) + b"".join(struct.pack("<HHI", *e) for e in sorted(entries, key=lambda e: (e[0], e[2])))
+
+
+def from_mode(mode: int) -> list[tuple[int, int, int]]:
+    return [(USER_OBJ, (mode >> 6) & 7, UNDEFINED_ID), (GROUP_OBJ, (mode >> 3) & 7, UNDEFINED_ID),
+            (OTHER, mode & 7, UNDEFINED_ID)]
+
+
+def with_user(entries: list[tuple[int, int, int]], uid: int, perm: int) -> list[tuple[int, int, int]]:
+    """Add (or replace) user:uid:perm and recompute the mask as setfacl does."""
+    out = [e for e in entries if not (e[0] == USER and e[2] == uid) and e[0] != MASK]
+    out.append((USER, perm, uid))
+    mask = 0
+    for tag, perm_bits, _ in out:
+        if tag in (USER, GROUP, GROUP_OBJ):
+            mask |= perm_bits
+    out.append((MASK, mask, UNDEFINED_ID))
+    return out
+
+
+def without_user(entries: list[tuple[int, int, int]], uid: int) -> list[tuple[int, int, int]] | None:
+    """Drop user:uid; None when only the base entries would remain (the xattr can go)."""
+    out = [e for e in entries if not (e[0] == USER and e[2] == uid)]
+    if not any(e[0] in (USER, GROUP) for e in out):
+        return None
+    rest = [e for e in out if e[0] != MASK]
+    mask = 0
+    for tag, perm_bits, _ in rest:
+        if tag in (USER, GROUP, GROUP_OBJ):
+            mask |= perm_bits
+    return rest + [(MASK, mask, UNDEFINED_ID)]
+
+
+def _get(path: str, name: str) -> bytes | None:
+    try:
+        return os.getxattr(path, name, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in (errno.ENODATA, getattr(errno, "ENOATTR", errno.ENODATA)):
+            return None
+        raise
+
+
+def _grant_one(path: str, st: os.stat_result, uid: int, perm: int, directory: bool) -> None:
+    current = _get(path, ACCESS)
+    base = decode(current) if current else from_mode(st.st_mode)
+    os.setxattr(path, ACCESS, encode(with_user(base, uid, perm)), follow_symlinks=False)
+    if directory:
+        current = _get(path, DEFAULT)
+        base = decode(current) if current else from_mode(st.st_mode)
+        os.setxattr(path, DEFAULT, encode(with_user(base, uid, 7)), follow_symlinks=False)
+
+
+def _revoke_one(path: str, uid: int, directory: bool) -> None:
+    for name in (ACCESS, DEFAULT) if directory else (ACCESS,):
+        current = _get(path, name)
+        if current is None:
+            continue
+        entries = decode(current)
+        if not any(e[0] == USER and e[2] == uid for e in entries):
+            continue
+        kept = without_user(entries, uid)
+        if kept is not None:
+            os.setxattr(path, name, encode(kept), follow_symlinks=False)
+            continue
+        os.removexattr(path, name, follow_symlinks=False)
+        if name == ACCESS:  # the mode's group bits showed the mask: give them back to the owning group
+            group = next((p for t, p, _ in entries if t == GROUP_OBJ), None)
+            if group is not None:
+                mode = stat.S_IMODE(os.lstat(path).st_mode)
+                os.chmod(path, (mode & ~0o070) | (group << 3), follow_symlinks=False)
+
+
+def _walk(root: str):
+    """(path, lstat, is_dir) for root and everything beneath it, never following symlinks."""
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        try:
+            st = os.lstat(current)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            yield current, st, True
+            try:
+                with os.scandir(current) as it:
+                    stack.extend(entry.path for entry in it)
+            except OSError:
+                continue
+        elif stat.S_ISREG(st.st_mode):
+            yield current, st, False
+
+
+@dataclass
+class WorkdirAccess:
+    """Grants made for one session, undone by ``revoke``."""
+
+    workdir: str
+    uid: int
+    gid: int
+    ancestors: list[tuple[str, bytes | None, int]] = field(default_factory=list)  # (path, old acl, old mode)
+    mode: str = "none"  # "acl" | "chown" | "none"
+    notes: list[str] = field(default_factory=list)
+
+    def grant(self) -> None:
+        """Give uid rw on the workdir tree and search on any ancestor that lacks it."""
+        try:
+            for path, st, is_dir in _walk(self.workdir):
+                _grant_one(path, st, self.uid, 7 if is_dir else 6, is_dir)
+            self.mode = "acl"
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP):
+                raise
+            for path, _st, _is_dir in _walk(self.workdir):
+                os.chown(path, self.uid, self.gid, follow_symlinks=False)
+            self.mode = "chown"
+            self.notes.append(f"no POSIX ACL support under {self.workdir}: the workdir tree was chowned to uid {self.uid}")
+        parent = os.path.dirname(self.workdir)
+        while parent and parent != "/":
+            st = os.stat(parent)
+            if not st.st_mode & 0o001 and st.st_uid != self.uid:
+                try:
+                    old = _get(parent, ACCESS)
+                    entries = decode(old) if old else from_mode(st.st_mode)
+                    perm = next((p for t, p, i in entries if t == USER and i == self.uid), 0)
+                    os.setxattr(parent, ACCESS, encode(with_user(entries, self.uid, perm | 1)))
+                    self.ancestors.append((parent, old, stat.S_IMODE(st.st_mode)))
+                except OSError as exc:
+                    self.notes.append(f"{parent} is not searchable by uid {self.uid} ({exc.strerror}): "
+                                      "absolute paths into the workdir will fail; relative paths work")
+            parent = os.path.dirname(parent)
+
+    def revoke(self) -> None:
+        """Undo ``grant`` (idempotent): strip the uid's entries, restore ancestors exactly."""
+        if self.mode == "acl":
+            for path, _st, is_dir in _walk(self.workdir):
+                try:
+                    _revoke_one(path, self.uid, is_dir)
+                except OSError:
+                    continue
+        for path, old, mode in reversed(self.ancestors):
+            try:
+                if old is None:
+                    os.removexattr(path, ACCESS)
+                    os.chmod(path, mode)
+                else:
+                    os.setxattr(path, ACCESS, old)
+            except OSError:
+                pass
+        self.ancestors.clear()
+        self.mode = "none"

@@ -1,0 +1,176 @@
+"""What this host can enforce, measured (never inferred from the kernel version string).
+
+``probe_host()`` forks a child that builds and *applies* a real Landlock ruleset and a real seccomp
+filter, and reports which worked; it also tries to create (and removes) a cgroup with pids and
+memory limits. The result is cached per process. ``python -m mur.sandbox.probe`` prints it as one
+JSON line (the deploy helper runs that on remote targets).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import platform
+import sys
+import threading
+from dataclasses import asdict, dataclass
+
+from mur.sandbox import landlock
+
+REASON_NO_LANDLOCK = (
+    "scoped requires Landlock filesystem mediation (Linux 5.13+ with a usable Landlock ABI); this host "
+    "provides no kernel filesystem mediation, so paths outside the workdir are constrained by convention only"
+)
+
+
+@dataclass(frozen=True)
+class HostProbe:
+    os: str  # platform.system().lower()
+    landlock_abi: int  # 0 = unavailable; measured by applying a ruleset in a forked child
+    seccomp: bool  # a seccomp filter was installed in a forked child
+    tier: str  # "full" | "seccomp-only" | "environment-only"
+    mechanism: str  # "landlock+seccomp" | "seccomp-only" | "none"
+    achieved: str  # "scoped" when tier == "full", else "advisory"
+    reason: str | None  # why the host is not scoped (None when scoped)
+    cgroup_mode: str  # "unified" | "hybrid" | "legacy" | "none"
+    cgroup_delegated: bool  # a child cgroup with pids+memory limits could be created just now
+    systemd: bool  # /run/systemd/system exists
+
+
+_cache: HostProbe | None = None
+_lock = threading.Lock()
+
+
+def _tiny_filter() -> "object | None":
+    """A real libseccomp-compiled filter (refuses one harmless syscall), or None without libseccomp."""
+    from mur.sandbox import seccomp
+
+    module = seccomp.load_module()
+    if module is None:
+        return None
+    from mur.sandbox.policy import SeccompTable
+
+    try:
+        return seccomp.compile_filter(SeccompTable((("acct", errno.EPERM),), (), ()), module)
+    except OSError:
+        return None
+
+
+def _kernel_checks() -> tuple[int, bool, str | None]:
+    """(landlock ABI applied, seccomp installed, detail) measured in a forked child."""
+    abi = landlock.abi_version()
+    program = _tiny_filter()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only syscalls, then _exit
+        os.close(read_fd)
+        ll_ok = sc_ok = 0
+        try:
+            if abi > 0:
+                rs = landlock.build_ruleset(
+                    abi, landlock.fs_rights_for_abi(abi), [("/", landlock.READ_FILE | landlock.READ_DIR)],
+                    handled_net=(landlock.NET_BIND_TCP if abi >= 4 else 0),
+                    scoped=(landlock.SCOPE_SIGNAL if abi >= 6 else 0),
+                )
+                landlock.restrict_self(rs.fd)
+                ll_ok = 1
+        except BaseException:
+            ll_ok = 0
+        try:
+            if program is not None:
+                from mur.sandbox import seccomp
+
+                seccomp.install(program)  # type: ignore[arg-type]
+                sc_ok = 1
+        except BaseException:
+            sc_ok = 0
+        os.write(write_fd, bytes([ll_ok, sc_ok]))
+        os._exit(0)
+    os.close(write_fd)
+    try:
+        data = os.read(read_fd, 2)
+    finally:
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+    ll_ok, sc_ok = (data[0], data[1]) if len(data) == 2 else (0, 0)
+    detail = None
+    if abi == 0:
+        detail = "the landlock_create_ruleset syscall is unavailable (kernel < 5.13, Landlock not in lsm=, or filtered)"
+    elif not ll_ok:
+        detail = f"Landlock ABI {abi} is reported but a ruleset could not be applied"
+    return (abi if ll_ok else 0), bool(sc_ok), detail
+
+
+def _cgroup_checks() -> tuple[str, bool]:
+    from mur.sandbox import cgroups
+
+    try:
+        with open("/proc/self/mounts") as fh:
+            mode = cgroups.detect_mode(fh.read())
+    except OSError:
+        return "none", False
+    if mode == "none":
+        return mode, False
+    name = f"probe-{os.getpid()}-{threading.get_ident() % 100000}"
+    try:
+        cg = cgroups.create_session_cgroup(
+            name, cgroups.CgroupLimits(64 << 20, 16, 100, 100 << 20), mode=mode
+        )
+    except cgroups.CgroupUnavailable:
+        return mode, False
+    try:
+        cg.remove()
+    except OSError:
+        pass
+    return mode, True
+
+
+def classify(system: str, abi: int, seccomp_ok: bool, detail: str | None, cgroup_mode: str,
+             delegated: bool, systemd: bool) -> HostProbe:
+    """The tier / mechanism / achieved class implied by what was measured."""
+    if system != "linux":
+        return HostProbe(system, 0, False, "environment-only", "none", "advisory", REASON_NO_LANDLOCK,
+                         "none", False, systemd)
+    if abi > 0 and seccomp_ok:
+        tier, mechanism, reason = "full", "landlock+seccomp", None
+    elif seccomp_ok:
+        tier, mechanism = "seccomp-only", "seccomp-only"
+        reason = REASON_NO_LANDLOCK + (f" ({detail})" if detail else "")
+    else:
+        tier, mechanism = "environment-only", "none"
+        if abi > 0:  # Landlock alone still gets applied by the sandbox; the reported tier stays conservative
+            reason = ("scoped requires seccomp syscall filtering as well as Landlock; a seccomp filter could "
+                      "not be installed on this host (is libseccomp2 installed?)")
+        else:
+            reason = REASON_NO_LANDLOCK + (f" ({detail})" if detail else "")
+    achieved = "scoped" if tier == "full" else "advisory"
+    return HostProbe(system, abi, seccomp_ok, tier, mechanism, achieved, reason, cgroup_mode, delegated, systemd)
+
+
+def _measure() -> HostProbe:
+    system = platform.system().lower()
+    systemd = os.path.isdir("/run/systemd/system")
+    if system != "linux":
+        return classify(system, 0, False, None, "none", False, systemd)
+    abi, sc_ok, detail = _kernel_checks()
+    mode, delegated = _cgroup_checks()
+    return classify(system, abi, sc_ok, detail, mode, delegated, systemd)
+
+
+def probe_host(refresh: bool = False) -> HostProbe:
+    """The host's enforcement capabilities, measured once per process (cheap afterwards)."""
+    global _cache
+    with _lock:
+        if _cache is None or refresh:
+            _cache = _measure()
+        return _cache
+
+
+def main() -> int:
+    print(json.dumps(asdict(probe_host())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

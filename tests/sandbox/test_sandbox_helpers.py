@@ -1,0 +1,133 @@
+"""Smaller sandbox modules: ACL grants, the workdir-size guard, the probe's JSON, BPF compilation."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mur.sandbox import access, landlock, seccomp, workdir_guard
+from mur.sandbox.policy import seccomp_table
+from mur.sandbox.probe import HostProbe, probe_host
+
+# --- ACLs ---
+
+
+def test_acl_entries_roundtrip_and_mask():
+    base = access.from_mode(0o750)
+    granted = access.with_user(base, 65534, 6)
+    assert (access.USER, 6, 65534) in granted and (access.MASK, 6 | 5, access.UNDEFINED_ID) in granted
+    assert access.decode(access.encode(granted)) == sorted(granted, key=lambda e: (e[0], e[2]))
+    assert access.without_user(granted, 65534) is None  # back to a plain mode
+    other = access.with_user(granted, 1000, 4)
+    kept = access.without_user(other, 65534)
+    assert (access.USER, 4, 1000) in kept and (access.MASK, 5, access.UNDEFINED_ID) in kept
+
+
+def _acl_supported(path) -> bool:
+    try:
+        os.setxattr(path, access.ACCESS, access.encode(access.from_mode(0o700)))
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOTSUP):
+            return False
+        raise
+
+
+def test_grant_and_revoke_restore_the_tree(tmp_path):
+    work = tmp_path / "a" / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "f.txt").write_text("x")
+    os.chmod(work / "sub" / "f.txt", 0o640)
+    os.chmod(tmp_path / "a", 0o700)
+    if not _acl_supported(str(tmp_path / "a")):
+        pytest.skip("filesystem without POSIX ACLs")
+    os.removexattr(tmp_path / "a", access.ACCESS)
+    before = {p: os.stat(p).st_mode for p in (tmp_path / "a", work, work / "sub" / "f.txt")}
+    grant = access.WorkdirAccess(str(work), 65534, 65534)
+    grant.grant()
+    assert grant.mode == "acl"
+    assert (access.USER, 6, 65534) in access.decode(os.getxattr(work / "sub" / "f.txt", access.ACCESS))
+    assert (access.USER, 7, 65534) in access.decode(os.getxattr(work / "sub", access.DEFAULT))
+    anc = access.decode(os.getxattr(tmp_path / "a", access.ACCESS))
+    assert (access.USER, 1, 65534) in anc  # search only on the 0700 ancestor
+    (work / "later.txt").write_text("created during the session")  # inherits the default entry
+    assert (access.USER, 7, 65534) in access.decode(os.getxattr(work / "later.txt", access.ACCESS))
+    grant.revoke()
+    after = {p: os.stat(p).st_mode for p in before}
+    assert after == before
+    for p in (tmp_path / "a", work, work / "sub", work / "sub" / "f.txt", work / "later.txt"):
+        assert access.ACCESS not in os.listxattr(p) and access.DEFAULT not in os.listxattr(p)
+
+
+# --- workdir guard ---
+
+
+def test_tree_size_counts_each_inode_once_and_ignores_symlinks(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a").write_bytes(b"x" * 1000)
+    os.link(tmp_path / "d" / "a", tmp_path / "b")
+    os.symlink("/usr", tmp_path / "link")
+    (tmp_path / "c").write_bytes(b"y" * 10)
+    assert workdir_guard.tree_size(str(tmp_path)) == 1010
+
+
+def test_guard_fires_once_within_a_poll(tmp_path):
+    fired = []
+    guard = workdir_guard.WorkdirGuard(str(tmp_path), 5000, fired.append, interval=0.05)
+    guard.start()
+    try:
+        (tmp_path / "ok").write_bytes(b"x" * 4000)
+        time.sleep(0.2)
+        assert fired == []
+        (tmp_path / "over").write_bytes(b"x" * 2000)
+        deadline = time.monotonic() + 5
+        while not fired and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert fired == [6000] and guard.exceeded_size == 6000
+        (tmp_path / "more").write_bytes(b"x")
+        time.sleep(0.2)
+        assert fired == [6000]
+    finally:
+        guard.stop()
+
+
+# --- probe, landlock constants, seccomp compilation ---
+
+
+def test_probe_is_cached_and_consistent():
+    first = probe_host()
+    assert probe_host() is first
+    assert isinstance(first, HostProbe)
+    assert first.achieved in ("scoped", "advisory")
+    assert (first.tier == "full") == (first.achieved == "scoped") == (first.reason is None)
+
+
+def test_probe_module_prints_one_json_line():
+    out = subprocess.run([sys.executable, "-m", "mur.sandbox.probe"], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 and out.stderr == ""
+    data = json.loads(lines[0])
+    assert set(data) == set(HostProbe.__dataclass_fields__)
+
+
+def test_landlock_rights_per_abi():
+    assert landlock.fs_rights_for_abi(0) == 0
+    assert landlock.fs_rights_for_abi(1) == (1 << 13) - 1
+    assert landlock.fs_rights_for_abi(3) & landlock.TRUNCATE and not landlock.fs_rights_for_abi(2) & landlock.TRUNCATE
+    assert landlock.fs_rights_for_abi(5) & landlock.IOCTL_DEV and not landlock.fs_rights_for_abi(4) & landlock.IOCTL_DEV
+    assert landlock.fs_rights_for_abi(7) == landlock.fs_rights_for_abi(6)
+    assert landlock.rights_names(landlock.READ_FILE | landlock.EXECUTE) == ["execute", "read_file"]
+
+
+@pytest.mark.skipif(seccomp.load_module() is None, reason="libseccomp not installed")
+def test_seccomp_table_compiles_to_bpf():
+    with_unix = seccomp.compile_filter(seccomp_table(unix_sockets=True))
+    without_unix = seccomp.compile_filter(seccomp_table(unix_sockets=False))
+    assert len(without_unix.bpf) % 8 == 0 and without_unix.instructions > 40
+    assert without_unix.instructions > with_unix.instructions  # the AF_UNIX comparisons are in the program
