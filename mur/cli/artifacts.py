@@ -1,0 +1,108 @@
+"""`mur publish`, `mur install`, `mur list`, `mur doctor`: artifacts between stores and registries."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("publish")
+    def publish(
+        artifact: Optional[str] = typer.Argument(
+            None, help="The .mur.zip to publish (default: ./<name>-<version>.mur.zip from ./murmur.yaml)."
+        ),
+        registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL, or 'local'."),
+        platform: Optional[str] = typer.Option(None, "--platform", help="Platform tag (os-arch) for a native artifact."),
+    ) -> None:
+        """Publish an artifact to the local store (default) or a registry."""
+        from mur.artifacts.operations import publish as do_publish
+
+        outcome = do_publish(artifact, registry=registry, platform=platform)
+        for note in outcome.notes:
+            print(note)
+        print(f"Published {outcome.artifact_id}", flush=True)
+
+    @app.command("install")
+    def install(
+        ref: Optional[str] = typer.Argument(
+            None, help="name@version, a bare name (latest), or a local .mur.zip path; none: every manifest artifact."
+        ),
+        global_: bool = typer.Option(False, "--global", "-g", help="Install into ~/.murmur/artifacts (no lock)."),
+        registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL, or 'local'."),
+    ) -> None:
+        """Install artifacts into the project store (pinning murmur.lock) or the global store."""
+        from mur.artifacts import operations
+
+        if ref is not None:
+            outcome = operations.install(ref, global_=global_, registry=registry)
+            if outcome.from_file:
+                print(f"Installed {outcome.name}@{outcome.version} from {outcome.source}", flush=True)
+            else:
+                print(
+                    f"Installed {outcome.name}@{outcome.version} \u2192 {operations.display_path(outcome.zip_path)}",
+                    flush=True,
+                )
+            return
+        report = operations.install_manifest(global_=global_, registry=registry)
+        if report.total == 0:
+            print("No artifacts in manifest.")
+            return
+        for done in report.installed:
+            print(f"Installed {done.name}@{done.version} \u2192 {operations.display_path(done.zip_path)}")
+        if not report.failures:
+            return
+        n = report.total
+        print()
+        print(f"{len(report.failures)} of {n} artifact{'' if n == 1 else 's'} failed to install:")
+        for ref_text, err in report.failures:
+            print()
+            print(f"  {ref_text}")
+            for line in err.render().splitlines():
+                print(f"    {line}")
+        sys.stdout.flush()
+        raise typer.Exit(1)
+
+    @app.command("list")
+    def list_(
+        ctx: typer.Context,
+        global_: bool = typer.Option(False, "--global", "-g", help="List the global store."),
+        all_: bool = typer.Option(False, "--all", help="List the project and the global store (adds SCOPE)."),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON line (a list)."),
+    ) -> None:
+        """List installed artifacts: NAME VERSION RUNTIME PLATFORM."""
+        from mur.artifacts import operations
+
+        if global_ and all_:
+            _usage_error(ctx, "the argument '--global' cannot be used with '--all'")
+        rows = operations.list_rows(global_=global_, all_=all_)
+        if json_:
+            from mur.cli.render import emit_json
+
+            emit_json(operations.rows_json(rows))
+            return
+        if not rows:
+            print("No artifacts found.")
+            return
+        print(operations.render_table(rows, with_scope=all_), flush=True)
+
+    @app.command("doctor")
+    def doctor() -> None:
+        """Check every manifest artifact against the stores and murmur.lock (exit 1 on a problem)."""
+        from mur.artifacts.doctor import run_doctor
+
+        report = run_doctor()
+        print(report.render(), flush=True)
+        if not report.ok:
+            raise typer.Exit(1)
+
+
+
+def _usage_error(ctx: typer.Context, message: str) -> None:
+    """Show a usage error the way the parser does (usage line, try-help line, `Error: ...`), exit 2."""
+    print(ctx.get_usage(), file=sys.stderr)
+    print(f"Try '{ctx.command_path} --help' for help.\n", file=sys.stderr)
+    print(f"Error: {message}", file=sys.stderr, flush=True)
+    raise typer.Exit(2)

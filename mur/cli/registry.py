@@ -1,0 +1,43 @@
+"""`mur registry serve`: run a Nexus-compatible artifact registry on this machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    registry_app = typer.Typer(
+        name="registry",
+        help="Run a Nexus-compatible artifact registry.",
+        no_args_is_help=True,
+        add_completion=False,
+        rich_markup_mode=None,
+    )
+
+    @registry_app.command("serve")
+    def serve(
+        bind: Optional[str] = typer.Option(
+            None, "--bind", help="host:port to listen on (default $NEXUS_BIND or 127.0.0.1:7800; port 0 = any free)."
+        ),
+        data: Optional[Path] = typer.Option(
+            None, "--data", help="Directory holding the artifacts (default $NEXUS_DATA or ~/.murmur/registry)."
+        ),
+    ) -> None:
+        """Serve POST/GET /v1/artifacts with bearer NEXUS_API_KEY, storing on disk."""
+        from mur.artifacts.registry_server import DEFAULT_BIND, serve as run_server
+        from mur.artifacts.store import home_dir
+
+        address = bind or os.environ.get("NEXUS_BIND") or DEFAULT_BIND
+        if data is None:
+            data = Path(os.environ["NEXUS_DATA"]) if os.environ.get("NEXUS_DATA") else home_dir() / ".murmur" / "registry"
+
+        def ready(url: str) -> None:
+            print(f"mur registry: listening on {url} (data: {data})", flush=True)
+
+        run_server(address, data, os.environ.get("NEXUS_API_KEY", ""), on_ready=ready)
+
+    app.add_typer(registry_app, name="registry")
