@@ -101,12 +101,18 @@ def run_session(opts: RunOptions) -> None:
         if writer is not None:
             writer.write(event)
 
+    def trace_flush() -> None:
+        writer = trace_box.get("writer")
+        if writer is not None:
+            writer.flush()
+
     card_box: dict[str, Any] = {"name": capsule.name, "version": capsule.version, "capabilities": {}}
     service = CapsuleService(
         card=card_box,
         lifecycle=lifecycle,
         executor=execute,
         trace=trace_event,
+        trace_flush=trace_flush,
         workdir=wd.session,
         task_dir=wd.accessible,
         bind=opts.bind,

@@ -74,6 +74,15 @@ class TraceWriter:
         except OSError:
             pass
 
+    def flush(self) -> None:
+        """fsync what was written (lines are already written unbuffered; this makes them durable)."""
+        with self._lock:
+            if self._fd >= 0:
+                try:
+                    os.fsync(self._fd)
+                except OSError:
+                    pass
+
     def close(self) -> None:
         with self._lock:
             if self._fd >= 0:

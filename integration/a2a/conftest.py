@@ -1,0 +1,15 @@
+"""Fixtures for the A2A tests: a real CapsuleService on 127.0.0.1 with a trivial executor."""
+
+from __future__ import annotations
+
+import pytest
+
+from mur.a2a.harness import HarnessFactory
+
+
+@pytest.fixture
+def make_service(tmp_path):
+    """``make_service(executor=echo, initial_task=None, idle_timeout=10, service_kw={}, **lifecycle)``."""
+    factory = HarnessFactory(tmp_path / "session")
+    yield factory
+    factory.close()

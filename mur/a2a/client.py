@@ -1,0 +1,227 @@
+"""A small synchronous A2A client (httpx) for ``mur send`` and ``mur watch``.
+
+Every failure to talk to the peer — connection refused, timeout, a non-JSON answer, an HTTP error
+status, a JSON-RPC error — becomes ``MurError("E-A2A-001", ...)`` here, once.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import httpx
+
+from mur.errors import MurError
+
+WAITING_STATES = ("submitted", "working")
+TASK_FRAMES = ("status", "artifact", "text", "thinking")
+POLL_SECS = 0.2
+
+
+def nodelay_transport() -> httpx.HTTPTransport:
+    """An httpx transport with TCP_NODELAY: httpx writes a request's head and body separately,
+    and Nagle + delayed ACK would otherwise add ~40 ms to every small request on a kept-alive
+    connection."""
+    return httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+
+
+def normalize_url(url: str) -> str:
+    """``localhost:8080`` -> ``http://localhost:8080`` (what ``mur run`` prints has no scheme)."""
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        url = "http://" + url
+    return url
+
+
+@dataclass
+class SseEvent:
+    event: str
+    data: Any  # parsed JSON, or the raw string when it is not JSON
+    id: int | None = None
+
+
+def task_text(task: dict) -> str:
+    """A task's answer: the ``response`` artifact, else the ``prompt`` one, else its status message."""
+    for artifact in task.get("artifacts") or []:
+        if artifact.get("name") in ("response", "prompt"):
+            return "\n".join(p.get("text", "") for p in artifact.get("parts", []) if isinstance(p, dict))
+    message = (task.get("status") or {}).get("message")
+    if isinstance(message, dict):
+        return "\n".join(p.get("text", "") for p in message.get("parts", []) if isinstance(p, dict))
+    return message if isinstance(message, str) else ""
+
+
+class A2AClient:
+    """JSON-RPC calls and SSE streams against one capsule URL."""
+
+    def __init__(self, url: str, timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
+        self.url = normalize_url(url)
+        self._http = httpx.Client(timeout=timeout, transport=transport or nodelay_transport())
+        self._next_id = 0
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "A2AClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _fail(self, what: str) -> MurError:
+        return MurError(
+            "E-A2A-001",
+            f"{self.url}: {what}",
+            hint="is the capsule running? use the url `mur run` printed (murmur: url localhost:<port>)",
+        )
+
+    def _envelope(self, method: str, params: dict) -> dict:
+        self._next_id += 1
+        return {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
+
+    def call(self, method: str, params: dict) -> Any:
+        """One JSON-RPC call; returns ``result``."""
+        try:
+            response = self._http.post(self.url + "/", json=self._envelope(method, params))
+        except httpx.HTTPError as exc:
+            raise self._fail(f"cannot reach the capsule: {exc}") from exc
+        if response.status_code != 200:
+            raise self._fail(f"HTTP {response.status_code} for {method}")
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise self._fail(f"answered {method} with something that is not JSON") from exc
+        if not isinstance(body, dict):
+            raise self._fail(f"answered {method} with something that is not a JSON-RPC response")
+        if "error" in body:
+            err = body["error"] if isinstance(body["error"], dict) else {}
+            raise MurError("E-A2A-001", f"{self.url}: {method} failed: {err.get('code')} {err.get('message')}")
+        return body.get("result")
+
+    def send(self, text: str, context_id: str | None = None) -> dict:
+        """``message/send`` one text message; returns the task it created (or the one it answered)."""
+        message: dict[str, Any] = {
+            "kind": "message",
+            "messageId": f"msg_{uuid.uuid4().hex}",
+            "role": "user",
+            "parts": [{"kind": "text", "text": text}],
+        }
+        if context_id:
+            message["contextId"] = context_id
+        return self._task("message/send", {"message": message})
+
+    def get_task(self, task_id: str) -> dict:
+        """``tasks/get``."""
+        return self._task("tasks/get", {"id": task_id})
+
+    def _task(self, method: str, params: dict) -> dict:
+        result = self.call(method, params)
+        if not isinstance(result, dict) or not isinstance(result.get("status"), dict) or "id" not in result:
+            raise self._fail(f"answered {method} with something that is not a task")
+        return result
+
+    def wait(self, task_id: str, timeout: float | None, poll: float = POLL_SECS) -> dict:
+        """Poll ``tasks/get`` until the task is terminal or input-required."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            task = self.get_task(task_id)
+            if task.get("status", {}).get("state") not in WAITING_STATES:
+                return task
+            if deadline is not None and time.monotonic() >= deadline:
+                raise MurError(
+                    "E-A2A-001",
+                    f"timed out after {timeout:g}s waiting for task {task_id}",
+                    hint=f"follow it with: mur watch {self.url} --task {task_id}",
+                )
+            time.sleep(poll)
+
+    def stream(self, method: str, params: dict, last_event_id: int | None = None) -> Iterator[SseEvent]:
+        """Open an SSE method (``stream/watch``, ``message/stream``) and yield its events."""
+        headers = {"accept": "text/event-stream"}
+        if last_event_id is not None:
+            headers["last-event-id"] = str(last_event_id)
+        try:
+            with self._http.stream(
+                "POST",
+                self.url + "/",
+                json=self._envelope(method, params),
+                headers=headers,
+                timeout=httpx.Timeout(10.0, read=None),
+            ) as response:
+                if response.status_code != 200:
+                    raise self._fail(f"HTTP {response.status_code} for {method}")
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    try:
+                        body = json.loads(response.read() or b"{}")
+                    except ValueError as exc:
+                        raise self._fail(f"answered {method} with neither a stream nor JSON") from exc
+                    err = body.get("error", {}) if isinstance(body, dict) else {}
+                    raise MurError("E-A2A-001", f"{self.url}: {method} failed: {err.get('code')} {err.get('message')}")
+                yield from _parse_sse(response.iter_lines())
+        except httpx.HTTPError as exc:
+            raise self._fail(f"stream broke: {exc}") from exc
+
+
+    def watch(self, task_id: str | None = None) -> Iterator[SseEvent]:
+        """``stream/watch`` from the start of the buffer; with ``task_id`` only that task's frames,
+        ending after its final status. A watcher cut off for lagging reconnects where it was."""
+        last = 0
+        while True:
+            lagged = False
+            for ev in self.stream("stream/watch", {}, last_event_id=last):
+                if ev.id is not None:
+                    last = ev.id
+                data = ev.data if isinstance(ev.data, dict) else {}
+                if task_id and ev.event in TASK_FRAMES and data.get("id") != task_id:
+                    continue
+                yield ev
+                if ev.event == "lagged":
+                    lagged = True
+                    break
+                if ev.event == "capsule-closed":
+                    return
+                if task_id and ev.event == "status" and data.get("final") is True:
+                    return
+            if not lagged:
+                return
+
+
+def send_task(url: str, text: str, context_id: str | None = None, timeout: float | None = 300.0) -> dict:
+    """Send ``text`` and wait for the task to end (or ask for input); returns the task as tasks/get shows it.
+
+    A rejected task is returned as message/send answered it.
+    """
+    with A2AClient(url) as client:
+        task = client.send(text, context_id)
+        if task.get("status", {}).get("state") not in WAITING_STATES:
+            return task
+        return client.wait(task["id"], timeout)
+
+
+def _parse_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
+    event, data, event_id = "message", [], None
+    for line in lines:
+        if line == "":
+            if data:
+                raw = "\n".join(data)
+                try:
+                    parsed: Any = json.loads(raw)
+                except ValueError:
+                    parsed = raw
+                yield SseEvent(event, parsed, event_id)
+            event, data, event_id = "message", [], None
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+            elif name == "id":
+                event_id = int(value) if value.isdigit() else None

@@ -1,0 +1,108 @@
+"""What a task leaves in the session workdir: results, threaded history, task.md.
+
+* ``out/result.txt`` — the last task's result text, or ``error: <message>`` when it failed;
+* ``out/result_<taskId>.txt`` — the same per task, with ``lifecycle.conversation: threaded``;
+* ``contexts/<contextId>/history.json`` — threaded mode: the conversation of one context, written
+  only after a successful task (a failed task leaves the last good history in place);
+* ``task.md`` (accessible workdir) — the task text, written before each A2A task runs.
+
+Results and history are written atomically (temp file in the same directory, fsync, rename), so
+a reader or a crash never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from mur.errors import MurError
+
+
+def atomic_write(path: Path, data: str) -> None:
+    """Write ``data`` (UTF-8) to ``path`` atomically and durably, creating parent directories."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def result_text(state: str, text: str) -> str:
+    """What result files hold: the result, or ``error: <message>`` for a failed task."""
+    return text if state == "completed" else f"error: {text}"
+
+
+def write_results(workdir: Path, task_id: str, state: str, text: str, per_task: bool) -> None:
+    """``out/result.txt`` and, when ``per_task``, ``out/result_<task_id>.txt``."""
+    content = result_text(state, text)
+    try:
+        atomic_write(workdir / "out" / "result.txt", content)
+        if per_task:
+            atomic_write(workdir / "out" / f"result_{task_id}.txt", content)
+    except OSError as exc:
+        raise MurError("E-IO-003", f"cannot write the task result under {workdir / 'out'}: {exc}") from exc
+
+
+def history_path(workdir: Path, context_id: str) -> Path:
+    return workdir / "contexts" / context_id / "history.json"
+
+
+def load_history(workdir: Path, context_id: str) -> list | None:
+    """The persisted history of ``context_id`` (a JSON list), or None when it has none yet."""
+    path = history_path(workdir, context_id)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise MurError("E-IO-003", f"cannot read {path}: {exc}") from exc
+    try:
+        history = json.loads(raw)
+    except ValueError as exc:
+        raise MurError("E-IO-003", f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(history, list):
+        raise MurError("E-IO-003", f"{path} must hold a JSON array")
+    return history
+
+
+def save_history(workdir: Path, context_id: str, history: list) -> None:
+    """Persist ``history`` for ``context_id`` atomically."""
+    path = history_path(workdir, context_id)
+    try:
+        atomic_write(path, json.dumps(history, ensure_ascii=False))
+    except OSError as exc:
+        raise MurError("E-IO-003", f"cannot write {path}: {exc}") from exc
+
+
+def write_task_md(task_dir: Path, text: str) -> None:
+    """``task.md`` holds the running task's text (upstream writes it for every A2A task).
+
+    A plain write: nothing reads it until the executor starts, and it is scratch input rewritten
+    for every task, where a temp file + fsync + rename would dominate the per-task cost.
+    """
+    try:
+        task_dir.mkdir(parents=True, exist_ok=True)
+        (task_dir / "task.md").write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise MurError("E-IO-003", f"cannot write {task_dir / 'task.md'}: {exc}") from exc
+
+
+def remove_task_md(task_dir: Path) -> None:
+    """Delete ``task.md`` (queue mode, after each task); missing is fine."""
+    try:
+        (task_dir / "task.md").unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise MurError("E-IO-003", f"cannot remove {task_dir / 'task.md'}: {exc}") from exc

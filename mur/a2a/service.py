@@ -1,0 +1,462 @@
+"""A capsule as a service: the lifecycle loop around a task executor, behind the A2A door.
+
+``mur run`` builds a :class:`CapsuleService` with its executor (the agent loop), calls
+``start()`` (binds, serves, returns the ``MURMUR_CAPSULE_URL`` form ``localhost:<port>``),
+``run(initial_task)`` (blocks until the lifecycle says the session is over) and ``stop()``.
+
+Lifecycle (spec "Lifecycle", upstream ``runtime.rs``):
+
+* ``none``   — runs ``initial_task`` (task.md) if given, then returns; every message/send and
+  message/stream is answered -32601. tasks/get and stream/watch are still served.
+* ``single`` — runs ``initial_task`` if given and returns; otherwise runs the first A2A task and
+  returns. A message while a task is active (or after it) gets ``state: rejected``. When no task
+  arrives within the idle timeout the executor runs once with an empty task (backward-compatible
+  fallback), then the session ends.
+* ``queue``  — at most ``queue_depth`` tasks wait (not yet started); more are ``rejected``.
+  Tasks run one at a time, in arrival order. ``initial_task`` (if any) runs first. With
+  ``after_task: exit`` the session ends after the first A2A task finishes (spec: "exit
+  immediately"); with ``sleep`` it keeps taking tasks. Either way, the idle timeout with nothing
+  to do ends the session cleanly. Tasks still waiting when the session ends are ``rejected``.
+
+Idle timeout: ``idle_timeout`` argument, else ``MURMUR_A2A_TIMEOUT_SECS``, else 30 s; 0 means wait
+forever (long-lived deployed services).
+
+SIGTERM (when ``run`` is called on the main thread): stop accepting (waiting tasks -> rejected),
+let the running task finish for up to ``term_grace`` seconds (``TaskContext.cancelled`` turns
+true so an executor can wrap up early; a task waiting in request-input fails "terminated"), then
+interrupt the executor with :class:`Terminated` (the task fails), flush the trace and return.
+A second SIGTERM interrupts at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from mur import ids
+from mur.a2a import conversation, protocol
+from mur.a2a.server import Door, ServerThread, bind_socket, capsule_url
+from mur.a2a.sse import BUFFER_CAPACITY, EventHub
+from mur.a2a.tasks import (
+    COMPLETED,
+    FAILED,
+    INPUT_TIMEOUT,
+    InputWaitEnded,
+    Task,
+    TaskRegistry,
+)
+from mur.errors import MurError
+
+DEFAULT_IDLE_TIMEOUT = 30.0
+DEFAULT_TERM_GRACE = 5.0
+TERMINATED_MESSAGE = "terminated: the capsule received SIGTERM"
+
+
+@dataclass
+class TaskRequest:
+    """What the executor is asked to do."""
+
+    task_id: str
+    context_id: str
+    message_id: str | None
+    text: str
+    source: str  # "a2a" | "task_md"
+    traceparent: str | None = None
+    history: list[dict] | None = None  # threaded mode: prior conversation of this context, if any
+
+
+class TaskContext(Protocol):
+    """What the executor can do while a task runs."""
+
+    task_id: str
+    context_id: str
+
+    def request_input(self, prompt: str) -> str:
+        """Block until a message/send delivers the reply (the task shows input-required meanwhile).
+
+        Raises :class:`InputWaitEnded` with reason ``"input-timeout"`` after
+        ``lifecycle.input_timeout_secs`` (the task then ends failed "input-timeout" whatever the
+        executor returns) or ``"terminated"`` on SIGTERM.
+        """
+        ...
+
+    def emit(self, event: str, data: dict) -> None:
+        """Publish a stream frame for this task: ``status`` (``{"state": "working", "message"}``),
+        ``artifact`` (``{"tool_name", "content", ...}``), ``text`` / ``thinking``
+        (``{"text", "final"?}``)."""
+        ...
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the session is shutting down (SIGTERM): finish or fail soon."""
+        ...
+
+
+@dataclass
+class TaskOutcome:
+    """How a task ended."""
+
+    state: str  # "completed" | "failed"
+    text: str  # the result, or the error message
+    history: list[dict] | None = None  # threaded: the history to persist (only used on success)
+    stats: dict = field(default_factory=dict)  # turns, input_tokens, output_tokens, tool_calls, shell_calls, reopen_count
+
+
+Executor = Callable[[TaskRequest, TaskContext], TaskOutcome]
+STAT_KEYS = ("turns", "input_tokens", "output_tokens", "tool_calls", "shell_calls", "reopen_count")
+
+
+class Terminated(BaseException):
+    """Raised into a running executor when SIGTERM's grace period is over.
+
+    A BaseException so that an executor's ``except Exception`` does not swallow it.
+    """
+
+
+def resolve_idle_timeout(value: float | None) -> float | None:
+    """Seconds to wait for a task; None = forever. Argument, else MURMUR_A2A_TIMEOUT_SECS, else 30."""
+    if value is None:
+        raw = os.environ.get("MURMUR_A2A_TIMEOUT_SECS", "").strip()
+        try:
+            value = float(raw) if raw else DEFAULT_IDLE_TIMEOUT
+        except ValueError:
+            value = DEFAULT_IDLE_TIMEOUT
+    if value < 0:
+        value = DEFAULT_IDLE_TIMEOUT
+    return None if value == 0 else value
+
+
+def lifecycle_with_overrides(lifecycle: Any, task_acceptance: str | None = None, after_task: str | None = None) -> Any:
+    """``lifecycle`` with the ``--lifecycle-task-acceptance`` / ``--lifecycle-after-task`` overrides."""
+    update = {}
+    if task_acceptance is not None:
+        if task_acceptance not in ("none", "single", "queue"):
+            raise MurError(
+                "E-MAN-003",
+                f"--lifecycle-task-acceptance must be one of: none, single, queue; got '{task_acceptance}'",
+            )
+        update["task_acceptance"] = task_acceptance
+    if after_task is not None:
+        if after_task not in ("exit", "sleep"):
+            raise MurError("E-MAN-003", f"--lifecycle-after-task must be one of: exit, sleep; got '{after_task}'")
+        update["after_task"] = after_task
+    return lifecycle.model_copy(update=update) if update else lifecycle
+
+
+class _Context:
+    """The TaskContext handed to the executor for one task."""
+
+    def __init__(self, service: "CapsuleService", task: Task):
+        self._service = service
+        self.task_id = task.id
+        self.context_id = task.context_id
+
+    def request_input(self, prompt: str) -> str:
+        svc = self._service
+        timeout = svc.lifecycle.input_timeout_secs
+        announce = lambda: svc._publish_status(self.task_id, self.context_id, "input-required", prompt)  # noqa: E731
+        reply = svc.registry.wait_for_input(self.task_id, prompt, timeout, on_marked=announce)
+        svc._publish_status(self.task_id, self.context_id, "working", "input received")
+        return reply
+
+    def emit(self, event: str, data: dict) -> None:
+        svc = self._service
+        if event == "status":
+            state = data.get("state", "working")
+            if state != "working":
+                raise ValueError("an executor may only emit working status frames; the service ends tasks")
+            svc._publish_status(self.task_id, self.context_id, "working", str(data.get("message", "")))
+        elif event == "artifact":
+            svc.hub.publish("artifact", protocol.artifact_frame(self.task_id, self.context_id, dict(data)))
+        elif event in ("text", "thinking"):
+            frame = protocol.text_frame(self.task_id, str(data.get("text", "")), bool(data.get("final", False)))
+            svc.hub.publish(event, frame)
+        else:
+            raise ValueError(f"unknown stream event {event!r}")
+
+    @property
+    def cancelled(self) -> bool:
+        return self._service._terminating.is_set()
+
+
+class CapsuleService:
+    """The A2A door plus the lifecycle loop that feeds the executor. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        card: dict,
+        lifecycle: Any,
+        executor: Executor,
+        trace: Callable[[dict], None],
+        workdir: Path,
+        bind: str = "127.0.0.1",
+        port: int | None = None,
+        idle_timeout: float | None = None,
+        task_dir: Path | None = None,
+        trace_flush: Callable[[], None] | None = None,
+        term_grace: float = DEFAULT_TERM_GRACE,
+        max_body: int = protocol.MAX_BODY,
+        sse_buffer: int = BUFFER_CAPACITY,
+    ):
+        self.lifecycle = lifecycle
+        self.executor = executor
+        self.workdir = Path(workdir)
+        self.task_dir = Path(task_dir) if task_dir is not None else self.workdir
+        self.idle_timeout = resolve_idle_timeout(idle_timeout)
+        self.term_grace = term_grace
+        self.last_error: BaseException | None = None
+        self.registry = TaskRegistry(lifecycle.task_acceptance, lifecycle.queue_depth)
+        self.hub = EventHub(sse_buffer)
+        self._trace = trace
+        self._trace_flush = trace_flush
+        self._bind = bind
+        self._port = port
+        self._card = card
+        self._max_body = max_body
+        self._server: ServerThread | None = None
+        self.url: str | None = None
+        self._terminating = threading.Event()
+        self._in_executor = False
+        self._forced = False
+        self._raised = False
+        self._sigterm_seen = False
+
+    @property
+    def threaded(self) -> bool:
+        return self.lifecycle.conversation == "threaded"
+
+    # --- server -------------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Bind (E-RUN-010 when the port is taken) and serve in the background; returns ``localhost:<port>``."""
+        sock = bind_socket(self._bind, self._port)
+        port = sock.getsockname()[1]
+        self.url = capsule_url(self._bind, port)
+        door = Door(
+            registry=self.registry,
+            hub=self.hub,
+            card=self._card,
+            task_acceptance=self.lifecycle.task_acceptance,
+            conversation=self.lifecycle.conversation,
+            fallback_host=self.url,
+            max_body=self._max_body,
+        )
+        self._server = ServerThread(door, sock)
+        self._server.start()
+        return self.url
+
+    def stop(self) -> None:
+        """End open streams and stop the server (tasks still waiting are rejected first)."""
+        self._reject_waiting()
+        self.hub.close()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def run(self, initial_task: str | None = None) -> str:
+        """Run the lifecycle to its end; returns the session status ``"ok"`` or ``"failed"``."""
+        previous = None
+        on_main = threading.current_thread() is threading.main_thread()
+        if on_main:
+            previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            return self._lifecycle(initial_task)
+        finally:
+            self._reject_waiting()
+            if on_main:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            self._flush()
+
+    def _lifecycle(self, initial_task: str | None) -> str:
+        acceptance = self.lifecycle.task_acceptance
+        if initial_task is not None:
+            state = self._run_local(initial_task)
+            if acceptance != "queue":
+                return _status(state)
+        elif acceptance == "none":
+            return "ok"
+        while not self._terminating.is_set():
+            task = self.registry.take(self.idle_timeout)
+            if task is None:
+                if self._terminating.is_set() or acceptance == "queue":
+                    return "ok"
+                # single: nothing arrived in time -> the backward-compatible empty-task run.
+                return _status(self._run_local(""))
+            state = self._run(task)
+            if acceptance == "single" or self.lifecycle.after_task == "exit":
+                return _status(state)
+        return "ok"
+
+    def _run_local(self, text: str) -> str:
+        task = Task(id=ids.task_id(), context_id=ids.context_id(), message_id=None, text=text, source="task_md")
+        self.registry.start_local(task)
+        return self._run(Task(**task.__dict__))
+
+    def _run(self, task: Task) -> str:
+        """Run one started task through the executor; record, persist and announce its end.
+
+        Whatever goes wrong (a trace write, a result write), the task still ends in the registry
+        and on the stream — failed — before the error propagates and ends the session.
+        """
+        finished = False
+        try:
+            self._begin(task)
+            started = time.monotonic()
+            outcome = self._execute(task)
+            if self.registry.get(task.id).timed_out:
+                outcome = TaskOutcome(FAILED, INPUT_TIMEOUT, stats=outcome.stats)
+            state = COMPLETED if outcome.state == COMPLETED else FAILED
+            self._write_outputs(task, state, outcome)
+            end = {
+                "event_type": "task_end",
+                "task_id": task.id,
+                "exit_status": "ok" if state == COMPLETED else "failed",
+                "duration_ms": int((time.monotonic() - started) * 1000),
+            }
+            for key in STAT_KEYS:
+                end[key] = int(outcome.stats.get(key, 0) or 0)
+            self._trace(end)
+            self._flush()
+            message = "task completed" if state == COMPLETED else outcome.text
+            response = outcome.text if state == COMPLETED else None
+            final = self.registry.finish(task.id, state, message, response)
+            finished = True
+        finally:
+            if not finished:
+                final = self.registry.finish(task.id, FAILED, "the session failed while running this task", None)
+            self._publish_status(final.id, final.context_id, final.state, final.message, final.response, final=True)
+        return final.state
+
+    def _begin(self, task: Task) -> None:
+        """task.md, the a2a_task_received / task_start trace events, the first working frame."""
+        if task.source == "a2a":
+            conversation.write_task_md(self.task_dir, task.text)
+            self._trace(
+                {
+                    "event_type": "a2a_task_received",
+                    "task_id": task.id,
+                    "context_id": task.context_id,
+                    "message_id": task.message_id,
+                    "traceparent_from_caller": task.traceparent,
+                }
+            )
+        self._trace(
+            {
+                "event_type": "task_start",
+                "task_id": task.id,
+                "context_id": task.context_id,
+                "source": task.source,
+                "message_parts_bytes": len(task.text.encode("utf-8")),
+            }
+        )
+        self._publish_status(task.id, task.context_id, "working", "task started")
+
+    def _write_outputs(self, task: Task, state: str, outcome: TaskOutcome) -> None:
+        """Result files, threaded history (success only), and task.md removal in queue mode."""
+        conversation.write_results(self.workdir, task.id, state, outcome.text, per_task=self.threaded)
+        if self.threaded and state == COMPLETED and outcome.history is not None:
+            conversation.save_history(self.workdir, task.context_id, outcome.history)
+        if self.lifecycle.task_acceptance == "queue":
+            conversation.remove_task_md(self.task_dir)
+
+    def _execute(self, task: Task) -> TaskOutcome:
+        """Call the executor; any exception becomes a failed outcome (kept in ``last_error``)."""
+        history = None
+        try:
+            if self.threaded:
+                history = conversation.load_history(self.workdir, task.context_id)
+        except MurError as exc:
+            self.last_error = exc
+            return TaskOutcome(FAILED, exc.message)
+        request = TaskRequest(
+            task_id=task.id,
+            context_id=task.context_id,
+            message_id=task.message_id,
+            text=task.text,
+            source=task.source,
+            traceparent=task.traceparent,
+            history=history,
+        )
+        try:
+            self._in_executor = True
+            try:
+                if self._forced:  # the SIGTERM grace ran out before this executor even began
+                    raise Terminated()
+                outcome = self.executor(request, _Context(self, task))
+            finally:
+                self._in_executor = False
+            if not isinstance(outcome, TaskOutcome):
+                raise TypeError(f"the executor returned {type(outcome).__name__}, not TaskOutcome")
+            return outcome
+        except Terminated:
+            return TaskOutcome(FAILED, TERMINATED_MESSAGE)
+        except KeyboardInterrupt:
+            self.shutdown()
+            return TaskOutcome(FAILED, "interrupted")
+        except InputWaitEnded as exc:
+            return TaskOutcome(FAILED, TERMINATED_MESSAGE if exc.reason == "terminated" else exc.reason)
+        except MurError as exc:
+            self.last_error = exc
+            return TaskOutcome(FAILED, exc.message)
+        except Exception as exc:  # noqa: BLE001 - a failing task must not end a queue service
+            self.last_error = exc
+            return TaskOutcome(FAILED, f"{type(exc).__name__}: {exc}")
+
+    # --- SIGTERM ------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop at once, from any thread: no new tasks, waiting ones rejected, waits woken.
+
+        The running executor is not interrupted; it sees ``TaskContext.cancelled``.
+        """
+        self._terminating.set()
+        self._stop_accepting()
+
+    def _stop_accepting(self) -> None:
+        self.registry.stop()
+        self._reject_waiting()
+
+    def _reject_waiting(self) -> None:
+        """Close the registry; every task still waiting ends rejected, on the stream too."""
+        for task in self.registry.close():
+            self._publish_status(task.id, task.context_id, task.state, task.message, final=True)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        if not self._sigterm_seen:
+            self._sigterm_seen = True
+            self._terminating.set()
+            # Handlers run between bytecodes of the main thread, maybe inside registry calls: the
+            # rest happens on a helper thread.
+            threading.Thread(target=self._graceful, name="mur-a2a-sigterm", daemon=True).start()
+            return
+        # Second signal (sent by the grace timer, or by the operator): interrupt the executor.
+        self._forced = True
+        if self._in_executor and not self._raised:
+            self._raised = True
+            raise Terminated()
+
+    def _graceful(self) -> None:
+        self._stop_accepting()
+        if not self.registry.wait_idle(self.term_grace):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _publish_status(self, task_id, context_id, state, message, response=None, final=False) -> None:
+        self.hub.publish("status", protocol.status_frame(task_id, context_id, state, message, response, final))
+
+    def _flush(self) -> None:
+        if self._trace_flush is not None:
+            self._trace_flush()
+
+
+def _status(state: str) -> str:
+    return "ok" if state == COMPLETED else "failed"

@@ -1,0 +1,254 @@
+"""The task registry: every task the door accepted, rejected or ran, and the pending queue.
+
+One lock guards everything. HTTP handlers (on the server's event loop thread) submit tasks, read
+them and deliver ``request-input`` replies; the lifecycle loop (on the thread that called
+``CapsuleService.run``) takes tasks, runs them and records how they ended. Nothing here blocks for
+long while holding the lock, so the event loop is never held up by a running task.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+SUBMITTED = "submitted"
+WORKING = "working"
+INPUT_REQUIRED = "input-required"
+COMPLETED = "completed"
+FAILED = "failed"
+REJECTED = "rejected"
+TERMINAL = frozenset({COMPLETED, FAILED, REJECTED})
+
+# Status messages, worded as upstream's door words them.
+REJECTED_BUSY = "task rejected: capsule is busy"
+REJECTED_CLOSING = "task rejected: the session is closing"
+REJECTED_SESSION_ENDED = "task rejected: the session ended before this task started"
+INPUT_TIMEOUT = "input-timeout"
+
+# Finished tasks kept for tasks/get; the oldest terminal ones are forgotten past this, so a
+# long-lived queue service does not grow without bound.
+HISTORY_LIMIT = 10_000
+
+
+@dataclass
+class Task:
+    """One task as the registry knows it."""
+
+    id: str
+    context_id: str
+    message_id: str | None
+    text: str
+    source: str = "a2a"
+    traceparent: str | None = None
+    state: str = SUBMITTED
+    prompt: str | None = None  # the request-input question while input-required
+    message: str = ""  # the final status message once terminal
+    response: str | None = None  # the result text of a completed task
+    reply: str | None = None  # a delivered request-input reply not yet taken
+    timed_out: bool = False  # request-input timed out: the task ends failed "input-timeout"
+    started: float = field(default=0.0)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+
+class InputWaitEnded(Exception):
+    """A request-input wait ended without a reply (timeout or shutdown); ``reason`` says which."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class TaskRegistry:
+    """Thread-safe task store with a bounded pending queue and lifecycle acceptance rules."""
+
+    def __init__(self, task_acceptance: str, queue_depth: int):
+        self.task_acceptance = task_acceptance
+        self.queue_depth = queue_depth
+        self._cond = threading.Condition(threading.RLock())
+        self._tasks: OrderedDict[str, Task] = OrderedDict()
+        self._pending: deque[str] = deque()
+        self._active: str | None = None
+        self._last: str | None = None
+        self._ran_any = False
+        self._closed = False
+        self._stopping = False
+
+    # --- door side ------------------------------------------------------------------------
+
+    def submit(self, task: Task) -> Task:
+        """Enqueue ``task`` if the lifecycle has room, else record it rejected.
+
+        The registry keeps ``task`` itself; the caller gets a snapshot whose ``state`` says which
+        (``submitted`` or ``rejected``) and must not touch ``task`` afterwards.
+        """
+        with self._cond:
+            if self._can_accept():
+                task.state = SUBMITTED
+                self._pending.append(task.id)
+                self._cond.notify_all()
+            else:
+                task.state = REJECTED
+                task.message = REJECTED_CLOSING if self._closed else REJECTED_BUSY
+            self._remember(task)
+            return Task(**task.__dict__)
+
+    def _can_accept(self) -> bool:
+        if self._closed:
+            return False
+        if self.task_acceptance == "single":
+            return self._active is None and not self._pending and not self._ran_any
+        if self.task_acceptance == "queue":
+            return len(self._pending) < self.queue_depth
+        return False
+
+    def get(self, task_id: str | None) -> Task | None:
+        """The task ``task_id`` (a snapshot copy); None -> the running or last-run task."""
+        with self._cond:
+            key = task_id if task_id is not None else (self._active or self._last)
+            task = self._tasks.get(key) if key else None
+            return None if task is None else Task(**task.__dict__)
+
+    def deliver_input(self, text: str) -> Task | None:
+        """Hand ``text`` to the running task if it waits in request-input; returns it, else None."""
+        with self._cond:
+            task = self._tasks.get(self._active) if self._active else None
+            if task is None or task.state != INPUT_REQUIRED:
+                return None
+            task.reply = text
+            task.state = WORKING
+            task.prompt = None
+            self._cond.notify_all()
+            return Task(**task.__dict__)
+
+    # --- lifecycle side -------------------------------------------------------------------
+
+    def take(self, timeout: float | None) -> Task | None:
+        """Block until a pending task is available and start it; None on timeout or close."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._stopping or not self._pending:
+                if self._closed or self._stopping:
+                    return None
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            task = self._tasks[self._pending.popleft()]
+            self._start(task)
+            return Task(**task.__dict__)
+
+    def start_local(self, task: Task) -> None:
+        """Register and start a task that did not come through the door (task.md, idle run)."""
+        with self._cond:
+            self._remember(task)
+            self._start(task)
+
+    def _start(self, task: Task) -> None:
+        task.state = WORKING
+        task.started = time.monotonic()
+        self._active = task.id
+        self._ran_any = True
+
+    def wait_for_input(self, task_id: str, prompt: str, timeout: float | None, on_marked=None) -> str:
+        """Mark ``task_id`` input-required with ``prompt`` and block for the reply.
+
+        ``on_marked()`` runs once the state is visible (the caller announces it there, so a client
+        reacting to the announcement finds the task waiting). Raises InputWaitEnded("input-timeout")
+        after ``timeout`` seconds (None: forever) and InputWaitEnded("terminated") on shutdown.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            task = self._tasks[task_id]
+            task.state = INPUT_REQUIRED
+            task.prompt = prompt
+            task.reply = None
+            if on_marked is not None:
+                on_marked()
+            while task.reply is None:
+                if self._stopping:
+                    task.state, task.prompt = WORKING, None
+                    raise InputWaitEnded("terminated")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    task.state, task.prompt, task.timed_out = WORKING, None, True
+                    raise InputWaitEnded(INPUT_TIMEOUT)
+                self._cond.wait(remaining)
+            reply, task.reply = task.reply, None
+            return reply
+
+    def finish(self, task_id: str, state: str, message: str, response: str | None) -> Task:
+        """Record how the running task ended; a timed-out input wait forces failed/input-timeout."""
+        with self._cond:
+            task = self._tasks[task_id]
+            if task.timed_out:
+                state, message, response = FAILED, INPUT_TIMEOUT, None
+            task.state = state
+            task.message = message
+            task.response = response if state == COMPLETED else None
+            task.prompt = None
+            if self._active == task_id:
+                self._active = None
+            self._last = task_id
+            self._cond.notify_all()
+            return Task(**task.__dict__)
+
+    def close(self) -> list[Task]:
+        """Stop accepting; every still-pending task ends rejected. Returns those tasks."""
+        with self._cond:
+            self._closed = True
+            refused = []
+            while self._pending:
+                task = self._tasks[self._pending.popleft()]
+                task.state = REJECTED
+                task.message = REJECTED_SESSION_ENDED
+                refused.append(Task(**task.__dict__))
+            self._cond.notify_all()
+            return refused
+
+    def stop(self) -> None:
+        """Shutdown: wake every wait (take, request-input) so the lifecycle loop can end."""
+        with self._cond:
+            self._stopping = True
+            self._closed = True
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until no task is running (True), or ``timeout`` seconds pass (False)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._active is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def counts(self) -> dict[str, int]:
+        """How many tasks are in each state (for tests, benchmarks and diagnostics)."""
+        with self._cond:
+            out: dict[str, int] = {}
+            for task in self._tasks.values():
+                out[task.state] = out.get(task.state, 0) + 1
+            return out
+
+    def _remember(self, task: Task) -> None:
+        self._tasks[task.id] = task
+        excess = len(self._tasks) - HISTORY_LIMIT
+        if excess > 0:
+            doomed = []
+            for key, old in self._tasks.items():
+                if old.terminal:
+                    doomed.append(key)
+                    if len(doomed) >= excess:
+                        break
+            for key in doomed:
+                del self._tasks[key]

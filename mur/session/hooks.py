@@ -1,0 +1,501 @@
+"""Hook artifacts (`runtime: hook`): lifecycle observers and the few decisions they may commit.
+
+`build_hooks(tools, trace, loaded, wd)` is the one entry point the session runtime calls after
+staging; it returns a :class:`HookSet` (None when the capsule declares no hook):
+
+* `on_event(event)` — a trace listener. Each trace event that has a lifecycle function
+  (mur.session.hookrecords) is dispatched to every hook bound to it, in manifest declaration order:
+  blocking hooks inline, async hooks onto their worker's bounded queue (full queue: the event is
+  dropped, logged, and traced as `hook_dispatch_error` with arm `queue-overflow`).
+* `compactor()` — for `run_agent_loop(compactor=)` when a blocking hook can commit
+  `replace-context`; a hook `Err` (or trap) at on-compaction fails the session (upstream's rule).
+* `on_task_end(outcome)` — for `run_task_with_reopens(on_task_end=)`: the first `reopen-task`.
+* `agent_loop(...)` — `run_agent_loop` with both of the above wired in (a drop-in replacement).
+* `on_stage(shell_allow)` — on-stage hooks' `write-manifests`, written to tools/<bin>/murmur.yaml.
+* `close()` — drains async queues within a bounded budget (`drain` / `timeout` faults).
+
+A hook `Err`, trap or limit never aborts the loop (except at on-compaction): the message is appended
+to `<session workdir>/logs/hook-<name>.log` and a `hook_dispatch_error {hook_name, event, arm}` trace
+event is written (arm `error`, or the unsupported arm's name). Hooks run default-deny (grants from
+the capsule manifest only, mur.manifest.grants): no preopen unless `filesystem.scope`, an empty HTTP
+allow list unless `network.allow`. Their environment is only the runtime's MURMUR_* variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from mur.errors import MurError
+from mur.inference.compaction import INTERNAL_MAX_TOKENS, CompactionRequest, CompactionResult
+from mur.inference.loop import LoopOutcome, run_task_with_reopens
+from mur.inference.loop import run_agent_loop as _run_agent_loop
+from mur.session.hookconfig import HookConfig, classify_output, read_hook_config
+from mur.session.hookinstance import MISSING, HookInstance, HookLog
+from mur.session.hookrecords import (
+    compaction_fields,
+    lifecycle_call,
+    manifests_of,
+    messages_of,
+    output_of,
+    stage_fields,
+    to_record,
+)
+
+QUEUE_DEPTH = 1024  # upstream's ASYNC_HOOK_QUEUE_DEPTH
+DRAIN_TIMEOUT = 15.0  # upstream's ASYNC_HOOK_DRAIN_TIMEOUT, shared by every async hook
+NO_INFERENCE = "no inference driver is configured for this capsule"
+_STOP = object()
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Hook:
+    name: str
+    config: HookConfig
+    instance: HookInstance
+    log: HookLog
+    worker: "_Worker | None" = None
+
+
+@dataclass
+class CallResult:
+    tag: str | None = None  # the honoured arm, when one was returned
+    payload: Any = None
+    error: str | None = None
+
+
+class _Worker:
+    """One async hook's thread: calls run one at a time, in dispatch order."""
+
+    def __init__(self, hookset: "HookSet", hook: Hook, depth: int):
+        self.hookset = hookset
+        self.hook = hook
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._run, name=f"hook-{hook.name}", daemon=True)
+        self.thread.start()
+
+    def submit(self, fn: str, fields: dict[str, Any]) -> bool:
+        try:
+            self.queue.put_nowait((fn, fields))
+            return True
+        except queue.Full:
+            self.dropped += 1
+            return False
+
+    def _run(self) -> None:
+        while True:
+            job = self.queue.get()
+            if job is _STOP:
+                return
+            fn, fields = job
+            self.hookset._call(self.hook, fn, fields)  # honoured arms of async hooks are discarded
+
+    def stop(self, deadline: float) -> bool:
+        """Finish what is queued; False when the budget ran out first."""
+        try:
+            self.queue.put(_STOP, timeout=max(deadline - time.monotonic(), 0.001))
+        except queue.Full:
+            return False
+        self.thread.join(max(deadline - time.monotonic(), 0.0))
+        return not self.thread.is_alive()
+
+
+class HookSet:
+    """The session's hooks, in manifest declaration order."""
+
+    def __init__(self, hooks: list[Hook], *, emit: Emit, tools_dir: Path | None = None,
+                 model_client: Any = None, default_model: str | None = None,
+                 on_artifact: Callable[[str, str], None] | None = None,
+                 queue_depth: int = QUEUE_DEPTH, drain_timeout: float = DRAIN_TIMEOUT,
+                 staged: Any = None):
+        self.hooks = hooks
+        self.emit = emit
+        self.tools_dir = tools_dir
+        self.model_client = model_client
+        self.default_model = default_model
+        self.on_artifact = on_artifact
+        self.drain_timeout = drain_timeout
+        self.staged = staged
+        self.turn = 0
+        self.current_task: str | None = None
+        self._task_end_done: set[str] = set()
+        self._staging = False
+        self._closed = False
+        self._lock = threading.RLock()
+        for hook in hooks:
+            if hook.config.is_async:
+                hook.worker = _Worker(self, hook, queue_depth)
+
+    # --- calling one hook ---------------------------------------------------------------------
+
+    def _trace(self, event: dict[str, Any]) -> None:
+        try:
+            self.emit(event)
+        except Exception:  # noqa: BLE001 - a closed or failing trace must not break hook dispatch
+            pass
+
+    def _fault(self, hook: Hook, fn: str, arm: str, message: str, traced: bool = True) -> None:
+        hook.log.line(message)
+        if traced:
+            self._trace({"event_type": "hook_dispatch_error", "hook_name": hook.name, "event": fn, "arm": arm})
+
+    def _call(self, hook: Hook, fn: str, fields: dict[str, Any], traced: bool = True) -> CallResult:
+        """One lifecycle call; errors and unsupported arms are logged (+ traced), never raised."""
+        try:
+            value = hook.instance.call(fn, to_record(fields))
+        except MurError as err:
+            self._fault(hook, fn, "error", f"hook '{hook.name}' {fn}: {err.message}", traced)
+            return CallResult(error=err.message)
+        if value is MISSING:
+            return CallResult()
+        tag, payload, error = output_of(value)
+        if error is not None:
+            self._fault(hook, fn, "error", f"hook '{hook.name}' {fn} returned an error: {error}", traced)
+            return CallResult(error=error)
+        verdict = classify_output(fn, tag)
+        if verdict == "fault":
+            self._fault(hook, fn, str(tag), f"hook '{hook.name}' returned unsupported hook-output arm '{tag}' "
+                                            f"from '{fn}'; this event does not honor that arm, so the value was "
+                                            "discarded", traced)
+            return CallResult()
+        if verdict == "ignore":
+            return CallResult()
+        return CallResult(tag, payload)
+
+    def _dispatch(self, fn: str, fields: dict[str, Any]) -> list[tuple[Hook, CallResult]]:
+        """Blocking hooks inline (results returned, in order); async hooks enqueued."""
+        results = []
+        with self._lock:
+            for hook in self.hooks:
+                if not hook.config.receives(fn):
+                    continue
+                if hook.worker is not None:
+                    if not hook.worker.submit(fn, fields):
+                        self._fault(hook, fn, "queue-overflow",
+                                    f"hook '{hook.name}' {fn}: its queue is full; the event was dropped")
+                    continue
+                results.append((hook, self._call(hook, fn, fields)))
+        return results
+
+    # --- the trace listener -------------------------------------------------------------------
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        """Trace listener: dispatch the lifecycle call a trace event maps to."""
+        if self._closed:
+            return
+        call = lifecycle_call(event)
+        if call is None:
+            return
+        fn, fields = call
+        kind = event.get("event_type")
+        if kind == "task_start":
+            self.current_task = fields["task-id"]
+        elif kind == "inference":
+            self.turn = fields["turn"]
+        elif kind == "task_end":
+            task = fields["task-id"]
+            if task in self._task_end_done:  # on_task_end() already ran on-task-end for this task
+                self._task_end_done.discard(task)
+                return
+        for hook, result in self._dispatch(fn, fields):
+            if result.tag == "artifact" and self.on_artifact is not None:
+                try:
+                    self.on_artifact(hook.name, str(result.payload))
+                except Exception:  # noqa: BLE001 - a stream consumer must not break dispatch
+                    pass
+            elif result.tag == "reopen-task":
+                hook.log.line(f"hook '{hook.name}' asked to reopen task '{fields.get('task-id')}', but this task "
+                              "did not run through the agent loop's reopen path; the request was ignored")
+
+    # --- decisions ----------------------------------------------------------------------------
+
+    def compactor(self) -> Callable[[CompactionRequest], CompactionResult | None] | None:
+        """A compactor for run_agent_loop when a blocking hook can commit replace-context."""
+        if not any(not h.config.is_async and h.config.receives("on-compaction")
+                   and (h.config.binding == "on-compaction" or h.config.commit_policy == "replace-context")
+                   for h in self.hooks):
+            return None
+        return self._compact
+
+    def _compact(self, request: CompactionRequest) -> CompactionResult | None:
+        fields = compaction_fields(request.messages, request.tokens_before, request.threshold, request.model,
+                                   request.system_prompt)
+        results = self._dispatch("on-compaction", fields)
+        for hook, result in results:
+            if result.error is not None:
+                raise MurError("E-RUN-007", f"on-compaction hook '{hook.name}' failed: {result.error}",
+                               f"see logs/hook-{hook.name}.log")
+        for hook, result in results:
+            if result.tag == "replace-context":
+                messages = messages_of(result.payload)
+                bad = [m["role"] for m in messages if m["role"] not in ("user", "assistant")]
+                if not messages or bad:
+                    why = f"message role '{bad[0]}'" if bad else "an empty message list"
+                    raise MurError("E-RUN-007", f"on-compaction hook '{hook.name}' returned replace-context with {why}")
+                context = [{"role": m["role"], "content": [{"type": "text", "text": m["content"]}]} for m in messages]
+                return CompactionResult(context, "\n\n".join(m["content"] for m in messages))
+        return None
+
+    def on_task_end(self, outcome: Any) -> tuple[str, str] | None:
+        """on-task-end for one finished attempt; (hook_name, reason) of the first reopen-task."""
+        task = self.current_task or ""
+        self._task_end_done.add(task)
+        fields = {"task-id": task, "exit-status": str(getattr(outcome, "exit_status", "failed"))}
+        for hook, result in self._dispatch("on-task-end", fields):
+            if result.tag == "reopen-task":
+                return hook.name, str(result.payload or "")
+        return None
+
+    def agent_loop(self, task: str, cfg: Any, client: Any, tools: Any, trace: Any, history: list | None = None,
+                   workdir: Path | None = None, *, compactor: Any = None) -> LoopOutcome:
+        """`run_agent_loop` with the hook compactor and task reopening wired in (same signature)."""
+        compact = compactor or self.compactor()
+
+        def attempt(text: str, turns_left: int) -> LoopOutcome:
+            return _run_agent_loop(text, dataclasses.replace(cfg, max_turns=turns_left), client, tools, trace,
+                                   history, workdir, compactor=compact)
+
+        out = run_task_with_reopens(task, max_turns=cfg.max_turns, max_task_reopens=cfg.max_task_reopens,
+                                    attempt=attempt, on_task_end=self.on_task_end, trace=trace,
+                                    task_id=self.current_task or "")
+        last = out.last
+        combined = LoopOutcome(
+            exit_status=out.exit_status, result=last.result, turns=out.turns, input_tokens=out.input_tokens,
+            output_tokens=out.output_tokens, tool_calls=out.tool_calls, messages=last.messages, error=last.error,
+            error_code=last.error_code, compactions=sum(a.compactions for a in out.attempts),
+        )
+        if out.exit_status == "reopen_budget_exhausted":
+            combined.error_code = "E-RUN-007"
+            combined.error = (f"agent loop failed: a hook asked to reopen the task again after {out.reopen_count} "
+                              f"reopen(s) (inference.max_task_reopens: {cfg.max_task_reopens}, inference.max_turns: "
+                              f"{cfg.max_turns})")
+        return combined
+
+    def on_stage(self, shell_allow: list[str]) -> list[tuple[str, str]]:
+        """Run on-stage hooks; write the manifests they return for allow-listed binaries."""
+        written: list[tuple[str, str]] = []
+        self._staging = True
+        try:
+            for hook in self.hooks:
+                if hook.config.binding != "on-stage" or hook.worker is not None:
+                    continue
+                result = self._call(hook, "on-stage", stage_fields(shell_allow), traced=False)
+                if result.tag != "write-manifests":
+                    continue
+                for binary, content in manifests_of(result.payload):
+                    if self._write_manifest(hook, binary, content, shell_allow):
+                        written.append((binary, content))
+        finally:
+            self._staging = False
+        return written
+
+    def _write_manifest(self, hook: Hook, binary: str, content: str, shell_allow: list[str]) -> bool:
+        import yaml
+
+        if binary not in shell_allow:
+            hook.log.line(f"hook '{hook.name}' on-stage: manifest for '{binary}' ignored: only binaries in "
+                          "capabilities.shell.allow can be described")
+            return False
+        try:
+            parsed = yaml.safe_load(content)
+        except yaml.YAMLError as exc:
+            hook.log.line(f"hook '{hook.name}' on-stage: manifest for '{binary}' is not valid YAML: {exc}")
+            return False
+        if self.tools_dir is None:
+            return False
+        target = self.tools_dir / binary / "murmur.yaml"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".murmur.yaml.{os.getpid()}.tmp")
+            tmp.write_text(content, encoding="utf-8")
+            os.replace(tmp, target)
+        except OSError as exc:
+            hook.log.line(f"hook '{hook.name}' on-stage: failed to write manifest for {binary}: {exc}")
+            return False
+        tool = self.staged.tools.get(binary) if self.staged is not None else None
+        if tool is not None and isinstance(parsed, dict):
+            if isinstance(parsed.get("description"), str):
+                tool.description = parsed["description"]
+            if isinstance(parsed.get("input_schema"), dict):
+                tool.input_schema = parsed["input_schema"]
+        return True
+
+    # --- run-inference for hooks --------------------------------------------------------------
+
+    def inference_for(self, name: str) -> Callable[[Any], Any]:
+        """The `murmur:runtime/inference.run-inference` host function of hook `name`."""
+
+        def run_inference(request: Any) -> Any:
+            if self._staging:
+                return "run-inference is not available during on-stage"
+            if self.model_client is None:
+                return NO_INFERENCE
+            messages = [{"role": str(getattr(m, "role", "")), "content": str(getattr(m, "content", ""))}
+                        for m in getattr(request, "messages", []) or []]
+            model = getattr(request, "model", None) or self.default_model
+            system = getattr(request, "system-prompt", None)
+            body: dict[str, Any] = {"model": model, "max_tokens": INTERNAL_MAX_TOKENS, "messages": messages}
+            if system is not None:
+                body["system"] = system
+            event = {"event_type": "inference", "turn": self.turn, "tool_name": None, "origin": f"hook:{name}"}
+            try:
+                response = self.model_client.complete(body)
+            except MurError as err:
+                self._trace({**event, "input_tokens": 0, "output_tokens": 0, "decision": "error", "model": model,
+                             "error": err.message})
+                return err.message
+            from mur.inference.messages import text_of, usage_of
+
+            input_tokens, output_tokens = usage_of(response)
+            used = str(response.get("model") or model or "")
+            self._trace({**event, "input_tokens": input_tokens, "output_tokens": output_tokens,
+                         "decision": "end_turn", "model": used})
+            return {"text": text_of(response.get("content") or []), "model_used": used,
+                    "input_tokens": input_tokens, "output_tokens": output_tokens}
+
+        return run_inference
+
+    # --- teardown -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drain async queues (one shared budget), then release every instance. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        deadline = time.monotonic() + self.drain_timeout
+        stuck: set[str] = set()
+        for hook in self.hooks:
+            worker = hook.worker
+            if worker is None:
+                continue
+            if worker.dropped:
+                hook.log.line(f"hook '{hook.name}' discarded {worker.dropped} lifecycle event(s): its queue was full")
+            if not worker.stop(deadline):
+                stuck.add(hook.name)
+                self._fault(hook, "drain", "timeout",
+                            f"hook '{hook.name}' did not finish its queued lifecycle calls within the "
+                            f"{self.drain_timeout:g}s session-end drain budget; the remaining calls were abandoned")
+        for hook in self.hooks:
+            if hook.name not in stuck:  # a stuck worker still holds its instance; leave it to exit
+                hook.instance.close()
+
+
+# --- construction -------------------------------------------------------------------------------
+
+
+def hook_env(loaded: Any, murmur_vars: dict[str, str], host_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The MURMUR_* variables every hook sees (spec "Hook WASI environment variables")."""
+    from mur.inference.driver import driver_env
+
+    capsule = loaded.capsule
+    env_in = os.environ if host_env is None else host_env
+    out = dict(murmur_vars)
+    otel = capsule.observability.otel_endpoint
+    if otel:
+        out["MURMUR_OTEL_ENDPOINT"] = otel
+    if env_in.get("MURMUR_FORMATION_ID"):
+        out["MURMUR_FORMATION_ID"] = env_in["MURMUR_FORMATION_ID"]
+    evaluation = capsule.observability.eval
+    if evaluation is not None and evaluation.scorers:
+        out["MURMUR_EVAL_CONFIG"] = json.dumps(evaluation.model_dump(exclude_none=True), separators=(",", ":"))
+    dataset = env_in.get("MURMUR_DATASET_ID") or (evaluation.dataset_id if evaluation is not None else None)
+    if dataset:
+        out["MURMUR_DATASET_ID"] = dataset
+    if env_in.get("MURMUR_CASE_ID"):
+        out["MURMUR_CASE_ID"] = env_in["MURMUR_CASE_ID"]
+    # The inference config, but never the API key: a hook reaches the model through run-inference.
+    out.update(driver_env(capsule.inference, None))
+    return out
+
+
+def _hook_config(tool: Any) -> HookConfig:
+    return read_hook_config(Path(tool.dir) / "murmur.yaml", f"tools/{tool.name}/murmur.yaml")
+
+
+def _driver_client(tools: Any, loaded: Any) -> Any:
+    inf = loaded.capsule.inference
+    if inf is None or inf.transport != "http" or not inf.driver_artifact:
+        return None
+    driver = tools.staged.tools.get(inf.driver_artifact)
+    if driver is None or driver.wasm_path is None:
+        return None
+    from mur.inference.driver import DriverModelClient
+    from mur.wasm.types import ToolInput
+
+    cfg = tools.guest_config(driver)
+    return DriverModelClient(lambda payload: tools.host.call_tool(cfg, ToolInput(data=payload), kind="driver"))
+
+
+def build_hooks(tools: Any, trace: Any, loaded: Any, wd: Any, *, model_client: Any = None,
+                on_artifact: Callable[[str, str], None] | None = None, queue_depth: int = QUEUE_DEPTH,
+                drain_timeout: float = DRAIN_TIMEOUT, http_transport: Any = None) -> HookSet | None:
+    """The session's HookSet (None without hook artifacts); validates each hook's contract
+    (E-MAN-003) and instantiates every hook (E-RUN-001/002 fail the launch)."""
+    from mur.wasm.env import guest_env
+    from mur.wasm.host import GuestConfig
+
+    staged = tools.staged
+    order = [a.name for a in loaded.capsule.artifacts if a.runtime == "hook"]
+    staged_hooks = sorted(staged.by_role("hook"), key=lambda t: order.index(t.name) if t.name in order else len(order))
+    if not staged_hooks:
+        return None
+    configs = [(tool, _hook_config(tool)) for tool in staged_hooks]  # every contract checked before any instance
+    settings = tools.settings
+    if model_client is None:
+        model_client = _driver_client(tools, loaded)
+    inf = loaded.capsule.inference
+    hookset = HookSet([], emit=trace.write, tools_dir=wd.tools, model_client=model_client,
+                      default_model=inf.model if inf is not None else None, on_artifact=on_artifact,
+                      queue_depth=queue_depth, drain_timeout=drain_timeout, staged=staged)
+    base_vars = hook_env(loaded, dict(settings.murmur_vars))
+    hooks: list[Hook] = []
+    try:
+        for tool, config in configs:
+            if tool.kind != "wasm" or tool.wasm_path is None:
+                raise MurError("E-RUN-008", f"hook '{tool.name}' has no WASM component to run",
+                               "a hook artifact ships one .wasm built against the `hook` world")
+            grant = settings.grants.get(tool.name)
+            preopen = None
+            if grant is not None and grant.preopen == "scope" and grant.scope:
+                preopen = Path(settings.accessible) / grant.scope
+                try:
+                    preopen.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise MurError("E-IO-003", f"cannot create hook '{tool.name}' scope {preopen}: {exc}") from exc
+            env = guest_env([], [], os.environ, {**base_vars, "MURMUR_HOOK_NAME": tool.name})
+            log = HookLog(Path(wd.logs) / f"hook-{tool.name}.log")
+            cfg = GuestConfig(wasm_path=tool.wasm_path, label=tool.name, preopen=preopen, env=env,
+                              limits=settings.limits, http_allow=list(grant.network or []) if grant else [],
+                              on_http=_denied_recorder(hookset, tool.name), http_transport=http_transport)
+            instance = HookInstance(tools.host.engine, cfg, log, hookset.inference_for(tool.name))
+            hooks.append(Hook(tool.name, config, instance, log))
+            instance.start()
+    except BaseException:
+        for hook in hooks:
+            hook.instance.close()
+        raise
+    hookset.hooks = hooks
+    for hook in hooks:
+        if hook.config.is_async:
+            hook.worker = _Worker(hookset, hook, queue_depth)
+    return hookset
+
+
+def _denied_recorder(hookset: HookSet, name: str) -> Callable[[dict], None]:
+    def record(info: dict) -> None:
+        if not info.get("allowed", True):
+            hookset._trace({"event_type": "network_denied", "turn": hookset.turn, "artifact": name,
+                            "url": info.get("url"), "method": info.get("method"),
+                            "reason": info.get("error") or "not in this hook's capabilities.network.allow"})
+
+    return record
