@@ -72,6 +72,8 @@ CATALOGUE: dict[str, str] = {
     "E-RUN-013": "workdir exceeded capabilities.resources.workdir_max_bytes",
     "E-RUN-015": "(mur) shell tool refused (binary not allowed or sandbox could not be applied)",
     "E-RUN-016": "(mur) inference provider failed after retries",
+    "E-EVAL-001": "eval.jsonl parse error (a line is not an event_score or dataset_run record)",
+    "E-EVAL-002": "no eval file (or no session) for the named session",
     "E-TRC-001": "trace parse error (a line is not a JSON event, or no session_start/session_end)",
     "E-TRC-002": "session address matched no session, or several",
     # a2a client

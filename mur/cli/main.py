@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "mur.cli.deploy",
     "mur.cli.probe",
     "mur.cli.trace",
+    "mur.cli.eval",
 )
 
 
@@ -68,9 +69,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from mur.errors import MurError
 
-    app = build_app()
-    command = typer.main.get_command(app)
     try:
+        command = typer.main.get_command(build_app())
         rv = command.main(args=argv, prog_name="mur", standalone_mode=False)
     except MurError as err:
         _flush()

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
-from mur.manifest.yamlio import MANIFEST_FILENAME, parse_yaml, read_manifest_text, type_name
+from mur.manifest.yamlio import (
+    MANIFEST_FILENAME,
+    one_line,
+    parse_yaml,
+    read_manifest_text,
+    single_line_error,
+    type_name,
+)
 
 MAX_NAME_LEN = 100
 EXECUTION_TYPES = ("wasm", "native", "static")
@@ -63,10 +70,10 @@ def _invalid_type(field_name: str, expected: str, value: Any) -> MurError:
 
 
 def _required_string(root: dict, key: str) -> str:
-    if key not in root or root[key] is None:
+    if key not in root:
         raise MurError("E-MAN-001", f"{MANIFEST_FILENAME}: missing required field '{key}'")
     value = root[key]
-    if not isinstance(value, str):
+    if not isinstance(value, str):  # an explicit null is a wrong type, as upstream reads it
         raise _invalid_type(key, "string", value)
     return value
 
@@ -86,7 +93,7 @@ def validate_artifact_name(name: str) -> None:
     def bad(reason: str) -> MurError:
         return MurError(
             "E-BLD-001",
-            f"invalid artifact name '{name}': {reason}",
+            f"invalid artifact name '{one_line(name)}': {reason}",
             "artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool",
         )
 
@@ -96,22 +103,29 @@ def validate_artifact_name(name: str) -> None:
         raise bad(f"must be at most {MAX_NAME_LEN} characters")
     for ch in name:
         if not (("a" <= ch <= "z") or ("0" <= ch <= "9") or ch == "-"):
-            raise bad(f"may contain only lowercase letters, digits and '-' (found {ch!r})")
+            raise bad(f"may contain only lowercase letters, digits and '-' (found {one_line(repr(ch))})")
     if name.startswith("-") or name.endswith("-"):
         raise bad("must not start or end with '-'")
 
 
 def parse_artifact_manifest(text: str) -> ArtifactManifest:
     """Parse artifact manifest text (no filesystem checks; name rule checked by `validate_artifact_name`)."""
+    try:
+        return _parse_artifact_manifest(text)
+    except MurError as err:
+        raise single_line_error(err) from err.__cause__
+
+
+def _parse_artifact_manifest(text: str) -> ArtifactManifest:
     root = parse_yaml(text)
-    if root is None:
-        root = {}
-    if not isinstance(root, dict):
+    if not isinstance(root, dict):  # an empty document is null: a wrong type, as upstream reads it
         raise _invalid_type("<root>", "mapping", root)
     name = _required_string(root, "name")
     version = _required_string(root, "version")
     runtime = _optional_string(root, "runtime") or "tool"
     implementation = _optional_string(root, "implementation")
+    if "execution" in root and root["execution"] is None:
+        raise _invalid_type("execution", "string", None)
     execution = _optional_string(root, "execution")
     if execution is not None:
         if execution.lower() not in EXECUTION_TYPES:
@@ -121,7 +135,7 @@ def parse_artifact_manifest(text: str) -> ArtifactManifest:
                 f"(expected one of: wasm, native, static, got {execution})",
             )
         execution = execution.lower()
-    declared = "requires_files" in root and root["requires_files"] is not None
+    declared = "requires_files" in root
     if declared:
         files = root["requires_files"]
         if not isinstance(files, list):

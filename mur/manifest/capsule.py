@@ -12,12 +12,17 @@ them (W-MAN-001) instead of failing: manifests written for newer runtimes still 
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
+# Upper bound for every count/size: these end up in setrlimit(2), cgroup files and wasmtime store
+# limits, all of which take a signed 64-bit value (upstream reads them as u64/usize).
+I64_MAX = 2**63 - 1
+
+PosInt = Annotated[int, Field(gt=0, le=I64_MAX)]
 
 ROLES = ("tool", "driver", "hook", "skill")
 CONTAINMENT_CLASSES = ("advisory", "scoped", "sealed")
@@ -43,6 +48,11 @@ class NetworkCaps(Model):
 class FilesystemCaps(Model):
     scope: Optional[str] = None
     workdir_exec: bool = False
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _trim(cls, value: Any) -> Any:
+        return value.strip() if isinstance(value, str) else value
 
 
 class InterpreterDir(Model):
@@ -73,25 +83,25 @@ class EnvCaps(Model):
 class Limits(Model):
     """Bounds on a WASM guest inside its wasmtime store (spec "Execution limits")."""
 
-    memory_bytes: int = Field(512 * MiB, gt=0)
-    table_elements: int = Field(100_000, gt=0)
-    instances: int = Field(1000, gt=0)
-    deadline_seconds: int = Field(600, gt=0)
+    memory_bytes: PosInt = 512 * MiB
+    table_elements: PosInt = 100_000
+    instances: PosInt = 1000
+    deadline_seconds: PosInt = 600
 
 
 class Resources(Model):
     """Bounds on native subprocesses (spec "Host resource limits")."""
 
-    max_processes: int = Field(128, gt=0)
-    max_open_files: int = Field(1024, gt=0)
-    max_file_size_bytes: int = Field(4 * GiB, gt=0)
-    cpu_seconds: int = Field(3600, gt=0)
-    memory_bytes: int = Field(2 * GiB, gt=0)
-    cgroup_memory_bytes: int = Field(4 * GiB, gt=0)
-    cgroup_pids_max: int = Field(256, gt=0)
-    cgroup_cpu_percent: int = Field(200, gt=0)
-    cgroup_io_bytes_per_sec: int = Field(100 * MiB, gt=0)
-    workdir_max_bytes: int = Field(10 * GiB, gt=0)
+    max_processes: PosInt = 128
+    max_open_files: PosInt = 1024
+    max_file_size_bytes: PosInt = 4 * GiB
+    cpu_seconds: PosInt = 3600
+    memory_bytes: PosInt = 2 * GiB
+    cgroup_memory_bytes: PosInt = 4 * GiB
+    cgroup_pids_max: PosInt = 256
+    cgroup_cpu_percent: PosInt = 200
+    cgroup_io_bytes_per_sec: PosInt = 100 * MiB
+    workdir_max_bytes: PosInt = 10 * GiB
 
 
 class Capabilities(Model):
@@ -103,6 +113,11 @@ class Capabilities(Model):
     limits: Limits = Field(default_factory=Limits)
     resources: Resources = Field(default_factory=Resources)
     containment: Optional[Literal["advisory", "scoped", "sealed"]] = None
+
+    @field_validator("containment", mode="before")
+    @classmethod
+    def _trim(cls, value: Any) -> Any:
+        return value.strip() if isinstance(value, str) else value
 
     @property
     def shell_allow(self) -> list[str]:
@@ -145,7 +160,7 @@ class ArtifactDecl(Model):
 
 class DriverRef(Model):
     artifact: Optional[str] = None
-    config: Optional[dict[str, Any]] = None
+    config: Optional[dict[Any, Any]] = None  # free-form; must convert to a JSON object (rules.py)
 
 
 class Compaction(Model):
@@ -159,9 +174,9 @@ class Compaction(Model):
 class Inference(Model):
     transport: Literal["http", "process"]
     model: str
-    max_turns: int = Field(10, gt=0)
-    max_task_reopens: int = Field(1, ge=0)
-    max_tokens: Optional[int] = Field(None, gt=0)
+    max_turns: PosInt = 10
+    max_task_reopens: Annotated[int, Field(ge=0, le=I64_MAX)] = 1
+    max_tokens: Optional[PosInt] = None
     endpoint: Optional[str] = None
     api_key: Optional[str] = None
     driver: Optional[DriverRef] = None
@@ -198,7 +213,7 @@ class NetworkSection(Model):
 
 
 class Context(Model):
-    max_tokens: Optional[int] = Field(None, gt=0)
+    max_tokens: Optional[PosInt] = None
 
 
 class Scorer(Model):
@@ -221,8 +236,8 @@ class Observability(Model):
 class Lifecycle(Model):
     task_acceptance: Literal["none", "single", "queue"] = "single"
     after_task: Literal["exit", "sleep"] = "exit"
-    queue_depth: int = Field(1, gt=0)
-    input_timeout_secs: Optional[int] = Field(None, gt=0)
+    queue_depth: PosInt = 1
+    input_timeout_secs: Optional[PosInt] = None
     conversation: Literal["stateless", "threaded"] = "stateless"
 
 

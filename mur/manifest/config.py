@@ -8,20 +8,23 @@ Merged as upstream documents (reference/upstream.md section 5.5):
   * `beta.enabled`: union;
   * `containment`: strongest wins (advisory < scoped < sealed), never project-wins.
 mur adds `deploy.release_source` (where pinned runtimes are fetched from), merged like a scalar.
-A file that is not valid YAML, or a key of the wrong type, is E-CFG-003 naming the file.
+When there is no global file, the base is upstream's built-in default (`registry.default: official`
+and one GitHub source `murmur-nexus/default-artifacts`); once the global file exists it is the whole
+base. A file that is not valid YAML, or a key of the wrong type, is E-CFG-003 naming the file;
+unknown keys are ignored (they may belong to a newer mur).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mur.errors import MurError, warn
 from mur.manifest.capsule import CONTAINMENT_CLASSES
+from mur.manifest.yamlio import parse_yaml
 
 CLASS_RANK = {name: rank for rank, name in enumerate(CONTAINMENT_CLASSES)}
 
@@ -64,14 +67,13 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
     except IsADirectoryError:
         raise _bad(path, "is a directory, expected a YAML file") from None
+    except UnicodeDecodeError as exc:
+        raise _bad(path, f"not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except PermissionError as exc:
+        raise MurError("E-IO-002", f"permission denied reading {path}") from exc
     except OSError as exc:
         raise MurError("E-IO-003", f"failed to read {path}: {exc.strerror or exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise _bad(path, f"YAML syntax error{where}: {getattr(exc, 'problem', None) or exc}") from exc
+    data = parse_yaml(text, str(path), "E-CFG-003")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -106,6 +108,31 @@ def _containment(data: dict[str, Any], path: Path) -> str | None:
     return value.strip()
 
 
+BUILTIN_DEFAULT: dict[str, Any] = {
+    "registry": {
+        "default": "official",
+        "sources": [{"name": "official", "type": "github", "repo": "murmur-nexus/default-artifacts"}],
+    }
+}
+
+
+def resolve_source_token(entry: dict[str, Any], env: dict[str, str] | None = None) -> str | None:
+    """A registry source's token as upstream reads it: `${VAR}` -> that variable (None when unset);
+    a bare UPPER_SNAKE name -> that variable, or the literal when unset; anything else -> the
+    literal; no token -> GITHUB_TOKEN."""
+    env = dict(os.environ) if env is None else env
+    token = entry.get("token")
+    if not isinstance(token, str) or not token.strip():
+        return env.get("GITHUB_TOKEN") or None
+    token = token.strip()
+    match = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", token)
+    if match:
+        return env.get(match.group(1)) or None
+    if re.fullmatch(r"[A-Z_][A-Z0-9_]*", token):
+        return env.get(token) or token
+    return token
+
+
 def load_config(cwd: Path | None = None, home: Path | None = None) -> MurConfig:
     """Read and merge the global and project config files (either may be absent)."""
     cfg = MurConfig()
@@ -115,7 +142,9 @@ def load_config(cwd: Path | None = None, home: Path | None = None) -> MurConfig:
         if ppath == gpath and scope == "project":
             continue
         data = _read(path)
-        if data is not None:
+        if data is None and scope == "global":
+            layers.append((Path("<built-in default>"), "builtin", BUILTIN_DEFAULT))
+        elif data is not None:
             layers.append((path, scope, data))
             cfg.files.append(path)
     sources: dict[str, dict[str, Any]] = {}

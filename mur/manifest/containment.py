@@ -49,6 +49,14 @@ class Floor:
     source: str  # "manifest" | "config" | "cli" | "default"
 
 
+SOURCE_TEXT = {
+    "manifest": "capabilities.containment in murmur.yaml",
+    "config": "containment in .murmur/config.yaml",
+    "cli": "--containment",
+    "default": "nothing declared",
+}
+
+
 def parse_class(value: str, what: str = "--containment") -> str:
     """Validate a containment class name (usage error text for CLI flags)."""
     if value not in CLASS_RANK:
@@ -80,9 +88,9 @@ def shortfall_reason(declared: str, achieved: str, workdir_exec: bool) -> str | 
     """Why `achieved` falls short of `declared`, naming the missing mechanism; None when met."""
     if CLASS_RANK[achieved] >= CLASS_RANK[declared]:
         return None
-    if workdir_exec and declared != "advisory":
-        return WORKDIR_EXEC_SHORTFALL
-    return SEALED_SHORTFALL if declared == "sealed" else SCOPED_SHORTFALL
+    if declared == "sealed":
+        return SEALED_SHORTFALL  # no host provides it, whatever the capsule declares
+    return WORKDIR_EXEC_SHORTFALL if workdir_exec else SCOPED_SHORTFALL
 
 
 def floor_error(declared: str, achieved: str, reason: str) -> MurError:
@@ -185,6 +193,7 @@ def render_scope_report(report: dict[str, Any]) -> str:
     out = [
         "Containment",
         f"  declared:  {c['declared']}",
+        f"  source:    {SOURCE_TEXT.get(c['declared_source'], c['declared_source'])}",
         f"  achieved:  {c['achieved']}",
         f"  floor met: {'yes' if c['floor_met'] else 'no'}",
     ]

@@ -86,6 +86,15 @@ def resolve_grants(
                     )
                 )
         grants[art.name] = grant
+    if capsule.capabilities.filesystem.workdir_exec:
+        warnings.append(
+            (
+                "W-SEC-011",
+                "capabilities.filesystem.workdir_exec: true keeps the Execute right on the session workdir: "
+                "anything the capsule writes there can run regardless of capabilities.shell.allow, so the "
+                "allowlist is advisory and the achieved containment class is capped at advisory",
+            )
+        )
     shell = capsule.capabilities.shell
     for grant in shell.interpreter_runtime if shell else []:
         dirs = ", ".join(f"{d.path}{' (list_dir)' if d.list_dir else ''}" for d in grant.dirs)
@@ -97,3 +106,17 @@ def resolve_grants(
             )
         )
     return grants, warnings
+
+
+def native_grant_warning(grant: ArtifactGrant) -> tuple[str, str] | None:
+    """W-SEC-008 for a declared per-artifact block on a tool whose own manifest says
+    `implementation: native`: a native tool never runs through the WASI path the grant narrows.
+    Staging calls this once the artifact's own manifest is known (after resolution)."""
+    if not grant.declared or grant.role == "hook":
+        return None
+    return (
+        "W-SEC-008",
+        f"artifact '{grant.name}' (runtime: {grant.role}) declares a per-artifact capabilities: block, but "
+        "its implementation is native: per-artifact grants only narrow the WASI tool path, so this block "
+        "has no effect",
+    )

@@ -12,20 +12,27 @@ so a manifest written for a newer runtime still loads and a typo is still visibl
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from mur.errors import MurError, warn
 from mur.manifest.capsule import Capsule
 from mur.manifest.grants import ArtifactGrant, resolve_grants
 from mur.manifest.network import AllowEntry
 from mur.manifest.rules import validate_rules, validate_scopes_and_networks
-from mur.manifest.yamlio import MANIFEST_FILENAME, parse_yaml, read_manifest_text, type_name
+from mur.manifest.unknown import unknown_key_messages
+from mur.manifest.yamlio import (
+    MANIFEST_FILENAME,
+    one_line,
+    parse_yaml,
+    read_manifest_text,
+    single_line_error,
+    type_name,
+)
 
 # Free-form mappings whose contents are never touched or checked for unknown keys.
 _OPAQUE = {("inference", "driver", "config"), ("inference", "provider", "config")}
@@ -65,7 +72,13 @@ def load_capsule(path: str | Path, *, env: Mapping[str, str] | None = None) -> L
 
 def parse_capsule(text: str, *, env: Mapping[str, str] | None = None) -> LoadedCapsule:
     """Parse and validate capsule manifest text (no file access)."""
-    env = os.environ if env is None else env
+    try:
+        return _parse_capsule(text, os.environ if env is None else env)
+    except MurError as err:
+        raise single_line_error(err) from err.__cause__
+
+
+def _parse_capsule(text: str, env: Mapping[str, str]) -> LoadedCapsule:
     raw = parse_yaml(text)
     if raw is None:
         raw = {}
@@ -74,15 +87,14 @@ def parse_capsule(text: str, *, env: Mapping[str, str] | None = None) -> LoadedC
             "E-MAN-003",
             f"{MANIFEST_FILENAME}: field '<root>' has invalid type (expected mapping, got {type_name(raw)})",
         )
-    cleaned = _drop_empty(raw, ())
+    cleaned = _normalize(raw, ())
+    for message in unknown_key_messages(cleaned):
+        warn("W-MAN-001", one_line(message))
     try:
         capsule = Capsule.model_validate(cleaned)
     except ValidationError as exc:
         raise _translate(exc) from None
-    for dotted, suggestion in _unknown_keys(capsule, ""):
-        hint = f"; did you mean '{suggestion}'?" if suggestion else ""
-        warn("W-MAN-001", f"{MANIFEST_FILENAME}: unknown key '{dotted}' is ignored{hint}")
-    api_key = validate_rules(capsule, cleaned, env)
+    api_key = validate_rules(capsule, env)
     network_allow = validate_scopes_and_networks(capsule)
     grants, stage_warnings = resolve_grants(capsule, network_allow)
     return LoadedCapsule(
@@ -95,19 +107,27 @@ def parse_capsule(text: str, *, env: Mapping[str, str] | None = None) -> LoadedC
     )
 
 
-def _drop_empty(value: Any, path: tuple[str, ...]) -> Any:
-    """Treat YAML null and blank strings in mappings as absent (upstream trims and filters them)."""
+def _normalize(value: Any, path: tuple[Any, ...]) -> Any:
+    """Treat YAML null and blank strings in mappings as absent (upstream trims and filters them);
+    refuse mapping keys that are not strings (no field can be named by a number or a boolean)."""
     if path in _OPAQUE:
         return value
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
+            if not isinstance(key, str):
+                where = dotted(path) or "<root>"
+                raise MurError(
+                    "E-MAN-003",
+                    f"{MANIFEST_FILENAME}: field '{where}' has a key of invalid type "
+                    f"(expected string, got {type_name(key)})",
+                )
             if item is None or (isinstance(item, str) and not item.strip()):
                 continue
-            out[key] = _drop_empty(item, path + (str(key),))
+            out[key] = _normalize(item, path + (key,))
         return out
     if isinstance(value, list):
-        return [_drop_empty(item, path) for item in value]
+        return [_normalize(item, path + (index,)) for index, item in enumerate(value)]
     return value
 
 
@@ -152,7 +172,7 @@ def dotted(loc: tuple[Any, ...]) -> str:
 
 def _translate(exc: ValidationError) -> MurError:
     err = exc.errors(include_url=False)[0]
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
     path = dotted(loc)
     kind = err["type"]
     value = err.get("input")
@@ -179,14 +199,17 @@ def _translate(exc: ValidationError) -> MurError:
         )
     if kind in ("greater_than", "greater_than_equal", "less_than_equal", "less_than"):
         section = _SECTION.get(str(loc[0]), "manifest")
+        ctx = err.get("ctx", {})
         if path == "network.internal_port":
             reason = "must be between 1 and 65535"
+        elif kind in ("less_than_equal", "less_than"):
+            reason = f"must be at most {ctx.get('le', ctx.get('lt'))}"
         elif kind == "greater_than_equal":
             reason = "must not be negative"
-        elif section == "capability" or section in ("lifecycle", "network"):
-            reason = "must be greater than zero"
+        elif section == "inference":
+            reason = "must be greater than 0"  # upstream's wording for inference.* and context.*
         else:
-            reason = "must be greater than 0"
+            reason = "must be greater than zero"
         return MurError("E-MAN-003", f"{MANIFEST_FILENAME}: invalid {section} config for '{path}': {reason}")
     expected = _EXPECTED.get(kind)
     if expected is None:
@@ -203,26 +226,3 @@ def _missing_hint(path: str) -> str | None:
     if path.startswith("artifacts[") and path.endswith(".version"):
         return "give the artifact a version, or a local `source:` with `local_source: true`"
     return None
-
-
-# --- unknown keys --------------------------------------------------------------------------------
-
-
-def _unknown_keys(model: BaseModel, prefix: str) -> list[tuple[str, str | None]]:
-    """(dotted key, closest known key) for every key the models do not know, depth first."""
-    found: list[tuple[str, str | None]] = []
-    known = list(type(model).model_fields)
-    for key in (model.model_extra or {}):
-        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.7)
-        found.append((f"{prefix}{key}", close[0] if close else None))
-    for name in known:
-        if (prefix + name).replace(".", "/") in ("inference/driver/config", "inference/provider/config"):
-            continue
-        value = getattr(model, name)
-        if isinstance(value, BaseModel):
-            found.extend(_unknown_keys(value, f"{prefix}{name}."))
-        elif isinstance(value, list):
-            for index, item in enumerate(value):
-                if isinstance(item, BaseModel):
-                    found.extend(_unknown_keys(item, f"{prefix}{name}[{index}]."))
-    return found

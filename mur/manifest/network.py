@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from mur.errors import MurError
+from mur.manifest.yamlio import one_line
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
-_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
 
 
 @dataclass(frozen=True)
@@ -61,33 +62,111 @@ class AllowEntry:
 def _bad(entry: str, reason: str) -> MurError:
     return MurError(
         "E-CAP-001",
-        f"invalid network allow entry '{entry}': {reason}",
+        one_line(f"invalid network allow entry '{entry}': {reason}"),
         "use https://host[:port], host, or host:port (no path, query or fragment)",
     )
 
 
-def normalize_host(host: str) -> str:
-    """Lower-case a host and strip IPv6 brackets and a trailing dot."""
-    host = host.strip().lower()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host.rstrip(".") if not _is_ip(host) else host
+_FORBIDDEN_HOST_CHARS = frozenset(" \t\n\r#%/:<>?@[\\]^|")
+_IPV4_PART = re.compile(r"^(?:0[xX][0-9a-fA-F]*|[0-9]+)$")
+
+
+def _ipv4_number(part: str) -> int:
+    if part[:2] in ("0x", "0X"):
+        return int(part[2:] or "0", 16)
+    if len(part) > 1 and part.startswith("0"):
+        if any(c not in "01234567" for c in part):
+            raise ValueError("invalid IPv4 address")
+        return int(part, 8)
+    return int(part)
+
+
+def ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP a URL host denotes, parsed as URL parsers (WHATWG, Rust's `url`) do — so `127.1`,
+    `0x7f.0.0.1` and `2130706433` are all 127.0.0.1; None for a domain name; ValueError for a host
+    that looks like an IP address but is not one."""
+    if ":" in host:
+        try:
+            return ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError("invalid IPv6 address") from None
+    parts = host.split(".")
+    if len(parts) > 1 and parts[-1] == "":
+        parts = parts[:-1]
+    if not _IPV4_PART.match(parts[-1]):
+        return None  # does not end in a number: a domain
+    if len(parts) > 4 or any(not _IPV4_PART.match(p) for p in parts):
+        raise ValueError("invalid IPv4 address")
+    numbers = [_ipv4_number(p) for p in parts]
+    if any(n > 255 for n in numbers[:-1]) or numbers[-1] >= 256 ** (5 - len(numbers)):
+        raise ValueError("invalid IPv4 address")
+    value = numbers[-1]
+    for index, n in enumerate(numbers[:-1]):
+        value += n << (8 * (3 - index))
+    return ipaddress.IPv4Address(value)
+
+
+def url_host(netloc: str) -> str:
+    """The canonical host of a URL authority (`user@host:port`): lower-cased, IPs in canonical form.
+
+    Raises ValueError with the URL parser's reason ("empty host", "invalid port number", ...).
+    """
+    hostport = netloc.rsplit("@", 1)[-1]
+    if hostport.startswith("["):
+        close = hostport.find("]")
+        if close < 0:
+            raise ValueError("invalid IPv6 address")
+        host, rest = hostport[1:close], hostport[close + 1 :]
+        ip = ip_literal(host if ":" in host else host + ":")  # brackets always mean IPv6
+        if rest and not (rest.startswith(":") and _valid_port_text(rest[1:])):
+            raise ValueError("invalid port number")
+        return str(ip)
+    host, _, port = hostport.partition(":") if hostport.count(":") == 1 else (hostport, "", "")
+    if hostport.count(":") > 1:
+        raise ValueError("invalid port number")
+    if port and not _valid_port_text(port):
+        raise ValueError("invalid port number")
+    host = host.lower()
+    if not host:
+        raise ValueError("empty host")
+    if any(c in _FORBIDDEN_HOST_CHARS or ord(c) < 0x20 or ord(c) == 0x7F for c in host):
+        raise ValueError("invalid domain character")
+    ip = ip_literal(host)
+    return str(ip) if ip is not None else host
 
 
 def _is_ip(host: str) -> bool:
     try:
-        ipaddress.ip_address(host)
-        return True
+        return ip_literal(host) is not None
     except ValueError:
         return False
 
 
+def _valid_port_text(text: str) -> bool:
+    return text == "" or (text.isascii() and text.isdigit() and int(text) <= 65535)
+
+
+def normalize_host(host: str) -> str:
+    """Lower-case a host, strip IPv6 brackets, canonicalize IP literals and drop a trailing dot."""
+    host = host.strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        ip = ip_literal(host)
+    except ValueError:
+        return host  # valid_host refuses it
+    return str(ip) if ip is not None else host.rstrip(".")
+
+
 def valid_host(host: str) -> bool:
-    """A DNS name, an IPv4 literal, or an (unbracketed) IPv6 literal."""
+    """A DNS name (letters, digits, '-', '_'), an IPv4 literal, or an (unbracketed) IPv6 literal."""
     if not host:
         return False
-    if _is_ip(host):
-        return True
+    try:
+        if ip_literal(host) is not None:
+            return True
+    except ValueError:
+        return False
     name = host.rstrip(".")
     if len(name) > 253 or not name:
         return False
@@ -95,14 +174,17 @@ def valid_host(host: str) -> bool:
 
 
 def is_loopback_host(host: str) -> bool:
-    """`localhost` or an IP literal in 127.0.0.0/8 or ::1 (Rust's IpAddr::is_loopback)."""
-    host = normalize_host(host)
+    """`localhost` or an IP literal for which Rust's IpAddr::is_loopback holds (127.0.0.0/8, ::1)."""
+    host = host.strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ip_literal(host)
     except ValueError:
         return False
+    return ip is not None and ip.is_loopback
 
 
 def _port(entry: str, text: str) -> int:

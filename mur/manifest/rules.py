@@ -1,12 +1,14 @@
 """Cross-field rules of the capsule manifest (spec part 2), applied after the models parse.
 
-Order follows upstream's parser: artifacts (by index), capabilities, inference (transport field rules,
-endpoint, api_key, prompts, compaction), system_prompt_artifact, context, observability, lifecycle;
-then capability validation (E-CAP-001 network entries, E-CAP-002 filesystem scopes).
+Order follows upstream's parser: artifacts (by index), capabilities, inference (compaction, prompt
+sources, the transport's field rules, endpoint, api_key), system_prompt_artifact, observability; then
+capability validation (E-CAP-001 network entries, E-CAP-002 filesystem scopes). Type errors, missing
+fields and range checks (`> 0`, enums) come first, from the pydantic models (mur.manifest.capsule).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import PurePosixPath
 from typing import Any, Mapping
@@ -14,8 +16,8 @@ from urllib.parse import urlsplit
 
 from mur.errors import MurError, warn
 from mur.manifest.capsule import ROLES, Capabilities, Capsule, Inference
-from mur.manifest.network import AllowEntry, is_loopback_host, parse_allow_list
-from mur.manifest.yamlio import MANIFEST_FILENAME
+from mur.manifest.network import AllowEntry, ip_literal, parse_allow_list, url_host
+from mur.manifest.yamlio import MANIFEST_FILENAME, one_line, type_name
 
 M = MANIFEST_FILENAME
 _ENV_REF = re.compile(r"^\$\{([A-Z_][A-Z0-9_]*)\}$")
@@ -35,13 +37,15 @@ def _capability_error(field: str, message: str, hint: str | None = None) -> MurE
     return MurError("E-MAN-003", f"{M}: invalid capability config for '{field}': {message}", hint)
 
 
-def validate_rules(capsule: Capsule, raw: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+def validate_rules(capsule: Capsule, env: Mapping[str, str]) -> str | None:
     """Apply every E-MAN rule; returns the resolved inference api_key (or None)."""
     _check_artifacts(capsule)
     _check_capabilities(capsule.capabilities, "capabilities")
     api_key = None
     if capsule.inference is not None:
-        api_key = _check_inference(capsule, raw.get("inference") or {}, env)
+        api_key = _check_inference(capsule, env)
+        if capsule.inference.system_prompt_artifact:
+            _check_prompt_artifact(capsule, capsule.inference.system_prompt_artifact)
     _check_observability(capsule)
     return api_key
 
@@ -102,6 +106,10 @@ def _check_artifacts(capsule: Capsule) -> None:
 # --- capabilities --------------------------------------------------------------------------------
 
 
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 0x20 or c == "\x7f" for c in text)
+
+
 def _check_capabilities(caps: Capabilities, base: str) -> None:
     shell = caps.shell
     if shell is not None:
@@ -114,7 +122,7 @@ def _check_capabilities(caps: Capabilities, base: str) -> None:
         for i, binary in enumerate(shell.allow):
             if not binary.strip():
                 raise _capability_error(f"{base}.shell.allow[{i}]", "must not be empty")
-            if _SHELLS_WITH_PATHS.search(binary) or binary in (".", ".."):
+            if _SHELLS_WITH_PATHS.search(binary) or binary in (".", "..") or _has_control(binary):
                 raise _capability_error(
                     f"{base}.shell.allow[{i}]",
                     f"'{binary}' must be a bare binary name; paths are not supported",
@@ -150,8 +158,26 @@ def _check_capabilities(caps: Capabilities, base: str) -> None:
 # --- inference -----------------------------------------------------------------------------------
 
 
-def _check_inference(capsule: Capsule, raw: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+def _check_inference(capsule: Capsule, env: Mapping[str, str]) -> str | None:
     inf: Inference = capsule.inference  # type: ignore[assignment]
+    # Upstream's order: compaction, prompt sources, then the transport's field rules.
+    if inf.compaction is not None:
+        c = inf.compaction
+        if not (0.0 < c.threshold <= 1.0):
+            raise _inference_error(
+                "inference.compaction.threshold", f"must be in (0.0, 1.0] but got {_rust_float(c.threshold)}"
+            )
+        if c.system_prompt is not None and c.system_prompt_file is not None:
+            raise _inference_error(
+                "inference.compaction.system_prompt",
+                "at most one of inference.compaction.system_prompt, inference.compaction.system_prompt_file may be set",
+            )
+    prompts = [f for f in ("system_prompt", "system_prompt_file", "system_prompt_artifact") if getattr(inf, f)]
+    if len(prompts) > 1:
+        raise _inference_error(
+            "inference.system_prompt",
+            "at most one of system_prompt, system_prompt_file, system_prompt_artifact may be set",
+        )
     if inf.transport == "process":
         for field_name, present in (
             ("inference.driver.artifact", inf.driver is not None or inf.provider is not None),
@@ -165,8 +191,6 @@ def _check_inference(capsule: Capsule, raw: Mapping[str, Any], env: Mapping[str,
                     "is not valid with transport: process",
                     "transport: process spawns the claude CLI, which brings its own endpoint and credentials",
                 )
-        if inf.command is not None and _SHELLS_WITH_PATHS.search(inf.command):
-            raise _inference_error("inference.command", f"'{inf.command}' must be a binary name on PATH")
     else:
         if inf.command is not None:
             raise _inference_error(
@@ -175,12 +199,11 @@ def _check_inference(capsule: Capsule, raw: Mapping[str, Any], env: Mapping[str,
                 "inference.command names the CLI for transport: process; remove it or switch transport",
             )
         if inf.endpoint is not None:
-            _check_endpoint(inf.endpoint.strip())
-        driver = inf.driver or inf.provider
-        if driver is not None and "config" in (raw.get("driver") or raw.get("provider") or {}):
-            config = (raw.get("driver") or raw.get("provider") or {}).get("config")
-            if config is not None and not isinstance(config, dict):
-                raise _inference_error("inference.driver.config", "expected mapping/object")
+            check_endpoint(inf.endpoint.strip())
+        for block in ("driver", "provider"):
+            ref = getattr(inf, block)
+            if ref is not None and ref.config is not None:
+                _check_driver_config(f"inference.{block}.config", ref.config)
         name = inf.driver_artifact
         if name is not None:
             declared = capsule.artifact(name)
@@ -190,58 +213,71 @@ def _check_inference(capsule: Capsule, raw: Mapping[str, Any], env: Mapping[str,
                     f"artifact '{name}' is declared with runtime: {declared.runtime}; the inference driver "
                     "must be declared with runtime: driver",
                 )
-    prompts = [f for f in ("system_prompt", "system_prompt_file", "system_prompt_artifact") if getattr(inf, f)]
-    if len(prompts) > 1:
-        raise _inference_error(
-            "inference.system_prompt",
-            "at most one of system_prompt, system_prompt_file, system_prompt_artifact may be set",
-        )
-    if inf.system_prompt_artifact:
-        _check_prompt_artifact(capsule, inf.system_prompt_artifact)
-    if inf.compaction is not None:
-        c = inf.compaction
-        if not (0.0 < c.threshold <= 1.0):
-            raise _inference_error(
-                "inference.compaction.threshold", f"must be in (0.0, 1.0] but got {c.threshold}"
-            )
-        if c.system_prompt is not None and c.system_prompt_file is not None:
-            raise _inference_error(
-                "inference.compaction.system_prompt",
-                "at most one of inference.compaction.system_prompt, inference.compaction.system_prompt_file may be set",
-            )
     return resolve_api_key(inf.api_key.strip(), env) if inf.api_key else None
 
 
-def _check_endpoint(endpoint: str) -> None:
+def _rust_float(value: float) -> str:
+    """A float as upstream's Rust Display prints it (`0`, `1.5`, `NaN`, `inf`)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _check_driver_config(field: str, config: dict) -> None:
+    """driver.config is handed to the driver as JSON (MURMUR_INFERENCE_DRIVER_CONFIG): it must convert
+    as it is, without Python's silent key coercion (upstream's serde_json refuses non-string keys)."""
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise _inference_error(field, f"failed to convert to JSON: key must be a string (got {type_name(key)})")
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise _inference_error(field, f"failed to convert to JSON: {value} is not a JSON number")
+        elif not (value is None or isinstance(value, (str, int, float, bool))):
+            raise _inference_error(field, f"failed to convert to JSON: a {type_name(value)} has no JSON form")
+
+    walk(config)
+
+
+def check_endpoint(endpoint: str) -> None:
+    """inference.endpoint: any https:// URL, or http:// to localhost / a loopback IP (E-MAN-003)."""
     hint = "use https:// for remote endpoints, or http://localhost / a loopback IP for a local model server"
+
+    def unparsable(reason: str) -> MurError:
+        return _inference_error("inference.endpoint", f"failed to parse '{endpoint}' as a URL: {reason}", hint)
+
     try:
         parts = urlsplit(endpoint)
-        host = parts.hostname or ""
-        _ = parts.port
     except ValueError as exc:
-        raise _inference_error(
-            "inference.endpoint", f"failed to parse '{endpoint}' as a URL: {exc}", hint
-        ) from exc
+        raise unparsable("invalid IPv6 address" if "IPv6" in str(exc) else str(exc)) from None
     scheme = parts.scheme.lower()
-    if not scheme or not parts.netloc:
+    if not scheme or "://" not in endpoint:
+        raise unparsable("relative URL without a base")
+    if scheme not in ("http", "https"):
         raise _inference_error(
-            "inference.endpoint", f"failed to parse '{endpoint}' as a URL: relative URL without a base", hint
+            "inference.endpoint", f"unsupported scheme '{scheme}' in '{endpoint}' — expected http or https", hint
         )
-    if scheme == "https":
-        if not host:
-            raise _inference_error("inference.endpoint", f"failed to parse '{endpoint}' as a URL: empty host", hint)
+    try:
+        host = url_host(parts.netloc)
+    except ValueError as exc:
+        raise unparsable(str(exc)) from None
+    if scheme == "https" or host == "localhost":
         return
-    if scheme == "http":
-        if is_loopback_host(host):
-            return
-        raise _inference_error(
-            "inference.endpoint",
-            f"'{endpoint}' uses plain http:// with non-loopback host '{host}' — use https:// for remote "
-            "endpoints, or http://localhost or a loopback IP literal for local inference",
-            hint,
-        )
+    ip = ip_literal(host)
+    if ip is not None and ip.is_loopback:
+        return
     raise _inference_error(
-        "inference.endpoint", f"unsupported scheme '{scheme}' in '{endpoint}' — expected http or https", hint
+        "inference.endpoint",
+        f"'{endpoint}' uses plain http:// with non-loopback host '{host}' — use https:// for remote "
+        "endpoints, or http://localhost or a loopback IP literal for local inference",
+        hint,
     )
 
 
@@ -312,9 +348,12 @@ def _check_observability(capsule: Capsule) -> None:
 def check_scope(scope: str) -> str:
     """E-CAP-002 unless `scope` is relative and stays inside the workdir; returns it unchanged."""
     hint = "use a relative path inside the workdir, e.g. `scope: data`"
+    shown = one_line(scope)
+    if "\x00" in scope:  # no filesystem path can hold one; refuse here rather than fail at mkdir
+        raise MurError("E-CAP-002", f"invalid filesystem scope '{shown}': scope must not contain a NUL byte", hint)
     if scope.startswith("/") or PurePosixPath(scope).is_absolute():
         raise MurError(
-            "E-CAP-002", f"invalid filesystem scope '{scope}': scope must be relative to the workdir", hint
+            "E-CAP-002", f"invalid filesystem scope '{shown}': scope must be relative to the workdir", hint
         )
     depth = 0
     for part in PurePosixPath(scope).parts:
@@ -323,7 +362,7 @@ def check_scope(scope: str) -> str:
         if part == "..":
             if depth == 0:
                 raise MurError(
-                    "E-CAP-002", f"invalid filesystem scope '{scope}': scope cannot escape the workdir via '..'", hint
+                    "E-CAP-002", f"invalid filesystem scope '{shown}': scope cannot escape the workdir via '..'", hint
                 )
             depth -= 1
         else:

@@ -43,10 +43,13 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = Fal
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
-# YAML 1.2 scalars, as upstream's serde_yaml reads them: only true/false are booleans (PyYAML's
-# YAML 1.1 default would turn `yes`, `no`, `on`, `off` into booleans), and no sexagesimal numbers.
+# YAML 1.2 core-schema scalars, as upstream's serde_yaml reads them: only true/false are booleans
+# (PyYAML's YAML 1.1 default would turn `yes`, `no`, `on`, `off` into booleans), no sexagesimal or
+# `1_000` numbers, and no implicit timestamps (`version: 2024-01-01` is the string "2024-01-01") or
+# `=` values. Only null and the `<<` merge key keep PyYAML's resolvers.
+_KEEP = ("tag:yaml.org,2002:null", "tag:yaml.org,2002:merge", "tag:yaml.org,2002:yaml")
 _Loader.yaml_implicit_resolvers = {
-    key: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    key: [(tag, rx) for tag, rx in resolvers if tag in _KEEP]
     for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver(
@@ -60,6 +63,10 @@ _Loader.add_implicit_resolver(
     re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+.0123456789"),
 )
+
+# A manifest is small. Aliases let a few lines expand into billions of nodes ("billion laughs") or
+# into a cycle; both are refused before anything walks the document.
+MAX_NODES = 100_000
 
 
 def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
@@ -79,6 +86,25 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _Loader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
 
 
+_UNPRINTABLE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {
+    0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r", 0x85: "\\x85", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def one_line(text: str) -> str:
+    """`text` with control characters and line breaks escaped, so a diagnostic stays one line."""
+    return text.translate(_UNPRINTABLE)
+
+
+def single_line_error(err: MurError) -> MurError:
+    """The same error with its message and hint made one line each (values from YAML may hold \\n)."""
+    message, hint = one_line(err.message), one_line(err.hint) if err.hint else err.hint
+    if (message, hint) == (err.message, err.hint):
+        return err
+    clean = MurError(err.code, message, hint)
+    clean.__cause__ = err.__cause__
+    return clean
+
+
 def type_name(value: Any) -> str:
     """YAML's name for a value's type."""
     if value is None:
@@ -96,25 +122,66 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def parse_yaml(text: str) -> Any:
-    """Parse YAML text; E-MAN-002 with line/column on a syntax error."""
+def _check_graph(root: Any, filename: str = MANIFEST_FILENAME, code: str = "E-MAN-002") -> None:
+    """Refuse a document whose aliases form a cycle or expand past MAX_NODES."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    # Iterative post-order walk: (node, children expanded?) so deep nesting cannot blow the stack.
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        key = id(node)
+        children = list(node.values()) + list(node.keys()) if isinstance(node, dict) else node
+        if expanded:
+            on_path.discard(key)
+            total = 1 + sum(sizes.get(id(c), 1) for c in children)
+            sizes[key] = total
+            if total > MAX_NODES:
+                raise MurError(
+                    code,
+                    f"{filename}: YAML syntax error: the document expands to more than "
+                    f"{MAX_NODES} nodes through aliases",
+                    "write the values out instead of repeating large anchors",
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise MurError(code, f"{filename}: YAML syntax error: an alias refers to itself (recursive structure)")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
+
+
+def parse_yaml(text: str, filename: str = MANIFEST_FILENAME, code: str = "E-MAN-002") -> Any:
+    """Parse YAML text; `code` (E-MAN-002) with line/column on a syntax error, an alias bomb or a cycle."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        value = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        problem = " ".join(p for p in (exc.context, exc.problem) if p) or str(exc)
+        problem = " ".join(" ".join(p for p in (exc.context, exc.problem) if p).split()) or " ".join(str(exc).split())
         if mark is not None:
-            message = (
-                f"{MANIFEST_FILENAME}: YAML syntax error at line {mark.line + 1}, "
-                f"column {mark.column + 1}: {problem}"
-            )
+            message = f"{filename}: YAML syntax error at line {mark.line + 1}, column {mark.column + 1}: {problem}"
         else:
-            message = f"{MANIFEST_FILENAME}: YAML syntax error: {problem}"
-        raise MurError("E-MAN-002", message, "fix the YAML syntax at the position shown") from exc
+            message = f"{filename}: YAML syntax error: {problem}"
+        raise MurError(code, message, "fix the YAML syntax at the position shown") from exc
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow in a stream
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        what = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        raise MurError(
+            code, f"{filename}: YAML syntax error at line {line}, column {column}: unacceptable character {what}: {exc.reason}"
+        ) from exc
     except yaml.YAMLError as exc:
-        raise MurError("E-MAN-002", f"{MANIFEST_FILENAME}: YAML syntax error: {exc}") from exc
+        raise MurError(code, f"{filename}: YAML syntax error: {' '.join(str(exc).split())}") from exc
     except RecursionError as exc:
-        raise MurError("E-MAN-002", f"{MANIFEST_FILENAME}: YAML syntax error: nesting too deep") from exc
+        raise MurError(code, f"{filename}: YAML syntax error: nesting too deep") from exc
+    except (ValueError, TypeError, OverflowError) as exc:  # a scalar the constructors could not build
+        raise MurError(code, f"{filename}: YAML syntax error: {' '.join(str(exc).split())}") from exc
+    _check_graph(value, filename, code)
+    return value
 
 
 def read_manifest_text(path: Path) -> str:

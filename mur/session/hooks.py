@@ -81,6 +81,7 @@ class _Worker:
         self.hook = hook
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.dropped = 0
+        self.abandoned = False  # set when the drain budget ran out: the rest is not run
         self.thread = threading.Thread(target=self._run, name=f"hook-{hook.name}", daemon=True)
         self.thread.start()
 
@@ -93,8 +94,11 @@ class _Worker:
             return False
 
     def _run(self) -> None:
-        while True:
-            job = self.queue.get()
+        while not self.abandoned:
+            try:
+                job = self.queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
             if job is _STOP:
                 return
             fn, fields = job
@@ -105,9 +109,13 @@ class _Worker:
         try:
             self.queue.put(_STOP, timeout=max(deadline - time.monotonic(), 0.001))
         except queue.Full:
+            self.abandoned = True
             return False
         self.thread.join(max(deadline - time.monotonic(), 0.0))
-        return not self.thread.is_alive()
+        if self.thread.is_alive():
+            self.abandoned = True
+            return False
+        return True
 
 
 class HookSet:
@@ -274,6 +282,7 @@ class HookSet:
             output_tokens=out.output_tokens, tool_calls=out.tool_calls, messages=last.messages, error=last.error,
             error_code=last.error_code, compactions=sum(a.compactions for a in out.attempts),
         )
+        combined.reopen_count = out.reopen_count  # type: ignore[attr-defined]  # for task_end's reopen_count
         if out.exit_status == "reopen_budget_exhausted":
             combined.error_code = "E-RUN-007"
             combined.error = (f"agent loop failed: a hook asked to reopen the task again after {out.reopen_count} "

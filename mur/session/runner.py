@@ -120,6 +120,7 @@ def run_session(opts: RunOptions) -> None:
     )
     url = service.start()
     loaded.emit_stage_warnings()
+    _native_grant_warnings(prep)
     staged = shell = trace = otel = None
     try:
         create_workdir(wd)
@@ -176,6 +177,18 @@ def run_session(opts: RunOptions) -> None:
     error = executor_box["executor"].last_error if "executor" in executor_box else None
     if final != "ok":
         raise error or MurError("E-RUN-007", "agent loop failed: the session did not complete")
+
+
+def _native_grant_warnings(prep: Any) -> None:
+    """W-SEC-008 for a grant on a native tool: only known once the artifact's own manifest is resolved."""
+    from mur.manifest.grants import native_grant_warning
+
+    for res in prep.resolved.values():
+        grant = prep.loaded.grants.get(res.name)
+        if res.is_native and grant is not None:
+            found = native_grant_warning(grant)
+            if found is not None:
+                warn(*found)
 
 
 def _otel_exporter(capsule: Any, wd: Any) -> Any:

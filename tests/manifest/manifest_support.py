@@ -1,0 +1,57 @@
+"""Helpers for the manifest tests: fake host probes and a subprocess `mur` runner.
+
+The fake probe stands in for mur.sandbox.probe in-process (pure functions, no kernel needed); the
+subprocess runner uses the real probe, and the tests that depend on what this host achieves are
+marked `requires_landlock` (the repository conftest skips them on a host without Landlock).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# Variables that would change what a manifest resolves to; never inherited from the machine.
+SCRUB = ("ANTHROPIC_API_KEY", "MUR_DEBUG", "MURMUR_A2A_TIMEOUT_SECS")
+
+
+@dataclass(frozen=True)
+class FakeProbe:
+    achieved: str
+    mechanism: str
+    tier: str
+
+
+# What the real probe reports on a Landlock-capable Linux host (this one, and CI).
+SCOPED_HOST = FakeProbe("scoped", "landlock+seccomp", "full")
+ADVISORY_LINUX = FakeProbe("advisory", "seccomp-only", "seccomp-only")
+ADVISORY_MACOS = FakeProbe("advisory", "none", "environment-only")
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+def mur_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A minimal environment for a subprocess `mur`: PATH, HOME, LANG and what the case adds."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8"}
+    env.update(extra or {})
+    return env
+
+
+def run_mur(*args: str, cwd: Path, home: Path, env: dict[str, str] | None = None, timeout: int = 60) -> Run:
+    """Run the real CLI (`python -m mur`) in a subprocess."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mur", *args],
+        cwd=cwd,
+        env=mur_env(home, env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr)

@@ -1,0 +1,172 @@
+"""Containment: the declared floor (strongest of manifest, config, CLI), the achieved class, E-CAP-003.
+
+Pure functions are driven with fake probes (every host kind, no kernel needed); `prepare()` is driven
+in-process with a fake advisory probe to see the spec's exact refusal before any workdir exists; the
+real probe is checked end to end on this host.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from manifest_support import ADVISORY_LINUX, ADVISORY_MACOS, SCOPED_HOST
+from mur.errors import MurError
+from mur.manifest.containment import (
+    SCOPED_SHORTFALL,
+    SEALED_SHORTFALL,
+    achieved_class,
+    check_floor,
+    effective_floor,
+    parse_class,
+    render_scope_report,
+    scope_report,
+    shortfall_reason,
+)
+from mur.manifest import parse_capsule
+
+CLASSES = ("advisory", "scoped", "sealed")
+RANK = {c: i for i, c in enumerate(CLASSES)}
+
+# The spec's example, verbatim (section "Containment class", "Refusal").
+SPEC_REFUSAL = (
+    "error[E-CAP-003]: declared containment class 'scoped' is not achievable on this host (achieved: "
+    "'advisory'): scoped requires Landlock filesystem mediation (Linux 5.13+ with a usable Landlock ABI); "
+    "this host provides no kernel filesystem mediation, so paths outside the workdir are constrained by "
+    "convention only\n"
+    "  hint: lower the declared floor to 'advisory' (capabilities.containment in murmur.yaml, containment "
+    "in .murmur/config.yaml, or --containment), or run on a host that provides 'scoped'"
+)
+
+
+@pytest.mark.parametrize("manifest, config, cli", itertools.product((None, *CLASSES), repeat=3))
+def test_floor_is_the_strongest_declared_and_defaults_to_advisory(manifest, config, cli):
+    floor = effective_floor(manifest, config, cli)
+    declared = [v for v in (manifest, config, cli) if v is not None]
+    assert floor.declared == (max(declared, key=RANK.__getitem__) if declared else "advisory")
+    # a CLI flag (or a config default) can raise the floor, never lower it
+    if manifest is not None:
+        assert RANK[floor.declared] >= RANK[manifest]
+    # the credited source really declared that class
+    if declared:
+        assert {"manifest": manifest, "config": config, "cli": cli}[floor.source] == floor.declared
+    else:
+        assert floor.source == "default"
+
+
+@pytest.mark.parametrize("probe", [SCOPED_HOST, ADVISORY_LINUX, ADVISORY_MACOS])
+@pytest.mark.parametrize("declared", CLASSES)
+@pytest.mark.parametrize("workdir_exec", [False, True])
+def test_achieved_class_and_refusal(probe, declared, workdir_exec):
+    achieved = achieved_class(probe, workdir_exec)
+    assert achieved == ("advisory" if workdir_exec else probe.achieved)
+    assert achieved != "sealed"  # never achievable
+    floor = effective_floor(declared, None, None)
+    if RANK[achieved] >= RANK[declared]:
+        assert check_floor(floor, probe, workdir_exec) == achieved
+        assert shortfall_reason(declared, achieved, workdir_exec) is None
+    else:
+        with pytest.raises(MurError) as err:
+            check_floor(floor, probe, workdir_exec)
+        assert err.value.code == "E-CAP-003"
+        assert err.value.message.startswith(
+            f"declared containment class '{declared}' is not achievable on this host (achieved: '{achieved}'): ")
+        assert err.value.hint == (
+            f"lower the declared floor to '{achieved}' (capabilities.containment in murmur.yaml, containment in "
+            f".murmur/config.yaml, or --containment), or run on a host that provides '{declared}'")
+        if declared == "sealed":
+            assert err.value.message.endswith(SEALED_SHORTFALL)
+        elif not workdir_exec:
+            assert err.value.message.endswith(SCOPED_SHORTFALL)
+        else:
+            assert "workdir_exec" in err.value.message
+
+
+def test_a_sealed_probe_result_is_never_trusted():
+    from manifest_support import FakeProbe
+
+    assert achieved_class(FakeProbe("sealed", "mountns+pivot_root+landlock+seccomp", "sealed"), False) == "advisory"
+
+
+def test_spec_refusal_text_on_a_host_without_landlock():
+    with pytest.raises(MurError) as err:
+        check_floor(effective_floor("scoped", None, None), ADVISORY_LINUX, False)
+    assert err.value.render() == SPEC_REFUSAL
+
+
+def test_prepare_refuses_before_any_workdir_on_a_host_without_landlock(project, monkeypatch):
+    """`mur run` pre-checks with a fake non-Landlock probe: the spec's refusal, nothing created."""
+    from mur.session import prechecks
+    from mur.session.options import RunOptions
+
+    home, proj = project
+    (proj / "murmur.yaml").write_text(
+        'name: c\nversion: "0.1.0"\nartifacts:\n  - {name: not-installed, version: "1.0.0"}\n'
+        "capabilities:\n  containment: scoped\n")
+    monkeypatch.setattr(prechecks, "probe", lambda: ADVISORY_LINUX)
+    with pytest.raises(MurError) as err:
+        prechecks.prepare(RunOptions(manifest=Path("murmur.yaml")))
+    # E-CAP-003 comes before the registry/store lookup that would say E-RUN-008
+    assert err.value.render() == SPEC_REFUSAL
+    assert sorted(p.name for p in proj.iterdir()) == ["murmur.yaml"]
+    # and the same manifest explains (exit 0 path) on that host
+    report = prechecks.explain(RunOptions(manifest=Path("murmur.yaml"), explain_scope=True))
+    assert report["containment"] == {
+        "declared": "scoped", "declared_source": "manifest", "achieved": "advisory", "floor_met": False,
+        "reason": SCOPED_SHORTFALL, "mechanism": "seccomp-only"}
+
+
+def test_human_report_layout_for_the_spec_example():
+    """The spec's `--explain-scope` example (a host without Landlock, a sealed floor)."""
+    capsule = parse_capsule(
+        'name: c\nversion: "1"\ncapabilities:\n  containment: sealed\n  network:\n    allow: [https://api.anthropic.com]\n'
+        "  shell:\n    allow: [python3]\n    interpreter_runtime:\n"
+        "      - {binary: python3, dirs: [{path: /usr/lib/python3.11, list_dir: true}]}\n", env={}).capsule
+    report = scope_report(capsule, effective_floor("sealed", None, None), ADVISORY_MACOS)
+    assert render_scope_report(report) == (
+        "Containment\n"
+        "  declared:  sealed\n"
+        "  source:    capabilities.containment in murmur.yaml\n"
+        "  achieved:  advisory\n"
+        "  floor met: no\n"
+        "  reason:    sealed requires mount-namespace + pivot_root isolation, which this runtime does not "
+        "implement yet; no host can provide it today\n"
+        "  mechanism: none\n"
+        "\n"
+        "Effective grants\n"
+        "  filesystem scope: <none>\n"
+        "  network allow:\n"
+        "    - https://api.anthropic.com\n"
+        "  unix sockets:     false\n"
+        "  shell allow:\n"
+        "    - python3\n"
+        "  spawn allow: <none>\n"
+        "  env allow: <none>\n"
+        "  interpreter runtime:\n"
+        "    - python3: /usr/lib/python3.11 (list_dir)\n"
+        "\n"
+        "This is a report only — `mur run` without --explain-scope would refuse to launch here.\n"
+    )
+
+
+def test_parse_class_rejects_unknown_names():
+    assert parse_class("sealed") == "sealed"
+    with pytest.raises(MurError) as err:
+        parse_class("strict")
+    assert err.value.code == "E-MAN-003"
+
+
+@pytest.mark.requires_landlock
+def test_real_probe_on_this_host_achieves_scoped_never_sealed():
+    """The achieved class comes from applying a real Landlock ruleset in a forked child."""
+    from mur.sandbox.probe import probe_host
+
+    host = probe_host(refresh=True)
+    assert (host.achieved, host.mechanism, host.tier) == ("scoped", "landlock+seccomp", "full")
+    assert host.landlock_abi >= 1
+    assert achieved_class(host, False) == "scoped"
+    with pytest.raises(MurError) as err:
+        check_floor(effective_floor(None, None, "sealed"), host, False)
+    assert "(achieved: 'scoped')" in err.value.message

@@ -1,0 +1,102 @@
+"""Plain `mur run` refuses before anything exists: E-CAP-003 and manifest errors, through the real CLI.
+
+"Before any registry pull, artifact compile or workdir creation" (spec, Containment class): after a
+refusal the project directory holds exactly what the test put there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from manifest_support import run_mur
+
+SEALED_REFUSAL = (
+    "error[E-CAP-003]: declared containment class 'sealed' is not achievable on this host (achieved: 'scoped'): "
+    "sealed requires mount-namespace + pivot_root isolation, which this runtime does not implement yet; no host "
+    "can provide it today\n"
+    "  hint: lower the declared floor to 'scoped' (capabilities.containment in murmur.yaml, containment in "
+    ".murmur/config.yaml, or --containment), or run on a host that provides 'sealed'\n"
+)
+
+# An artifact that is installed nowhere: if the refusal came late, this would say E-RUN-008 instead.
+UNINSTALLED = 'artifacts:\n  - name: not-installed-anywhere\n    version: "1.0.0"\n'
+
+
+def _files(proj):
+    return sorted(str(p.relative_to(proj)) for p in proj.rglob("*"))
+
+
+@pytest.mark.requires_landlock
+@pytest.mark.parametrize(
+    "manifest, args, project_config",
+    [
+        ("capabilities:\n  containment: sealed\n", [], None),
+        ("capabilities:\n  containment: advisory\n", ["--containment", "sealed"], None),
+        ("", [], "containment: sealed\n"),
+    ],
+    ids=["manifest", "cli-flag", "project-config"],
+)
+def test_sealed_is_refused_before_any_workdir(project, manifest, args, project_config):
+    home, proj = project
+    (proj / "murmur.yaml").write_text('name: c\nversion: "0.1.0"\n' + UNINSTALLED + manifest)
+    if project_config:
+        (proj / ".murmur").mkdir()
+        (proj / ".murmur" / "config.yaml").write_text(project_config)
+    before = _files(proj)
+    run = run_mur("run", "--manifest", "murmur.yaml", *args, cwd=proj, home=home)
+    assert (run.code, run.out, run.err) == (1, "", SEALED_REFUSAL)
+    assert _files(proj) == before
+    assert not (proj / "workdir").exists() and not (proj / "murmur.lock").exists()
+    assert sorted(p.name for p in home.iterdir()) == []  # no store, no cache, no config written
+
+
+@pytest.mark.requires_landlock
+def test_workdir_exec_with_a_scoped_floor_is_refused(project):
+    home, proj = project
+    (proj / "murmur.yaml").write_text(
+        'name: c\nversion: "0.1.0"\ncapabilities:\n  filesystem:\n    workdir_exec: true\n  containment: scoped\n')
+    run = run_mur("run", "--manifest", "murmur.yaml", cwd=proj, home=home)
+    assert run.code == 1
+    first, hint = run.err.splitlines()
+    assert first.startswith(
+        "error[E-CAP-003]: declared containment class 'scoped' is not achievable on this host (achieved: "
+        "'advisory'): capabilities.filesystem.workdir_exec: true keeps the Landlock Execute right")
+    assert hint.startswith("  hint: lower the declared floor to 'advisory' ")
+    assert _files(proj) == ["murmur.yaml"]
+
+
+@pytest.mark.parametrize(
+    "body, first_line",
+    [
+        ("capabilities:\n  limits:\n    memory_bytes: 0\n",
+         "error[E-MAN-003]: murmur.yaml: invalid capability config for 'capabilities.limits.memory_bytes': "
+         "must be greater than zero"),
+        ("capabilities:\n  network:\n    allow: [https://api.example.com/v1]\n",
+         "error[E-CAP-001]: invalid network allow entry 'https://api.example.com/v1': URL allow entries must "
+         "not include path, query, or fragment"),
+        ("capabilities:\n  filesystem:\n    scope: /etc\n",
+         "error[E-CAP-002]: invalid filesystem scope '/etc': scope must be relative to the workdir"),
+    ],
+    ids=["E-MAN-003", "E-CAP-001", "E-CAP-002"],
+)
+def test_invalid_manifests_are_refused_before_any_workdir(project, body, first_line):
+    home, proj = project
+    (proj / "murmur.yaml").write_text('name: c\nversion: "0.1.0"\n' + UNINSTALLED + body)
+    run = run_mur("run", "--manifest", "murmur.yaml", cwd=proj, home=home)
+    assert (run.code, run.out) == (1, "")
+    assert run.err.splitlines()[0] == first_line
+    assert _files(proj) == ["murmur.yaml"]
+
+
+def test_dotenv_beside_the_manifest_feeds_api_key_references(project):
+    home, proj = project
+    (proj / "murmur.yaml").write_text(
+        'name: c\nversion: "0.1.0"\ninference:\n  transport: http\n  model: m\n  api_key: ${MY_PROVIDER_KEY}\n')
+    (proj / ".env").write_text("MY_PROVIDER_KEY=from-dotenv\n")
+    run = run_mur("run", "--manifest", "murmur.yaml", "--explain-scope", "--json", cwd=proj, home=home)
+    assert (run.code, run.err) == (0, "")
+    run = run_mur("run", "--manifest", "murmur.yaml", "--explain-scope", "--json", "--no-env-file", cwd=proj, home=home)
+    assert (run.code, run.out) == (1, "")
+    assert run.err.splitlines()[0] == (
+        "error[E-MAN-003]: murmur.yaml: inference.api_key references ${MY_PROVIDER_KEY} but the environment "
+        "variable is not set")
