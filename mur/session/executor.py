@@ -21,8 +21,11 @@ from mur.session.trace import TraceWriter
 class TaskExecutor:
     """Runs tasks for one session."""
 
-    def __init__(self, prep: Any, session_id: str, wd: Any, tools: Any, trace: TraceWriter, capsule_url: str):
+    def __init__(
+        self, prep: Any, session_id: str, wd: Any, tools: Any, trace: TraceWriter, capsule_url: str, hooks: Any = None
+    ):
         self.prep = prep
+        self.hooks = hooks
         self.session_id = session_id
         self.wd = wd
         self.tools = tools
@@ -168,7 +171,8 @@ class TaskExecutor:
                 compaction_system_prompt=prep.compaction_prompt,
                 max_task_reopens=inf.max_task_reopens,
             )
-            outcome = run_agent_loop(
+            loop = self.hooks.agent_loop if self.hooks is not None else run_agent_loop
+            outcome = loop(
                 request.text, cfg, client, tools, self.trace.write, history=request.history, workdir=self.wd.session
             )
         stats = {
@@ -177,6 +181,7 @@ class TaskExecutor:
             "output_tokens": outcome.output_tokens,
             "tool_calls": outcome.tool_calls,
             "exit_status": outcome.exit_status,
+            "reopen_count": getattr(outcome, "reopen_count", 0),
         }
         if outcome.exit_status == "ok":
             return "completed", outcome.result, stats, outcome.messages

@@ -147,12 +147,6 @@ class HookInstance:
         self._store, self._linker, self._funcs = store, linker, funcs
         self.instantiations += 1
 
-    def exports(self, fn: str) -> bool:
-        with self._lock:
-            if self._store is None:
-                self._instantiate()
-            return fn in self._funcs
-
     def call(self, fn: str, record: Any) -> Any:
         """Call one lifecycle function; returns the lifted result (Variant = ok, str = err) or
         MISSING when an optional export is absent. Raises GuestError on a trap / limit."""

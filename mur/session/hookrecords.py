@@ -7,15 +7,17 @@ record's fields (WIT kebab-case names, plain Python values), or None for events 
 so a hook asking for a completion is never re-entered through on-inference). `to_record` turns the
 fields into the wasmtime `Record` the component call takes.
 
-| trace event     | function          | record                                                          |
-|-----------------|-------------------|-----------------------------------------------------------------|
-| session_start   | on-session-start  | session-context {capsule-name, capsule-version, session-id, model, capabilities} |
-| task_start      | on-task-start     | task-start-event {task-id, context-id, source, input-bytes = message_parts_bytes} |
-| inference       | on-inference      | inference-event {turn, input-tokens, output-tokens, decision, tool-name, prompt/output/tools = none} |
-| tool_call       | on-tool-call      | tool-event {turn, tool-name, input-bytes, output-bytes, duration-ms, status} |
-| shell           | on-shell          | shell-event {turn, binary, command (first 200 chars), exit-code, stdout, stderr, *-bytes, duration-ms} |
-| task_end        | on-task-end       | task-end-event {task-id, exit-status}                          |
-| session_end     | on-session-end    | session-end-event {total-turns, total-*-tokens, total-*-calls, duration-ms, exit-status} |
+| trace event   | function         | record                                                         |
+|---------------|------------------|----------------------------------------------------------------|
+| session_start | on-session-start | session-context {capsule-name, capsule-version, session-id,    |
+|               |                  | model, capabilities}                                           |
+| task_start    | on-task-start    | task-start-event {task-id, context-id, source, input-bytes}    |
+| inference     | on-inference     | inference-event {turn, input-tokens, output-tokens, decision,  |
+|               |                  | tool-name; prompt/output/tools = none}                         |
+| tool_call     | on-tool-call     | tool-event {turn, tool-name, input-bytes, output-bytes, ...}   |
+| shell         | on-shell         | shell-event {turn, binary, command (first 200 chars), ...}     |
+| task_end      | on-task-end      | task-end-event {task-id, exit-status}                          |
+| session_end   | on-session-end   | session-end-event {total-*, duration-ms, exit-status}          |
 
 The trace records no shell stdout/stderr text (only byte counts), so `stdout`/`stderr` are the
 event's own `stdout`/`stderr` keys when a caller supplies them, else "".

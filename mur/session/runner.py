@@ -121,7 +121,7 @@ def run_session(opts: RunOptions) -> None:
     url = service.start()
     loaded.emit_stage_warnings()
     _native_grant_warnings(prep)
-    staged = shell = trace = otel = None
+    staged = shell = trace = otel = hooks = None
     try:
         create_workdir(wd)
         trace = TraceWriter(wd.trace, session_id, wd.bootstrap_log)
@@ -138,9 +138,15 @@ def run_session(opts: RunOptions) -> None:
         tools = SessionTools(staged, settings, None, shell, trace)
         tools.host = WasmHost(shell=tools.guest_shell)
         _precompile(tools, staged, prep)
+        from mur.session.hooks import build_hooks
+
+        hooks = build_hooks(tools, trace, loaded, wd)  # None without hook artifacts
+        if hooks is not None:
+            hooks.on_stage(capsule.capabilities.shell_allow)
+            trace.listeners.append(hooks.on_event)
         from mur.session.executor import TaskExecutor
 
-        executor = TaskExecutor(prep, session_id, wd, tools, trace, url)
+        executor = TaskExecutor(prep, session_id, wd, tools, trace, url, hooks=hooks)
         executor_box["executor"] = executor
         inventory = murmur_md.Inventory(
             capsule.name,
@@ -160,6 +166,8 @@ def run_session(opts: RunOptions) -> None:
         _startup(opts, prep, url, session_id, wd, staged)
         status = service.run(initial)
     finally:
+        if hooks is not None:
+            hooks.close()  # drains async hooks while the trace is still open
         if shell is not None:
             shell.close()
         if staged is not None:
