@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import os
 import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -340,10 +341,10 @@ def built_hello() -> Path:
 def test_published_tool_runs_from_a_clean_home(tmp_path, request, built_hello, registry, author, user):
     """A tool published to the registry, installed into a clean HOME, runs; a flipped byte then stops it.
 
-    Only the wasmtime compile cache is shared (MUR_CACHE_DIR under .pytest_cache): it holds
+    Only the wasmtime compile cache is shared (MUR_CACHE_DIR, the invoking user's): it holds
     compiled code keyed by component hash, never artifacts, so HOME stays clean of both stores.
     """
-    cache = {"MUR_CACHE_DIR": str(request.config.cache.mkdir("mur-wasm-cache"))}
+    cache = {"MUR_CACHE_DIR": os.environ.get("MUR_CACHE_DIR") or str(Path.home() / ".murmur" / "cache")}
     hello = built_hello
     greet_src = tmp_path / "greet"
     shutil.copytree(hello / "greet", greet_src, ignore=shutil.ignore_patterns("__pycache__", "*.mur.zip"))
