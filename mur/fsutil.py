@@ -25,15 +25,22 @@ def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path
         except FileNotFoundError:
             pass
         raise
+    fsync_dir(path.parent)
+    return path
+
+
+def fsync_dir(path: Path | str) -> None:
+    """fsync a directory so a rename inside it survives a crash (best effort: some filesystems refuse)."""
     try:
-        dirfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dirfd)
-        finally:
-            os.close(dirfd)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
     except OSError:
         pass
-    return path
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(path: Path | str, text: str, mode: int = 0o644) -> Path:

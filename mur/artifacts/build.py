@@ -34,6 +34,7 @@ from typing import Any
 
 from mur.artifacts.package import PayloadShapeError, select_root_wasm
 from mur.errors import MurError, warn
+from mur.fsutil import fsync_dir
 
 MANIFEST_FILENAME = "murmur.yaml"
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -231,7 +232,7 @@ def write_artifact(plan: BuildPlan, output_path: str) -> None:
             os.replace(tmp, output_path)
         except OSError as exc:
             raise _io_error("failed to create output file", output_path, exc) from exc
-        _fsync_dir(parent)
+        fsync_dir(parent)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -256,18 +257,6 @@ def _pack_file(zf: zipfile.ZipFile, entry: PackedEntry) -> None:
         except OSError as exc:
             raise _io_error("failed to package file", entry.source_path, exc) from exc
 
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # --- the command ------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mur.errors import MurError
+from mur.fsutil import fsync_dir
 
 STORE_SUBDIR = (".murmur", "artifacts")
 RUNTIME_TYPES = ("wasm", "native", "static")
@@ -356,7 +357,7 @@ class Store:
                 per = ArtifactMeta(**{**meta.__dict__})
                 per.platforms = [split_platform(key)] if key else []  # type: ignore[list-item]
                 written.append(self._commit(directory, per, key, sha256, data, src_file))
-            _fsync_dir(directory)
+            fsync_dir(directory)
         if src_file is not None:
             with contextlib.suppress(OSError):
                 os.unlink(src_file)
@@ -475,18 +476,6 @@ def _write_synced(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
 
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _clean_stale_tmp(directory: Path) -> None:
