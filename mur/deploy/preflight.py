@@ -1,0 +1,259 @@
+"""Preflight: what a target can do, measured on the target before anything is changed.
+
+The only write is the verified runtime into the target's runtime cache (`~/.murmur/bin/`), because
+the kernel checks are a real probe run *by that runtime* (`mur probe --json`): Landlock ABI,
+seccomp, cgroup mode and delegation, systemd. Then the pinned version is checked, disk space,
+sudo, whether shell tools will get a cgroup, and the achievable containment class against the
+capsule's floor (E-CAP-003 when unmet, E-DEPLOY-007 for anything else fatal).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from mur.deploy.bundle import Bundle, platform_from_uname
+from mur.deploy.inputs import CapsuleInputs
+from mur.deploy.plan import Layout, Mkdir, Upload
+from mur.deploy.targets.base import Target
+from mur.errors import MurError
+
+MARGIN = 64 << 20
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fatal: bool = True
+
+
+@dataclass
+class Report:
+    target: str
+    provider: str
+    facts: dict[str, Any] = field(default_factory=dict)
+    containment: dict[str, Any] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    probe: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok or not c.fatal for c in self.checks)
+
+    def add(self, name: str, ok: bool, detail: str, fatal: bool = True) -> Check:
+        check = Check(name, ok, detail, fatal)
+        self.checks.append(check)
+        return check
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "provider": self.provider, "ok": self.ok, **self.facts,
+                "containment": self.containment, "checks": [asdict(c) for c in self.checks], "probe": self.probe}
+
+    def render(self) -> str:
+        lines = [f"preflight {self.target} ({self.provider}): {'ok' if self.ok else 'FAILED'}"]
+        width = max((len(c.name) for c in self.checks), default=8)
+        for c in self.checks:
+            mark = "✓" if c.ok else ("✗" if c.fatal else "!")
+            lines.append(f"  {mark} {c.name.ljust(width)}  {c.detail}")
+        return "\n".join(lines) + "\n"
+
+    def raise_if_failed(self) -> None:
+        """E-CAP-003 when only the containment floor fails, else E-DEPLOY-007 listing the failures."""
+        failed = [c for c in self.checks if c.fatal and not c.ok]
+        if not failed:
+            return
+        if len(failed) == 1 and failed[0].name == "containment":
+            c = self.containment
+            raise MurError(
+                "E-CAP-003",
+                f"declared containment class '{c['declared']}' is not achievable on {self.target} "
+                f"(achieved: '{c['achieved']}'): {c['reason']}",
+                f"lower the declared floor to '{c['achieved']}' (capabilities.containment in murmur.yaml, containment in "
+                f".murmur/config.yaml, or --containment), or deploy to a host that provides '{c['declared']}'",
+            )
+        detail = "; ".join(f"{c.name}: {c.detail}" for c in failed)
+        raise MurError("E-DEPLOY-007", f"preflight failed on {self.target}: {detail}",
+                       "run `mur deploy --check` for the full report")
+
+
+def parse_probe(text: str) -> dict[str, Any]:
+    """The last JSON object line of `mur probe --json` output."""
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    raise MurError("E-DEPLOY-007", f"the runtime's probe printed no JSON: {text[-400:]!r}")
+
+
+def parse_version(text: str) -> str:
+    """`mur 0.1.0` -> `0.1.0`."""
+    parts = text.strip().split()
+    return parts[-1] if parts else ""
+
+
+def parse_df(text: str) -> int | None:
+    """Available bytes from `df -Pk PATH` output."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) < 2:
+        return None
+    cols = lines[-1].split()
+    try:
+        return int(cols[3]) * 1024
+    except (IndexError, ValueError):
+        return None
+
+
+def probe_command(runtime: str, sha256: str, uid: int) -> str:
+    """Run `mur probe --json` with the runtime, cached per runtime digest, boot and uid.
+
+    A runtime start costs seconds on an emulated VM; the kernel facts it reports do not change
+    within one boot, so an unchanged redeploy reads the cached report instead.
+    """
+    q = shlex.quote
+    cache = f"$HOME/.murmur/bin/.probe/{sha256[:16]}-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)-{uid}.json"
+    return (f"f=\"{cache}\"; if [ -s \"$f\" ]; then cat \"$f\"; else "
+            f"out=\"$({q(runtime)} probe --json)\" || {{ rc=$?; printf '%s\\n' \"$out\"; exit $rc; }}; "
+            f"mkdir -p \"$HOME/.murmur/bin/.probe\" && printf '%s\\n' \"$out\" > \"$f.tmp\" && mv \"$f.tmp\" \"$f\"; "
+            f"printf '%s\\n' \"$out\"; fi")
+
+
+def containment_check(report: Report, inp: CapsuleInputs, probe: dict[str, Any]) -> None:
+    """Compare the floor with what the probe achieved (shared by host and Docker preflight)."""
+    from mur.manifest.containment import achieved_class, shortfall_reason
+
+    class _P:
+        achieved = str(probe.get("achieved") or "advisory")
+        mechanism = str(probe.get("mechanism") or "none")
+        tier = str(probe.get("tier") or "")
+
+    workdir_exec = bool(inp.capsule.capabilities.filesystem.workdir_exec)
+    achieved = achieved_class(_P, workdir_exec)
+    reason = shortfall_reason(inp.floor, achieved, workdir_exec)
+    report.containment = {"declared": inp.floor, "source": inp.floor_source, "achieved": achieved,
+                          "met": reason is None, "reason": reason or probe.get("reason"),
+                          "mechanism": probe.get("mechanism")}
+    report.add("containment", reason is None,
+               f"floor {inp.floor} ({inp.floor_source}), achieved {achieved} via {probe.get('mechanism')}"
+               + (f": {reason}" if reason else ""))
+
+
+def choose_init(pref: str, systemd: bool, privileged: bool) -> str:
+    """systemd when it runs and we may use it; else the mur supervisor."""
+    if pref == "systemd":
+        return "systemd"
+    if pref == "supervisor":
+        return "supervisor"
+    return "systemd" if systemd and privileged else "supervisor"
+
+
+def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id: str, init_pref: str = "auto",
+                   progress: Callable[[str], None] | None = None) -> Report:
+    """Probe an SSH or local target; uploads (only) the verified runtime into its cache."""
+    from mur.deploy.apply import apply_steps
+
+    report = Report(target.label, target.kind)
+    q = shlex.quote
+    home, user, uid = target.home, target.user, target.uid
+    system, machine = target.uname()
+    plat = platform_from_uname(system, machine)
+    report.facts.update({"user": user, "uid": uid, "home": home, "platform": plat})
+    report.add("platform", plat == bundle.platform, f"{plat}" + ("" if plat == bundle.platform else
+               f" but the runtime is built for {bundle.platform}"))
+    if plat != bundle.platform:
+        return report
+
+    if uid == 0:
+        sudo = "root"
+    else:
+        sudo = "nopasswd" if target.run("sudo -n true", check=False).rc == 0 else "none"
+    privileged = sudo in ("root", "nopasswd")
+    report.facts["sudo"] = sudo
+    report.add("privileges", True, {"root": "deploying as root", "nopasswd": f"{user} has passwordless sudo",
+                                    "none": f"{user} has no passwordless sudo: no systemd unit, no service cgroup"}[sudo],
+               fatal=False)
+
+    systemd = target.run("test -d /run/systemd/system && command -v systemctl >/dev/null", check=False).rc == 0
+    init = choose_init(init_pref, systemd, privileged)
+    report.facts.update({"systemd": systemd, "init": init})
+    if init == "systemd":
+        report.add("init", systemd and privileged, "systemd unit with Delegate=" if systemd and privileged else
+                   ("systemd is not running on the target" if not systemd else "installing a unit needs root or sudo"))
+    else:
+        report.add("init", True, "mur supervisor (no systemd)" if not systemd else "mur supervisor (by request)")
+
+    lay = Layout(home, dep_id)
+    remote_bundle = lay.bundle(bundle.name)
+    need = MARGIN + sum(a.files[0].size for a in inp.artifacts) + inp.manifest.size + sum(f.size for f in inp.files)
+    have_bundle = target.digests([remote_bundle]).get(remote_bundle) == bundle.sha256
+    # the runtime file, plus its one-time unpacking into ~/.murmur/runtime (~2.5x the file)
+    need_home = need + (0 if have_bundle else bundle.size) + (bundle.size * 3 if bundle.origin != "installed" else 0)
+    df_home = parse_df(target.run(f"df -Pk {q(home)}", check=False).stdout)
+    report.facts.update({"disk_free_bytes": df_home, "disk_needed_bytes": need_home})
+    report.add("disk", df_home is None or df_home >= need_home,
+               f"{_mb(df_home)} free in {home}, {_mb(need_home)} needed")
+    if df_home is not None and df_home < need_home:
+        return report
+
+    if progress and not have_bundle:
+        progress(f"upload runtime {bundle.name} ({_mb(bundle.size)})")
+    apply_steps(target, [Mkdir(lay.bin_dir, 0o755),
+                         Upload(str(bundle.path), remote_bundle, 0o755, bundle.sha256, bundle.size)])
+    res = target.run(probe_command(remote_bundle, bundle.sha256, uid), check=False, timeout=600)
+    try:
+        probe = parse_probe(res.stdout) if res.rc == 0 else {}
+    except MurError:
+        probe = {}
+    got = str(probe.get("mur_version") or "")
+    report.facts["runtime"] = {"path": remote_bundle, "version": got, "pinned": bundle.version, "sha256": bundle.sha256}
+    report.add("runtime", bool(probe) and got == bundle.version,
+               f"{bundle.name} reports mur {got}; pinned {bundle.version}" if probe else
+               f"{bundle.name} does not run on the target (exit {res.rc}): {(res.stderr or res.stdout).strip()[-300:]}")
+    if not probe:
+        return report
+    report.probe = probe
+    report.facts.update({k: probe.get(k) for k in ("landlock_abi", "seccomp", "cgroup_mode", "kernel")})
+    report.add("landlock", True, f"ABI {probe.get('landlock_abi')} (kernel {probe.get('kernel')})", fatal=False)
+    report.add("seccomp", True, "available" if probe.get("seccomp") else
+               "unavailable (is libseccomp2 installed?)", fatal=False)
+    _cgroup_checks(report, inp, probe, init, uid == 0, privileged)
+    containment_check(report, inp, probe)
+    return report
+
+
+def _cgroup_checks(report: Report, inp: CapsuleInputs, probe: dict[str, Any], init: str, root: bool,
+                   privileged: bool) -> None:
+    mode = str(probe.get("cgroup_mode") or "none")
+    if init == "systemd":
+        service = mode != "none"
+        how = "the unit's cgroup, delegated with Delegate=memory pids cpu io"
+    else:
+        service = mode != "none" and (privileged or bool(probe.get("cgroup_delegated")))
+        how = "a subtree owned by the mur supervisor" if service else "none (stop falls back to the process group)"
+    # Shell tools need a cgroup the runtime (running as the deploy user) can manage.
+    if root:
+        sessions = bool(probe.get("cgroup_delegated"))
+    elif mode == "unified":
+        sessions = (init == "systemd" or privileged) or bool(probe.get("cgroup_delegated"))
+    else:
+        sessions = False
+    report.facts.update({"cgroup_mode": mode, "cgroup_service": how, "cgroup_sessions": sessions})
+    report.add("cgroup", service or not inp.needs_subprocess, f"{mode}; service cgroup: {how}", fatal=inp.needs_subprocess)
+    why = "" if sessions else (" (cgroup v1 can only be managed as root)" if mode in ("hybrid", "legacy") and not root
+                               else " (no delegable cgroup)")
+    report.add("shell limits", sessions or not inp.needs_subprocess,
+               ("shell tools get aggregate cgroup limits" if sessions else "shell tools cannot get aggregate limits" + why)
+               + ("" if inp.needs_subprocess else "; the capsule has no shell/spawn grants"),
+               fatal=inp.needs_subprocess)
+
+
+def _mb(n: int | None) -> str:
+    if n is None:
+        return "?"
+    return f"{n / (1 << 20):.0f} MiB"

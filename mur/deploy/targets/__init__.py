@@ -1,0 +1,1 @@
+"""Where a deployment runs: an SSH host, a Docker engine, or this machine."""

@@ -1,0 +1,160 @@
+"""The seam between plans and machines: a Target runs shell commands and moves files atomically.
+
+Every target speaks POSIX sh with coreutils (`sha256sum`, `mv`, `ln`): that is all a debootstrap
+minbase image has, so nothing else is assumed on the far side. Subclasses implement three
+primitives (`_exec`, `_put`, `_get`); everything else is shared here.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from mur.errors import MurError
+
+
+@dataclass(frozen=True)
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+class Target:
+    """A machine reachable by some transport. Subclasses set `kind` and implement the primitives."""
+
+    kind = "base"
+    error_code = "E-DEPLOY-003"
+
+    def __init__(self) -> None:
+        self._home: str | None = None
+        self._uid: int | None = None
+        self._user: str | None = None
+
+    # primitives -----------------------------------------------------------------------------
+
+    def _exec(self, cmd: str, timeout: float | None, stdin: bytes | None) -> Result:
+        raise NotImplementedError
+
+    def _put(self, src: Path | bytes, dst: str) -> None:
+        """Copy to `dst` (a fresh temp path next to the final one)."""
+        raise NotImplementedError
+
+    def _get(self, path: str) -> bytes:
+        raise NotImplementedError
+
+    def stream(self, cmd: str, sink: Callable[[bytes], None]) -> int:
+        """Run `cmd`, feeding its output to `sink` as it comes; returns the exit status."""
+        res = self._exec(cmd, None, None)
+        sink((res.stdout + res.stderr).encode())
+        return res.rc
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def label(self) -> str:
+        return self.kind
+
+    # shared ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> "Target":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _identity(self) -> None:
+        res = self.run('printf "%s\\n%s\\n%s\\n" "$(id -u)" "$(id -un)" "$HOME"', check=True)
+        uid, user, home = (res.stdout.split("\n") + ["", "", ""])[:3]
+        self._uid, self._user, self._home = int(uid or -1), user, home
+        if not home or not home.startswith("/"):
+            raise MurError("E-DEPLOY-007", f"{self.label}: the target user has no usable $HOME ({home!r})",
+                           "give the deploy user a home directory")
+
+    @property
+    def home(self) -> str:
+        if self._home is None:
+            self._identity()
+        return self._home or ""
+
+    @property
+    def uid(self) -> int:
+        if self._uid is None:
+            self._identity()
+        return int(self._uid or 0)
+
+    @property
+    def user(self) -> str:
+        if self._user is None:
+            self._identity()
+        return self._user or ""
+
+    @property
+    def is_root(self) -> bool:
+        return self.uid == 0
+
+    def run(self, cmd: str, *, sudo: bool = False, check: bool = True, timeout: float | None = None,
+            stdin: bytes | None = None, what: str = "") -> Result:
+        """Run `cmd` under sh; `sudo` elevates through `sudo -n` when the user is not root."""
+        if sudo and not self.is_root:
+            cmd = f"sudo -n sh -c {shlex.quote(cmd)}"
+        res = self._exec(cmd, timeout, stdin)
+        if check and res.rc != 0:
+            detail = (res.stderr.strip() or res.stdout.strip())[-1500:]
+            raise MurError(self.error_code, f"{self.label}: {what or 'command'} failed (exit {res.rc}): {detail}\n  command: {cmd[:300]}")
+        return res
+
+    def put_file(self, src: Path | bytes, dst: str, mode: int = 0o644) -> None:
+        """Atomically place a file: copy to a temp name beside `dst`, chmod, rename over."""
+        tmp = f"{dst}.mur-tmp-{secrets.token_hex(4)}"
+        self._put(src, tmp)
+        self.run(f"chmod {mode:o} {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(dst)}",
+                 what=f"install {dst}")
+
+    def get_file(self, path: str) -> bytes:
+        return self._get(path)
+
+    def exists(self, path: str) -> bool:
+        return self.run(f"test -e {shlex.quote(path)}", check=False).rc == 0
+
+    def digests(self, paths: Iterable[str]) -> dict[str, str]:
+        """sha256 of each existing path (missing ones are absent), in one round trip."""
+        paths = list(dict.fromkeys(paths))
+        out: dict[str, str] = {}
+        for i in range(0, len(paths), 200):
+            chunk = paths[i:i + 200]
+            res = self.run("sha256sum -- " + " ".join(shlex.quote(p) for p in chunk) + " 2>/dev/null; true",
+                           check=False)
+            for line in res.stdout.splitlines():
+                digest, _, name = line.partition("  ")
+                if len(digest) == 64:
+                    out[name.lstrip("*")] = digest
+        return out
+
+    def agent_card(self, port: int, wait: float, runtime: str) -> dict:
+        """GET the agent card of a service on the target's loopback, retrying for `wait` seconds.
+
+        Default: ask the target's own runtime (`runtime supervise --agent-card`). SSH and local
+        targets override this with a direct request, which costs no runtime start.
+        """
+        import json
+
+        res = self.run(f"{shlex.quote(runtime)} supervise --agent-card http://127.0.0.1:{port} --wait {int(wait)}",
+                       check=False, timeout=wait + 120)
+        try:
+            return json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"ok": False, "error": (res.stderr or res.stdout).strip()[-500:] or f"exit {res.rc}"}
+
+    def uname(self) -> tuple[str, str]:
+        res = self.run("uname -s; uname -m", what="uname")
+        system, machine = (res.stdout.split() + ["", ""])[:2]
+        return system, machine

@@ -1,0 +1,105 @@
+"""What a release is made of: referenced files, artifacts, env precedence, lifecycle policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mur.deploy.inputs import gather
+from mur.errors import MurError
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+
+
+def write(d: Path, text: str) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "murmur.yaml").write_text(text)
+    return d / "murmur.yaml"
+
+
+PROC = 'inference:\n  transport: process\n  model: m\n'
+
+
+def test_referenced_files_keep_their_relative_paths(tmp_path):
+    d = tmp_path / "cap"
+    m = write(d, 'name: c\nversion: "1"\n' + PROC + "  system_prompt_file: prompts/sys.md\n")
+    (d / "prompts").mkdir()
+    (d / "prompts" / "sys.md").write_text("be brief")
+    (d / "murmur.lock").write_text("lock_version: 1\nartifacts: []\n")
+    inp = gather(m)
+    assert sorted(f.rel for f in inp.files) == ["murmur.lock", "prompts/sys.md"]
+    assert inp.manifest.rel == "murmur.yaml" and len(inp.manifest.sha256) == 64
+
+
+def test_files_outside_the_manifest_dir_are_refused(tmp_path):
+    (tmp_path / "outside.md").write_text("x")
+    m = write(tmp_path / "cap", 'name: c\nversion: "1"\n' + PROC + "  system_prompt_file: ../outside.md\n")
+    with pytest.raises(MurError) as err:
+        gather(m)
+    assert err.value.code == "E-DEPLOY-001" and "outside the manifest directory" in err.value.message
+
+
+def test_missing_prompt_file_and_missing_artifact(tmp_path):
+    m = write(tmp_path / "a", 'name: c\nversion: "1"\n' + PROC + "  system_prompt_file: nope.md\n")
+    with pytest.raises(MurError) as err:
+        gather(m)
+    assert err.value.code == "E-IO-001"
+    m = write(tmp_path / "b", 'name: c\nversion: "1"\n' + PROC + "artifacts:\n  - name: ghost\n    version: 1.0.0\n")
+    with pytest.raises(MurError) as err:
+        gather(m)
+    assert err.value.code == "E-REG-001" and "mur install ghost@1.0.0" in err.value.hint
+
+
+def test_local_source_artifacts_and_the_capsule_component_are_uploaded(tmp_path):
+    d = tmp_path / "cap"
+    m = write(d, 'name: c\nversion: "1"\nartifacts:\n  - name: greet\n    runtime: tool\n    source: ./greet\n    local_source: true\n')
+    (d / "greet").mkdir()
+    (d / "greet" / "murmur.yaml").write_text("name: greet\nversion: 0.1.0\n")
+    (d / "greet" / "greet.wasm").write_bytes(b"\0asm")
+    (d / "capsule.wasm").write_bytes(b"\0asm")
+    rels = sorted(f.rel for f in gather(m).files)
+    assert rels == ["capsule.wasm", "greet/greet.wasm", "greet/murmur.yaml"]
+
+
+def test_env_precedence(tmp_path):
+    d = tmp_path / "cap"
+    m = write(d, 'name: c\nversion: "1"\n' + PROC)
+    (d / ".env").write_text("FROM=dotenv\n")
+    (tmp_path / "other.env").write_text("FROM=file\n")
+    assert gather(m).env == {"FROM": "dotenv"}
+    assert gather(m, env_file=tmp_path / "other.env").env == {"FROM": "file"}
+    assert gather(m, env_args=["FROM=flag"], env_file=tmp_path / "other.env").env == {"FROM": "flag"}
+    with pytest.raises(MurError) as err:
+        gather(m, env_args=["bad"])
+    assert err.value.code == "E-DEPLOY-001"
+
+
+def test_a_one_task_lifecycle_is_served_as_a_queue(tmp_path):
+    m = write(tmp_path / "a", 'name: c\nversion: "1"\n' + PROC)
+    inp = gather(m)
+    assert inp.run_args == ("--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep")
+    assert inp.restart_policy == "on-failure" and any("queue" in n for n in inp.notes)
+    kept = gather(m, keep_lifecycle=True)
+    assert kept.run_args == () and kept.restart_policy == "always"
+    m = write(tmp_path / "b", 'name: c\nversion: "1"\n' + PROC + "lifecycle:\n  task_acceptance: queue\n  after_task: sleep\n")
+    inp = gather(m)
+    assert inp.long_lived and inp.run_args == () and inp.restart_policy == "on-failure" and not inp.notes
+
+
+def test_workdir_seed(tmp_path):
+    m = write(tmp_path / "cap", 'name: c\nversion: "1"\n' + PROC)
+    seed = tmp_path / "seed"
+    (seed / "bin").mkdir(parents=True)
+    (seed / "bin" / "run.sh").write_text("#!/bin/sh\n")
+    (seed / "bin" / "run.sh").chmod(0o755)
+    (seed / "task.md").write_text("hi")
+    refs = {f.rel: f for f in gather(m, workdir=seed).workdir}
+    assert set(refs) == {"bin/run.sh", "task.md"} and refs["bin/run.sh"].mode == 0o755
+    with pytest.raises(MurError) as err:
+        gather(m, workdir=tmp_path / "none")
+    assert err.value.code == "E-IO-001"

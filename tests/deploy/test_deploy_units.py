@@ -1,0 +1,128 @@
+"""Rendered artifacts users and machines read: the systemd unit, the Docker files, the CLI edge."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mur.deploy.docker_deploy import materialise
+from mur.deploy.plan import Layout, ServiceConfig, Symlink, Upload, WriteFile
+from mur.deploy.systemd import parse_show, ready_command, render_unit
+from mur.deploy.targets.docker import CAPSULE_DOCKERFILE, ENTRYPOINT
+
+ROOT = Path(__file__).resolve().parents[2]
+DEP = "dep_0123456789abcdef0123456789abcdef"
+
+
+def test_unit_delegates_restarts_and_runs_as_the_deploy_user():
+    lay = Layout("/home/deployer", DEP)
+    unit = render_unit(lay, ServiceConfig(port=2345, user="deployer", restart="on-failure",
+                                          run_args=("--lifecycle-task-acceptance", "queue")), capsule="hello")
+    lines = unit.splitlines()
+    assert "Delegate=memory pids cpu io" in lines and "Restart=on-failure" in lines and "User=deployer" in lines
+    assert "Environment=MURMUR_A2A_TIMEOUT_SECS=0" in lines
+    assert f"EnvironmentFile=-/home/deployer/.murmur/deployments/{DEP}/current/env" in lines
+    exec_start = next(x for x in lines if x.startswith("ExecStart="))
+    assert exec_start == (f"ExecStart=/home/deployer/.murmur/deployments/{DEP}/current/mur run --manifest "
+                          f"/home/deployer/.murmur/deployments/{DEP}/current/murmur.yaml --workdir "
+                          f"/home/deployer/.murmur/deployments/{DEP}/current/workdir --json --bind 127.0.0.1 "
+                          "--port 2345 --lifecycle-task-acceptance queue")
+    assert "KillMode=mixed" in lines and "StandardOutput=journal" in lines
+    assert f"Environment=MUR_RUNTIME_DIR=/home/deployer/.murmur/runtime" in lines
+    root_unit = render_unit(Layout("/root", DEP), ServiceConfig(port=1, restart="always"))
+    assert "User=" not in root_unit and "Restart=always" in root_unit
+
+
+def test_systemd_helpers():
+    assert parse_show("ActiveState=active\nNRestarts=2\nbad line\n") == {"ActiveState": "active", "NRestarts": "2"}
+    assert "_SYSTEMD_INVOCATION_ID=abc" in ready_command("abc") and '\'^{"url"\'' in ready_command("abc")
+
+
+def test_the_docker_files_in_images_are_the_ones_deploy_uses():
+    assert (ROOT / "images" / "capsule" / "Dockerfile").read_text() == CAPSULE_DOCKERFILE
+    assert (ROOT / "images" / "capsule" / "mur-entrypoint").read_text() == ENTRYPOINT
+    assert os.access(ROOT / "images" / "capsule" / "mur-entrypoint", os.X_OK)
+    assert os.access(ROOT / "images" / "build-base.sh", os.X_OK)
+    profile = json.loads((ROOT / "images" / "seccomp-landlock.json").read_text())
+    allowed = {n for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ALLOW" for n in rule["names"]}
+    denied = {n for rule in profile["syscalls"] if rule["action"] != "SCMP_ACT_ALLOW" for n in rule["names"]}
+    landlock = {"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}
+    assert landlock <= allowed
+    assert not {"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"} & denied
+    assert {"kexec_load", "init_module", "bpf"} <= denied
+
+
+def test_the_single_file_runtime_unpacks_once_and_execs(tmp_path, monkeypatch):
+    """assemble() wraps a one-dir build; the result runs with nothing but sh, tail and tar."""
+    from mur.deploy.bundle import assemble
+
+    onedir = tmp_path / "onedir"
+    (onedir / "_internal").mkdir(parents=True)
+    (onedir / "_internal" / "data.txt").write_text("payload")
+    (onedir / "mur").write_text('#!/bin/sh\necho "runtime $* $(cat "$(dirname "$0")/_internal/data.txt") $$"\n')
+    (onedir / "mur").chmod(0o755)
+    out = assemble(onedir, tmp_path / "mur-9.9.9-linux-x86_64", "9.9.9", "linux-x86_64")
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    first = subprocess.run([str(out), "--version"], capture_output=True, text=True, env=env)
+    assert first.returncode == 0 and first.stdout.startswith("runtime --version payload"), first.stderr
+    unpacked = list((tmp_path / "home" / ".murmur" / "runtime").iterdir())
+    assert [p.name.startswith("mur-9.9.9-linux-x86_64-") for p in unpacked] == [True]
+    # exec: the runtime is the process itself, not a child of a wrapper
+    proc = subprocess.Popen([str(out), "x"], stdout=subprocess.PIPE, text=True, env=env)
+    line = proc.communicate()[0]
+    assert line.split()[-1] == str(proc.pid)
+    # byte-identical when rebuilt from the same tree (so an unchanged redeploy uploads nothing)
+    again = assemble(onedir, tmp_path / "again", "9.9.9", "linux-x86_64")
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_materialise_writes_a_release_tree(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    steps = [Upload(str(tmp_path / "f"), "/root/.murmur/bin/mur-1", 0o755, "s", 1),
+             WriteFile("/root/.murmur/deployments/d/releases/1/env", b"SECRET=1\n", 0o600),
+             WriteFile("/root/.murmur/deployments/d/releases/1/service.json", b"{}", 0o644),
+             Symlink("/root/.murmur/bin/mur-1", "/root/.murmur/deployments/d/releases/1/mur")]
+    ctx = tmp_path / "ctx"
+    materialise(steps, ctx, skip={"/root/.murmur/deployments/d/releases/1/env"})
+    rel = ctx / "root/.murmur/deployments/d/releases/1"
+    assert not (rel / "env").exists()  # secrets never enter an image layer
+    assert (rel / "service.json").read_bytes() == b"{}"
+    assert os.readlink(rel / "mur") == "/root/.murmur/bin/mur-1"
+    assert os.stat(ctx / "root/.murmur/bin/mur-1").st_mode & 0o777 == 0o755
+
+
+def mur(*args: str, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mur", *args], capture_output=True, text=True,
+                          env={**os.environ, "HOME": str(home)}, timeout=120)
+
+
+def test_cli_errors_are_rendered_with_codes(tmp_path):
+    r = mur("deploy", "status", "dep_nope", home=tmp_path)
+    assert r.returncode == 1 and r.stderr.startswith("error[E-DEPLOY-008]: no deployment found with id 'dep_nope'")
+    r = mur("deploy", "--host", "", "-m", str(tmp_path / "x.yaml"), home=tmp_path)
+    assert r.returncode == 1 and "error[E-DEPLOY-001]: no host specified" in r.stderr
+    r = mur("deploy", "-m", str(tmp_path / "missing.yaml"), home=tmp_path)
+    assert r.returncode == 1 and "error[E-IO-001]" in r.stderr
+    r = mur("deploy", "--init", "upstart", home=tmp_path)
+    assert r.returncode == 2
+    r = mur("deploy", "ls", "--json", home=tmp_path)
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+    r = mur("deploy", "rollback", "x", home=tmp_path)
+    assert "E-DEPLOY-008" in r.stderr
+
+
+def test_rollback_without_history_is_deploy_011(tmp_path):
+    state = tmp_path / ".murmur" / "deployments.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps([{"deployment_id": DEP, "provider": "local", "previous": None}]))
+    r = mur("deploy", "rollback", DEP[:10], home=tmp_path)
+    assert r.returncode == 1 and r.stderr.startswith("error[E-DEPLOY-011]")
+
+
+def test_probe_command(tmp_path):
+    r = mur("probe", "--json", home=tmp_path)
+    report = json.loads(r.stdout)
+    assert r.returncode == 0 and {"landlock_abi", "achieved", "cgroup_mode", "mur_version"} <= set(report)
