@@ -10,9 +10,8 @@ Serialized code is CPU-feature sensitive: code compiled for this machine's CPU (
 would be rejected by a target without those features. So components are cross-compiled for a
 portable baseline (x86-64-v2: SSE4.2 + POPCNT, which every x86-64 server of the last decade and
 qemu's `-cpu max` have) by setting the engine's target explicitly; such code loads into a native
-engine anywhere. The engine settings must match the runtime's own (component model, epoch
-interruption); when the runtime's settings change, precompilation is skipped (the target then
-compiles, slower but never wrong).
+engine anywhere. The engine settings are the runtime's own (mur.wasm.engine.engine_config); the cache file name
+carries the engine fingerprint, so a runtime with other settings simply compiles instead.
 """
 
 from __future__ import annotations
@@ -43,12 +42,10 @@ class Precompiled:
 
 
 def _engine_config(plat: str) -> Any:
-    from wasmtime import Config
+    from mur.wasm.engine import engine_config
 
     triple, flags = TARGETS[plat]
-    cfg = Config()
-    cfg.wasm_component_model = True
-    cfg.epoch_interruption = True
+    cfg = engine_config()  # the runtime's own settings, so the cached code loads into its engine
     cfg.target = triple
     for flag in flags:
         cfg.cranelift_flag_enable(flag)

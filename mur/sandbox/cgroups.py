@@ -461,53 +461,73 @@ def request_systemd_scope(user: bool, run: Callable[..., object] = subprocess.ru
 def create_v2(name: str, limits: CgroupLimits, *, mounts_text: str, self_cgroup_text: Callable[[], str],
               is_root: bool, systemd: bool, workdir_dev: str | None, fs: CgroupFS | None = None,
               scope_request: Callable[[bool], bool] = request_systemd_scope) -> SessionCgroup:
-    """A v2 session cgroup: root-level ``mur/<name>`` as root, else under a delegated base."""
+    """A v2 session cgroup: under this process's own delegated cgroup when it has one (a systemd unit with
+    Delegate=, mur's supervisor subtree), so stopping the service also reaches a session whose `mur run`
+    died; else, as root, root-level ``mur/<name>``."""
     fs = fs or CgroupFS()
     mount = v2_mountpoint(mounts_text)
     if mount is None:
         raise CgroupUnavailable("no cgroup2 filesystem is mounted")
-    reasons = []
-    if is_root:
-        try:
-            root_ctrls = _controllers(fs, mount)
-            missing = [c for c in REQUIRED_V2 if c not in root_ctrls]
-            if missing:
-                raise OSError(errno.ENOTSUP, f"controller(s) {', '.join(missing)} not available at {mount}")
-            wanted = list(REQUIRED_V2) + (["io"] if "io" in root_ctrls else [])
-            _enable(fs, mount, wanted)
-            parent = os.path.join(mount, PARENT)
-            fs.mkdir(parent)
-            _enable(fs, parent, wanted)
-            return _create_v2_under(fs, parent, name, limits, workdir_dev, [parent])
-        except OSError as exc:
-            reasons.append(f"root-level {mount}/{PARENT}: {exc.strerror or exc}")
-    if systemd:
-        scope_request(not is_root)
+    reasons: list[str] = []
+    if systemd and not is_root:
+        scope_request(True)
         # systemd moves us asynchronously; give it a moment to land in the scope
         until = time.monotonic() + 1.0
         while time.monotonic() < until and not (self_v2_path(self_cgroup_text()) or "").endswith(".scope"):
             time.sleep(0.02)
     rel = self_v2_path(self_cgroup_text())
-    if rel is None:
-        raise CgroupUnavailable("; ".join(reasons + ["this process has no cgroup v2 membership"]))
-    base = os.path.normpath(os.path.join(mount, rel.lstrip("/")))
-    if os.path.basename(base) == "murmur-supervisor":  # already moved there by an earlier session
+    base = os.path.normpath(os.path.join(mount, rel.lstrip("/"))) if rel is not None else None
+    if base is not None and os.path.basename(base) == "murmur-supervisor":  # moved there by an earlier session
         base = os.path.dirname(base)
-    try:
-        ctrls = _controllers(fs, base)
-        missing = [c for c in REQUIRED_V2 if c not in ctrls]
-        if missing:
-            raise OSError(errno.ENOTSUP, f"controller(s) {', '.join(missing)} not delegated to {base}")
-        if _pids_in(fs, base):
-            supervisor = os.path.join(base, "murmur-supervisor")
-            fs.mkdir(supervisor)
-            fs.write(os.path.join(supervisor, "cgroup.procs"), str(os.getpid()))
-        wanted = list(REQUIRED_V2) + (["io"] if "io" in ctrls else [])
-        _enable(fs, base, wanted)
-        return _create_v2_under(fs, base, f"murmur-{name}", limits, workdir_dev, [])
-    except OSError as exc:
-        reasons.append(f"delegated {base}: {exc.strerror or exc}")
-        raise CgroupUnavailable("; ".join(reasons)) from exc
+    if base is not None and base != mount:
+        try:
+            return _create_v2_delegated(fs, base, name, limits, workdir_dev)
+        except OSError as exc:
+            reasons.append(f"delegated {base}: {exc.strerror or exc}")
+    if is_root:
+        try:
+            return _create_v2_root(fs, mount, name, limits, workdir_dev)
+        except OSError as exc:
+            reasons.append(f"root-level {mount}/{PARENT}: {exc.strerror or exc}")
+    if rel is None:
+        reasons.append("this process has no cgroup v2 membership")
+    raise CgroupUnavailable("; ".join(reasons) or "no delegated cgroup v2 subtree")
+
+
+def _create_v2_root(fs: CgroupFS, mount: str, name: str, limits: CgroupLimits,
+                    workdir_dev: str | None) -> SessionCgroup:
+    root_ctrls = _controllers(fs, mount)
+    missing = [c for c in REQUIRED_V2 if c not in root_ctrls]
+    if missing:
+        raise OSError(errno.ENOTSUP, f"controller(s) {', '.join(missing)} not available at {mount}")
+    wanted = list(REQUIRED_V2) + (["io"] if "io" in root_ctrls else [])
+    _enable(fs, mount, wanted)
+    parent = os.path.join(mount, PARENT)
+    fs.mkdir(parent)
+    _enable(fs, parent, wanted)
+    return _create_v2_under(fs, parent, name, limits, workdir_dev, [parent])
+
+
+def _create_v2_delegated(fs: CgroupFS, base: str, name: str, limits: CgroupLimits,
+                         workdir_dev: str | None) -> SessionCgroup:
+    ctrls = _controllers(fs, base)
+    missing = [c for c in REQUIRED_V2 if c not in ctrls]
+    if missing:
+        raise OSError(errno.ENOTSUP, f"controller(s) {', '.join(missing)} not delegated to {base}")
+    pids = _pids_in(fs, base)
+    if pids:
+        # v2's "no internal processes" rule: controllers can be enabled for children only once the base
+        # holds no process itself, so every process there (not just this one) moves to a leaf.
+        supervisor = os.path.join(base, "murmur-supervisor")
+        fs.mkdir(supervisor)
+        for pid in sorted(pids):
+            try:
+                fs.write(os.path.join(supervisor, "cgroup.procs"), str(pid))
+            except ProcessLookupError:
+                continue  # exited meanwhile
+    wanted = list(REQUIRED_V2) + (["io"] if "io" in ctrls else [])
+    _enable(fs, base, wanted)
+    return _create_v2_under(fs, base, f"murmur-{name}", limits, workdir_dev, [])
 
 
 def _read(path: str) -> str:

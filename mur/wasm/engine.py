@@ -67,16 +67,23 @@ def _private_dir(path: Path) -> bool:
     return st.st_uid == os.geteuid() and not (st.st_mode & 0o022)
 
 
+def engine_config() -> Any:
+    """A wasmtime Config with the runtime's settings (ENGINE_SETTINGS); deploy's precompile builds on it."""
+    from wasmtime import Config
+
+    config = Config()
+    config.wasm_component_model = True
+    config.epoch_interruption = True
+    return config
+
+
 class WasmEngine:
     """The process's wasmtime Engine plus its component compile cache and epoch ticker."""
 
     def __init__(self, cache_dir: Path | None = None):
-        from wasmtime import Config, Engine
+        from wasmtime import Engine
 
-        config = Config()
-        config.wasm_component_model = True
-        config.epoch_interruption = True
-        self.engine = Engine(config)
+        self.engine = Engine(engine_config())
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
         self._components: dict[str, Any] = {}

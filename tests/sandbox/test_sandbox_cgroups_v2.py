@@ -217,13 +217,34 @@ def test_no_delegation_is_refused_with_the_reason(tmp_path):
     assert not os.path.exists(os.path.join(root, "user.slice", "murmur-ses_6"))
 
 
-def test_root_falls_back_to_delegation_when_the_top_level_is_unusable(tmp_path):
+def test_root_at_a_namespace_root_without_cpu_is_refused_with_the_reason(tmp_path):
     root = str(tmp_path / "cgroup")
     fs = FakeCgroupFS(root, controllers="memory pids")  # e.g. a container's namespace root without cpu
     with pytest.raises(cg.CgroupUnavailable) as info:
         cg.create_v2("ses_7", LIMITS, mounts_text=mounts(root), self_cgroup_text=lambda: "0::/\n",
                      is_root=True, systemd=False, workdir_dev=None, fs=fs)
-    assert "root-level" in str(info.value) and "delegated" in str(info.value)
+    assert "root-level" in str(info.value) and "cpu not available" in str(info.value)
+
+
+def test_root_in_a_delegated_unit_nests_there_and_moves_every_process_out_of_the_base(tmp_path):
+    """A systemd unit with Delegate= (or mur's supervisor subtree): the session cgroup goes under it, so
+    stopping the unit also reaches a session whose `mur run` was killed; v2's no-internal-process rule
+    needs every process of the base (not just this one) moved to a leaf first."""
+    root = str(tmp_path / "cgroup")
+    fs = FakeCgroupFS(root, root_enabled="cpu io memory pids")
+    unit = os.path.join(root, "system.slice", "mur-dep.service")
+    fs.mkdir(os.path.join(root, "system.slice"))
+    fs.write(os.path.join(root, "system.slice", "cgroup.subtree_control"), "+cpu +io +memory +pids")
+    fs.mkdir(unit)
+    fs.add_proc(unit, MY_PID)
+    fs.add_proc(unit, MY_PID + 1)  # e.g. a helper process of the same service
+    group = cg.create_v2("ses_9", LIMITS, mounts_text=mounts(root), self_cgroup_text=lambda: "0::/system.slice/mur-dep.service\n",
+                         is_root=True, systemd=True, workdir_dev=None, fs=fs)
+    assert group.dirs == {"unified": os.path.join(unit, "murmur-ses_9")}
+    assert sorted(fs.procs(os.path.join(unit, "murmur-supervisor"))) == [MY_PID, MY_PID + 1]
+    assert fs.procs(unit) == []
+    assert not os.path.exists(os.path.join(root, "mur"))
+    group.remove()
 
 
 def test_evidence_reads_v2_counters(tmp_path):
