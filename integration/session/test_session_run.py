@@ -101,3 +101,26 @@ def test_verbose_prints_the_session_details(hello, home):
     out = proc.stdout
     assert "workdir: " in out and "manifest: hello v0.1.0" in out and "driver: <none>" in out
     assert "skills: 0 installed" in out
+
+
+def test_single_mode_serves_one_a2a_task_and_its_sender_reads_the_result(hello, home):
+    """`mur run` with no task waits for one A2A task (single mode), runs it, lingers so the sender can
+    read the result, then exits 0."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HOME": str(home), "MURMUR_A2A_TIMEOUT_SECS": "60",
+           "MUR_CACHE_DIR": str(__import__("pathlib").Path.home() / ".murmur" / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "mur", "run", "--json"], cwd=hello, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = json.loads(proc.stdout.readline())["url"]
+        sent = run_mur("send", url, "Ida", cwd=hello, home=home)
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.strip() == "Hello, Ida!"
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

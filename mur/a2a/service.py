@@ -54,6 +54,7 @@ from mur.errors import MurError
 
 DEFAULT_IDLE_TIMEOUT = 30.0
 DEFAULT_TERM_GRACE = 5.0
+DEFAULT_LINGER = 2.0
 TERMINATED_MESSAGE = "terminated: the capsule received SIGTERM"
 
 
@@ -251,6 +252,22 @@ class CapsuleService:
         self._server.start()
         return self.url
 
+    def linger(self, seconds: float | None = None) -> None:
+        """After the lifecycle ended, keep answering `tasks/get` briefly so an A2A sender can still read
+        the result of the task that ended the session (single mode exits right after its one task).
+
+        MURMUR_A2A_LINGER_SECS (default 2; 0 = no linger). Skipped on SIGTERM and when no task came over A2A.
+        """
+        if seconds is None:
+            raw = os.environ.get("MURMUR_A2A_LINGER_SECS", "").strip()
+            try:
+                seconds = float(raw) if raw else DEFAULT_LINGER
+            except ValueError:
+                seconds = DEFAULT_LINGER
+        if seconds <= 0 or self._terminating.is_set() or not self.registry.served_a2a():
+            return
+        self._terminating.wait(seconds)
+
     def stop(self) -> None:
         """End open streams and stop the server (tasks still waiting are rejected first)."""
         self._reject_waiting()
@@ -271,6 +288,7 @@ class CapsuleService:
             return self._lifecycle(initial_task)
         finally:
             self._reject_waiting()
+            self.linger()  # with the SIGTERM handler still installed, so a SIGTERM ends it at once
             if on_main:
                 signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
             self._flush()

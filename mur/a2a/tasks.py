@@ -240,6 +240,11 @@ class TaskRegistry:
                 out[task.state] = out.get(task.state, 0) + 1
             return out
 
+    def served_a2a(self) -> bool:
+        """Did any task arrive over A2A (as opposed to task.md)?"""
+        with self._cond:
+            return any(t.source == "a2a" for t in self._tasks.values())
+
     def _remember(self, task: Task) -> None:
         self._tasks[task.id] = task
         excess = len(self._tasks) - HISTORY_LIMIT
