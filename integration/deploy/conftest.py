@@ -8,7 +8,6 @@ clean HOME, as a user would on a fresh machine.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess

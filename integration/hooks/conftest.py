@@ -21,7 +21,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from hook_support import hook_entry  # noqa: F401 - used by fixtures below
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]

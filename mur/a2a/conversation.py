@@ -13,29 +13,15 @@ a reader or a crash never sees half a file.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from mur.errors import MurError
+from mur.fsutil import atomic_write_text
 
 
 def atomic_write(path: Path, data: str) -> None:
     """Write ``data`` (UTF-8) to ``path`` atomically and durably, creating parent directories."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write_text(path, data)
 
 
 def result_text(state: str, text: str) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mur.errors import MurError
+from mur.fsutil import atomic_write_bytes
 
 STATE_FILENAME = "deployments.json"
 
@@ -66,27 +67,11 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write `data` to `path` via a temp file in the same directory, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    """mur.fsutil.atomic_write_bytes (private until renamed), its OSError as E-IO-003."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, data, mode)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise MurError("E-IO-003", f"cannot write {path}: {exc.strerror or exc}") from exc
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 class DeploymentStore:

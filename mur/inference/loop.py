@@ -18,13 +18,12 @@ and, with ``dump_summaries``, ``out/compaction-summaries.jsonl``.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from mur.errors import MurError
+from mur.fsutil import atomic_write_text
 from mur.inference.compaction import (
     CompactionRequest,
     Compactor,
@@ -83,18 +82,7 @@ class LoopOutcome:
 
 def write_result(workdir: Path, text: str) -> None:
     """Atomically write out/result.txt in `workdir`."""
-    out = Path(workdir) / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".result.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out / "result.txt")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(Path(workdir) / "out" / "result.txt", text)
 
 
 class _Run:

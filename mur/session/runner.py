@@ -78,7 +78,7 @@ def run_session(opts: RunOptions) -> None:
     from mur.session import murmur_md
     from mur.session.prechecks import prepare
     from mur.session.staging import stage
-    from mur.session.tools import GuestSettings, SessionTools
+    from mur.session.tools import SessionTools
     from mur.session.trace import TraceWriter
     from mur.session.workdir import create_workdir, plan_workdir, write_task_input
 

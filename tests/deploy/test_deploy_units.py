@@ -31,7 +31,7 @@ def test_unit_delegates_restarts_and_runs_as_the_deploy_user():
                           f"/home/deployer/.murmur/deployments/{DEP}/current/workdir --json --bind 127.0.0.1 "
                           "--port 2345 --lifecycle-task-acceptance queue")
     assert "KillMode=mixed" in lines and "StandardOutput=journal" in lines
-    assert f"Environment=MUR_RUNTIME_DIR=/home/deployer/.murmur/runtime" in lines
+    assert "Environment=MUR_RUNTIME_DIR=/home/deployer/.murmur/runtime" in lines
     root_unit = render_unit(Layout("/root", DEP), ServiceConfig(port=1, restart="always"))
     assert "User=" not in root_unit and "Restart=always" in root_unit
 
