@@ -177,9 +177,13 @@ def test_connect_to_a_tcp_port_not_allowed(sandbox, tcp_listeners, record_escape
 def test_fork_bomb(sandbox, record_escape):
     sb = sandbox(capabilities(resources={"cgroup_pids_max": 48}))
     began = time.monotonic()
-    r = sb.run("bash", command="bomb() { bomb | bomb & }; bomb; wait", timeout=3)
+    # A builtin-only 2 s loop keeps the call alive while the bomb multiplies (a bare `wait` could return
+    # before any fork failed, which made this test timing-dependent; only bash may exec, so no `sleep`).
+    # The call's whole process group dies at its end.
+    r = sb.run("bash", command="bomb() { bomb | bomb & }; bomb; SECONDS=0; while (( SECONDS < 2 )); do :; done",
+               timeout=8)
     assert r.resource_limit == "cgroup_pids_max" and "fork: retry: Resource temporarily unavailable" in r.stderr
-    assert time.monotonic() - began < 15
+    assert time.monotonic() - began < 20
     until = time.monotonic() + 5  # SIGKILLed at the end of the call; give 48 exits a moment
     while sb.cgroup.pids() and time.monotonic() < until:
         time.sleep(0.05)
