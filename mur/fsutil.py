@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 
 def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path:
@@ -46,3 +49,17 @@ def fsync_dir(path: Path | str) -> None:
 def atomic_write_text(path: Path | str, text: str, mode: int = 0o644) -> Path:
     """atomic_write_bytes for UTF-8 text."""
     return atomic_write_bytes(path, text.encode("utf-8"), mode)
+
+
+@contextlib.contextmanager
+def locked(lock_path: Path | str) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_path` (created 0600) for the block: serialises mur processes."""
+    lock_path = Path(lock_path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -17,7 +17,6 @@ an unchanged redeploy therefore uploads a byte-identical file, i.e. nothing.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import ipaddress
 import os
@@ -34,6 +33,7 @@ from urllib.parse import urlparse
 from mur import __version__
 from mur.deploy.state import atomic_write, murmur_home
 from mur.errors import MurError
+from mur.fsutil import locked
 
 # Packages the target never needs: they only serve `mur deploy` itself or tests. Leaving them out
 # keeps the bundle small (paramiko+cryptography alone are ~10 MB) and its start fast.
@@ -151,16 +151,6 @@ def build_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mur" / "bundles"
 
 
-@contextlib.contextmanager
-def _flock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def pyinstaller_command(entry: Path, name: str, dist: Path, work: Path) -> list[str]:
@@ -330,12 +320,12 @@ def ensure_local_bundle(progress: Progress = _quiet) -> Bundle:
     name = bundle_filename(__version__, plat)
     digest = source_digest()
     target = bin_dir() / name
-    with _flock(bin_dir() / f".{name}.lock"):
+    with locked(bin_dir() / f".{name}.lock"):
         if _sidecar(target, ".source") == digest and _verified(target):
             return _bundle(target, __version__, plat, "cache")
         cache = build_cache_dir() / digest[:20]
         cached = cache / name
-        with _flock(build_cache_dir() / ".build.lock"):
+        with locked(build_cache_dir() / ".build.lock"):
             if not (cached.is_file() and _sidecar(cached, ".sha256") == sha256_file(cached)):
                 build_bundle(cache, progress)
                 _write_sidecar(cached, ".sha256", sha256_file(cached))
@@ -503,7 +493,7 @@ def fetch_release(version: str, plat: str, source: str, progress: Progress = _qu
     if not want:
         raise MurError("E-DEPLOY-006", f"checksums.txt in {source} has no entry for {name}", _FETCH_HINT)
     target = bin_dir() / name
-    with _flock(bin_dir() / f".{name}.lock"):
+    with locked(bin_dir() / f".{name}.lock"):
         if target.is_file() and sha256_file(target) == want:
             _write_sidecar(target, ".sha256", want)
             return _bundle(target, version, plat, "cache")

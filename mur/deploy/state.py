@@ -10,7 +10,6 @@ command). Several mur processes may deploy at once, so every read-modify-write h
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mur.errors import MurError
-from mur.fsutil import atomic_write_bytes
+from mur.fsutil import atomic_write_bytes, locked
 
 STATE_FILENAME = "deployments.json"
 
@@ -80,17 +79,8 @@ class DeploymentStore:
     def __init__(self, path: Path | None = None):
         self.path = path or state_path()
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.path.with_name(self.path.name + ".lock"))
 
     def load(self) -> list[dict[str, Any]]:
         """All records (an empty list when the file does not exist)."""
