@@ -134,11 +134,11 @@ def test_exhausted_script_answers_500(model_server):
 
 
 def test_slow_reply_is_recorded_on_arrival_and_times_a_client_out(model_server):
-    server = model_server([{"text": "late", "delay": 1.5}])
+    server = model_server([{"text": "late", "delay": 6.0}])
     started = time.monotonic()
     with pytest.raises(httpx.ReadTimeout):
         post(server, timeout=0.3)
-    assert time.monotonic() - started < 1.2
+    assert time.monotonic() - started < 4.0  # the client gave up long before the 6 s reply (generous for loaded CI)
     assert [r.reply_kind for r in server.requests] == ["text"]
 
 
