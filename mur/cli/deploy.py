@@ -208,6 +208,19 @@ def register(app: typer.Typer) -> None:
 
     app.add_typer(group, name="deploy")
 
+    # Upstream v0.2.0's spellings, kept so its scripts work: `mur ps` and `mur destroy ID`.
+    @app.command("ps")
+    def ps(json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
+        """List deployments (same as `mur deploy ls`)."""
+        ls(json_out)
+
+    @app.command("destroy")
+    def destroy_alias(dep: str = typer.Argument(..., metavar="ID"),
+                      force: bool = typer.Option(False, "--force", help="Forget it even if the remote cleanup fails."),
+                      json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
+        """Stop, remove the remote files, then forget a deployment (same as `mur deploy destroy`)."""
+        destroy(dep, force, json_out)
+
     @app.command("supervise", hidden=True)
     def supervise(
         spec: Optional[str] = typer.Option(None, "--spec"),

@@ -114,6 +114,19 @@ def test_cli_errors_are_rendered_with_codes(tmp_path):
     assert "E-DEPLOY-008" in r.stderr
 
 
+def test_upstream_aliases_ps_and_destroy(tmp_path):
+    r = mur("ps", home=tmp_path)
+    assert r.returncode == 0 and r.stdout == "no deployments\n"
+    state = tmp_path / ".murmur" / "deployments.json"
+    state.parent.mkdir(exist_ok=True)
+    state.write_text(json.dumps([{"deployment_id": DEP, "provider": "local", "name": "hello", "status": "stopped",
+                                  "url": "http://127.0.0.1:1"}]))
+    r = mur("ps", home=tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines()[0].startswith("DEPLOYMENT_ID") and DEP in r.stdout
+    r = mur("destroy", "dep_nope", home=tmp_path)
+    assert r.returncode == 1 and r.stderr.startswith("error[E-DEPLOY-008]: no deployment found with id 'dep_nope'")
+
+
 def test_rollback_without_history_is_deploy_011(tmp_path):
     state = tmp_path / ".murmur" / "deployments.json"
     state.parent.mkdir()
