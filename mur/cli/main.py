@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "mur.cli.probe",
     "mur.cli.trace",
     "mur.cli.eval",
+    "mur.cli.config",
 )
 
 
