@@ -16,10 +16,12 @@ so a failed build never leaves a half artifact. The zip is deterministic: entrie
 order (manifest first), timestamps fixed at 1980-01-01 00:00, mode 0644, Deflate at the default
 level — the same inputs give the same bytes whatever their mtimes or modes.
 
-Two deliberate departures from upstream, both stricter or tidier and both documented in
-docs/artifacts.md: a `requires_files` path that walks through a symlinked *directory* is refused
-like a symlinked file (upstream checks only the last component), and archive names drop `./`
-segments (upstream would pack `./tool.wasm` verbatim and then fail to find a root wasm).
+Deliberate departures from upstream, all stricter or tidier and documented in docs/artifacts.md:
+a `requires_files` path that walks through a symlinked *directory* is refused like a symlinked file
+(upstream checks only the last component); `\\` counts as a separator for the absolute and `..`
+checks, as it does for the archive name (upstream would pack `..\\x` as the zip-slip entry `../x`);
+a FIFO entry fails instead of blocking; and archive names drop `./` segments (upstream would pack
+`./tool.wasm` verbatim and then fail to find a root wasm).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 from mur.artifacts.package import PayloadShapeError, select_root_wasm
 from mur.errors import MurError, warn
 from mur.fsutil import fsync_dir
+from mur.manifest.yamlio import one_line
 
 MANIFEST_FILENAME = "murmur.yaml"
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -116,20 +119,24 @@ def archive_entry_name(declared: str) -> str:
 
 
 def _check_declared_entry(source: str, declared: str) -> None:
+    shown_entry = one_line(declared)
+
     def unsafe(reason: str) -> MurError:
         return MurError(
             "E-BLD-002",
-            f"requires_files entry '{declared}' has an unsafe path: {reason}",
+            f"requires_files entry '{shown_entry}' has an unsafe path: {reason}",
             "declare files by a relative path inside the source directory",
         )
 
-    if declared.startswith("/") or os.path.isabs(declared):
+    # Judged on the archive spelling too (`\` is a separator there, see archive_entry_name), so
+    # `..\x` cannot pack as the zip-slip entry `../x` that every reader refuses.
+    if declared.startswith(("/", "\\")) or os.path.isabs(declared):
         raise unsafe("is an absolute path")
-    if any(part == ".." for part in declared.split("/")):
+    if any(part == ".." for part in declared.replace("\\", "/").split("/")):
         raise unsafe("contains a '..' component")
     path = os.path.join(source, declared)
     if not os.path.exists(path):
-        raise MurError("E-IO-003", f"missing required file '{declared}' in {source}")
+        raise MurError("E-IO-003", f"missing required file '{shown_entry}' in {source}")
     parts = [p for p in declared.split("/") if p not in ("", ".")]
     for depth in range(1, len(parts) + 1):
         link = os.path.join(source, *parts[:depth])
@@ -141,7 +148,8 @@ def _check_declared_entry(source: str, declared: str) -> None:
             shown = path if depth == len(parts) else link
             raise MurError(
                 "E-BLD-002",
-                f"requires_files entry '{declared}' is a symlink ({shown}); declare the file it points to instead",
+                f"requires_files entry '{shown_entry}' is a symlink ({one_line(shown)}); declare the file it "
+                "points to instead",
                 "copy the target into the source directory, or declare its real path",
             )
 
@@ -184,8 +192,8 @@ def plan_build(source: str, manifest: Any, output_path: str) -> BuildPlan:
         else:
             raise MurError(
                 "E-BLD-002",
-                f"requires_files entries '{first}' and '{entry.declared}' both pack as the archive "
-                f"entry '{entry.archive_name}'",
+                f"requires_files entries '{one_line(first)}' and '{one_line(entry.declared)}' both pack as "
+                f"the archive entry '{one_line(entry.archive_name)}'",
                 "give each packaged file a distinct path inside the artifact",
             )
     return BuildPlan(manifest=manifest, entries=tuple(entries), shadowed=tuple(shadowed))
@@ -220,6 +228,8 @@ def write_artifact(plan: BuildPlan, output_path: str) -> None:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(output_path)}.", suffix=".tmp")
     except OSError as exc:
         raise _io_error("failed to create output file", output_path, exc) from exc
+    except ValueError as exc:  # a NUL byte in the version, hence in the default file name
+        raise MurError("E-IO-003", f"failed to create output file at {one_line(output_path)}: {exc}") from exc
     try:
         with os.fdopen(fd, "wb") as out:
             with zipfile.ZipFile(out, "w") as zf:
@@ -242,16 +252,25 @@ def write_artifact(plan: BuildPlan, output_path: str) -> None:
 
 
 def _pack_file(zf: zipfile.ZipFile, entry: PackedEntry) -> None:
+    # O_NONBLOCK: opening a FIFO named in requires_files must fail below, not hang the build.
+    # The manifest may be a symlink (it was already read through it, as upstream does); a
+    # requires_files entry may not (refused by the plan, and here again at open time).
+    flags = os.O_RDONLY | os.O_NONBLOCK
+    if entry.declared != MANIFEST_FILENAME:
+        flags |= os.O_NOFOLLOW
     try:
-        fd = os.open(entry.source_path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(entry.source_path, flags)
         src = os.fdopen(fd, "rb")
     except OSError as exc:
         raise _io_error("failed to package file", entry.source_path, exc) from exc
     with src:
         try:
-            size = os.fstat(src.fileno()).st_size
-            if stat.S_ISDIR(os.fstat(src.fileno()).st_mode):
+            st = os.fstat(src.fileno())
+            size = st.st_size
+            if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(21, "Is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError("not a regular file")
             with zf.open(_zip_info(entry.archive_name, size), "w") as dst:
                 shutil.copyfileobj(src, dst, 1024 * 1024)
         except OSError as exc:
@@ -271,6 +290,11 @@ def build_artifact(source: str = ".", output: str | None = None) -> str:
     for field_path in lints.scan_secrets(root):
         warn("W-SEC-004", lints.secret_warning_message(filename, field_path))
 
+    if output is None or os.path.isdir(output):
+        # The version becomes part of the default file name: `../x` must not write elsewhere.
+        from mur.artifacts.store import validate_version_segment
+
+        validate_version_segment(manifest.version)
     output_path = resolve_output_path(source, output, f"{manifest.name}-{manifest.version}.mur.zip")
     plan = plan_build(source, manifest, output_path)
     for code, message, hint in lints.build_lints(plan):

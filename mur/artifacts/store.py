@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mur.errors import MurError
+from mur.manifest.yamlio import one_line
 from mur.fsutil import fsync_dir
 
 STORE_SUBDIR = (".murmur", "artifacts")
@@ -97,7 +98,7 @@ def validate_version_segment(version: str) -> None:
     if bad:
         raise MurError(
             "E-IO-003",
-            f"invalid artifact version '{version}': a version must be one path segment "
+            f"invalid artifact version '{one_line(version)}': a version must be one path segment "
             "(no '/', '\\', surrounding spaces, or leading '.')",
         )
 

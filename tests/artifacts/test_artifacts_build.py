@@ -126,3 +126,16 @@ def test_warnings_go_through_the_warning_sink(tmp_path):
         build_artifact(str(src))
     assert [code for code, _ in items] == ["W-SEC-004"]
     assert items[0][1].startswith("murmur.yaml: field 'token' appears to contain a literal secret value\n")
+
+
+def test_fifo_entry_fails_instead_of_hanging(tmp_path):
+    src = tmp_path / "a"
+    src.mkdir()
+    (src / "murmur.yaml").write_text('name: s\nversion: "1"\nexecution: static\nrequires_files:\n  - pipe\n')
+    os.mkfifo(src / "pipe")  # no writer: a blocking open would wait forever
+    with pytest.raises(MurError) as err:
+        build_artifact(str(src))
+    assert err.value.render() == (
+        f"error[E-IO-003]: failed to package file at {os.path.realpath(src)}/pipe: not a regular file"
+    )
+    assert not list(src.glob("*.mur.zip")) and not list(src.glob(".*.tmp"))
