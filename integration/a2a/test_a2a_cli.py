@@ -145,3 +145,17 @@ def test_watch_follows_until_the_capsule_closes(make_service):
     assert "[completed]\n" in lines and "  echo: one\n" in lines
     assert "[failed]  could not do it\n" in lines
     assert "[murmur] capsule closed" in proc.stderr.read()
+
+
+def test_cancel_a_queued_task(make_service):
+    gate = Gate()
+    h = make_service(gate, **QUEUE)
+    running = h.send("occupy")
+    assert gate.started.wait(5)
+    queued = h.send("later")["id"]
+    done = mur("cancel", h.url, queued)
+    assert (done.returncode, done.stdout) == (0, f"{queued} canceled\n")
+    busy = mur("cancel", h.url, running["id"])
+    gate.release.set()
+    assert busy.returncode == 1 and busy.stderr.startswith("error[E-A2A-001]")
+    assert "-32002 Task cannot be canceled: it is running" in busy.stderr

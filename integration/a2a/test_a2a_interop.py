@@ -18,7 +18,15 @@ from mur.a2a.service import TaskOutcome
 a2a_client = pytest.importorskip("a2a.client")
 from a2a.client import ClientConfig, create_client  # noqa: E402
 from a2a.helpers.proto_helpers import get_artifact_text, get_message_text, new_text_message  # noqa: E402
-from a2a.types import GetTaskRequest, Role, SendMessageRequest, TaskNotFoundError, TaskState  # noqa: E402
+from a2a.types import (  # noqa: E402
+    CancelTaskRequest,
+    GetTaskRequest,
+    Role,
+    SendMessageRequest,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    TaskState,
+)
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}
 
@@ -129,3 +137,32 @@ def test_a2a_sdk_replies_to_request_input(make_service):
             await client.close()
 
     asyncio.run(go())
+
+
+def test_a2a_sdk_cancels_a_queued_task(make_service):
+    gate = Gate()
+    h = make_service(gate, **QUEUE)
+
+    async def go():
+        client = await create_client(h.base, client_config=ClientConfig(streaming=False))
+        try:
+            async def send(text):
+                msg = new_text_message(text, role=Role.ROLE_USER)
+                return [ev async for ev in client.send_message(SendMessageRequest(message=msg))][0].task
+
+            running = await send("running")
+            assert await asyncio.to_thread(gate.started.wait, 5)
+            queued = await send("queued")
+            canceled = await client.cancel_task(CancelTaskRequest(id=queued.id))
+            assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+            with pytest.raises(TaskNotCancelableError):
+                await client.cancel_task(CancelTaskRequest(id=running.id))
+            gate.release.set()
+            done = await _poll(client, running.id, {TaskState.TASK_STATE_COMPLETED})
+            assert done.status.state == TaskState.TASK_STATE_COMPLETED
+        finally:
+            gate.release.set()
+            await client.close()
+
+    asyncio.run(go())
+    assert len(gate.ran) == 1

@@ -118,6 +118,10 @@ class A2AClient:
         """``tasks/get``."""
         return self._task("tasks/get", {"id": task_id})
 
+    def cancel_task(self, task_id: str) -> dict:
+        """``tasks/cancel``: a queued task or one waiting for input ends ``canceled``."""
+        return self._task("tasks/cancel", {"id": task_id})
+
     def _task(self, method: str, params: dict) -> dict:
         result = self.call(method, params)
         if not isinstance(result, dict) or not isinstance(result.get("status"), dict) or "id" not in result:

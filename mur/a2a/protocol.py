@@ -22,10 +22,11 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002  # A2A's TaskNotCancelableError
 
 MAX_BODY = 1024 * 1024  # bytes; larger bodies get HTTP 413 with a JSON-RPC error
 
-METHODS = ("message/send", "message/stream", "stream/watch", "tasks/get")
+METHODS = ("message/send", "message/stream", "stream/watch", "tasks/get", "tasks/cancel")
 TASK_STARTING = ("message/send", "message/stream")
 
 PROTOCOL_VERSION = "0.3.0"

@@ -2,7 +2,7 @@
 
 * ``status`` (not final): ``[working]  inference turn 2``
 * ``status`` (final): ``[completed]`` then the response wrapped and indented by two spaces;
-  ``[failed]  <message>`` / ``[rejected]  <message>``
+  ``[failed]  <message>`` / ``[rejected]  <message>`` / ``[canceled]  <message>``
 * ``artifact``: ``[artifact] tool: <name> | <first line>`` then further lines indented
 * ``text``: the chunk as is (no newline); ``thinking`` is not shown
 * ``gap`` / ``lagged`` / ``capsule-closed``: notes on stderr

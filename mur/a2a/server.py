@@ -97,6 +97,8 @@ class Door:
                 return JSONResponse(rpc.ok(req.id, self._message_send(req, request)))
             if method_name == "tasks/get":
                 return JSONResponse(rpc.ok(req.id, self._tasks_get(req)))
+            if method_name == "tasks/cancel":
+                return JSONResponse(rpc.ok(req.id, self._tasks_cancel(req)))
             if method_name == "message/stream":
                 return self._message_stream(req, request)
             return self._stream_watch(request)
@@ -149,6 +151,22 @@ class Door:
         task = self.registry.get(task_id)
         if task is None:
             raise rpc.RpcError(rpc.TASK_NOT_FOUND, "Task not found", req.id)
+        return rpc.task_result(task)
+
+    def _tasks_cancel(self, req: rpc.RpcRequest) -> dict:
+        task_id = req.params.get("id")
+        if not isinstance(task_id, str):
+            raise rpc.RpcError(rpc.INVALID_PARAMS, "Invalid params: id must be a string", req.id)
+        outcome, task = self.registry.cancel(task_id)
+        if task is None:
+            raise rpc.RpcError(rpc.TASK_NOT_FOUND, "Task not found", req.id)
+        if outcome == "not-cancelable":
+            why = "it has already ended" if task.terminal else "it is running (only queued tasks and tasks waiting for input can be canceled)"
+            raise rpc.RpcError(rpc.TASK_NOT_CANCELABLE, f"Task cannot be canceled: {why}", req.id)
+        if outcome == "dropped":
+            # A queued task never reaches the lifecycle loop: its final frame is announced here. A
+            # task canceled in request-input is announced by the loop when its executor returns.
+            self.hub.publish("status", rpc.status_frame(task.id, task.context_id, task.state, task.message, final=True))
         return rpc.task_result(task)
 
     def _message_stream(self, req: rpc.RpcRequest, request: Request) -> Response:

@@ -43,6 +43,7 @@ from mur.a2a import conversation, protocol
 from mur.a2a.server import Door, ServerThread, bind_socket, capsule_url
 from mur.a2a.sse import BUFFER_CAPACITY, EventHub
 from mur.a2a.tasks import (
+    CANCELED_MESSAGE,
     COMPLETED,
     FAILED,
     INPUT_TIMEOUT,
@@ -420,6 +421,8 @@ class CapsuleService:
             self.shutdown()
             return TaskOutcome(FAILED, "interrupted")
         except InputWaitEnded as exc:
+            if exc.reason == "canceled":
+                return TaskOutcome(FAILED, CANCELED_MESSAGE)
             return TaskOutcome(FAILED, TERMINATED_MESSAGE if exc.reason == "terminated" else exc.reason)
         except MurError as exc:
             self.last_error = exc

@@ -19,13 +19,15 @@ INPUT_REQUIRED = "input-required"
 COMPLETED = "completed"
 FAILED = "failed"
 REJECTED = "rejected"
-TERMINAL = frozenset({COMPLETED, FAILED, REJECTED})
+CANCELED = "canceled"
+TERMINAL = frozenset({COMPLETED, FAILED, REJECTED, CANCELED})
 
 # Status messages, worded as upstream's door words them.
 REJECTED_BUSY = "task rejected: capsule is busy"
 REJECTED_CLOSING = "task rejected: the session is closing"
 REJECTED_SESSION_ENDED = "task rejected: the session ended before this task started"
 INPUT_TIMEOUT = "input-timeout"
+CANCELED_MESSAGE = "task canceled by the client"
 
 # Finished tasks kept for tasks/get; the oldest terminal ones are forgotten past this, so a
 # long-lived queue service does not grow without bound.
@@ -48,6 +50,7 @@ class Task:
     response: str | None = None  # the result text of a completed task
     reply: str | None = None  # a delivered request-input reply not yet taken
     timed_out: bool = False  # request-input timed out: the task ends failed "input-timeout"
+    cancel_requested: bool = False  # tasks/cancel while input-required: the task ends canceled
     started: float = field(default=0.0)
 
     @property
@@ -117,13 +120,39 @@ class TaskRegistry:
         """Hand ``text`` to the running task if it waits in request-input; returns it, else None."""
         with self._cond:
             task = self._tasks.get(self._active) if self._active else None
-            if task is None or task.state != INPUT_REQUIRED:
+            if task is None or task.state != INPUT_REQUIRED or task.cancel_requested:
                 return None
             task.reply = text
             task.state = WORKING
             task.prompt = None
             self._cond.notify_all()
             return Task(**task.__dict__)
+
+    def cancel(self, task_id: str) -> tuple[str, Task | None]:
+        """tasks/cancel: ``("dropped", snapshot)`` for a queued task (out of the queue, canceled now);
+        ``("woken", snapshot)`` for one waiting in request-input (its wait ends; it ends canceled
+        when its executor returns); ``("not-cancelable", snapshot)`` for a running or finished
+        task; ``("not-found", None)``.
+
+        A task that is executing is not interrupted: tools and the model may be mid-call, and an
+        abandoned call could leave half a change behind. It ends at its own deadline or max_turns.
+        """
+        with self._cond:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return "not-found", None
+            if task.state == SUBMITTED and task_id in self._pending:
+                self._pending.remove(task_id)
+                task.state, task.message = CANCELED, CANCELED_MESSAGE
+                outcome = "dropped"
+            elif task.state == INPUT_REQUIRED and self._active == task_id:
+                task.cancel_requested = True
+                task.state, task.prompt, task.message = CANCELED, None, CANCELED_MESSAGE
+                outcome = "woken"
+            else:
+                return "not-cancelable", Task(**task.__dict__)
+            self._cond.notify_all()
+            return outcome, Task(**task.__dict__)
 
     # --- lifecycle side -------------------------------------------------------------------
 
@@ -170,6 +199,8 @@ class TaskRegistry:
             if on_marked is not None:
                 on_marked()
             while task.reply is None:
+                if task.cancel_requested:
+                    raise InputWaitEnded("canceled")
                 if self._stopping:
                     task.state, task.prompt = WORKING, None
                     raise InputWaitEnded("terminated")
@@ -185,7 +216,9 @@ class TaskRegistry:
         """Record how the running task ended; a timed-out input wait forces failed/input-timeout."""
         with self._cond:
             task = self._tasks[task_id]
-            if task.timed_out:
+            if task.cancel_requested:
+                state, message, response = CANCELED, CANCELED_MESSAGE, None
+            elif task.timed_out:
                 state, message, response = FAILED, INPUT_TIMEOUT, None
             task.state = state
             task.message = message

@@ -1,4 +1,4 @@
-"""``mur send`` and ``mur watch``: talk to a running capsule over A2A."""
+"""``mur send``, ``mur watch`` and ``mur cancel``: talk to a running capsule over A2A."""
 
 from __future__ import annotations
 
@@ -39,6 +39,23 @@ def register(app: typer.Typer) -> None:
             note(f'  reply with: mur send {url} "<answer>"   (task {task.get("id")})')
             return
         raise MurError("E-A2A-001", f"task {task.get('id')} {state}: {task_text(task) or 'no message'}")
+
+    @app.command("cancel")
+    def cancel(
+        url: str = typer.Argument(..., help="Capsule URL, as `mur run` prints it (localhost:<port>)."),
+        task_id: str = typer.Argument(..., metavar="TASK_ID", help="The task id (tsk_...) message/send returned."),
+        json_out: bool = typer.Option(False, "--json", help="Print the task as one JSON line."),
+    ) -> None:
+        """Cancel a queued task, or one waiting for input (a running task cannot be canceled)."""
+        from mur.a2a.client import A2AClient
+        from mur.cli.render import emit_json
+
+        with A2AClient(url) as client:
+            task = client.cancel_task(task_id)
+        if json_out:
+            emit_json(task)
+        else:
+            print(f"{task.get('id')} {task.get('status', {}).get('state')}")
 
     @app.command("watch")
     def watch(

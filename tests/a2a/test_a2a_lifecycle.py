@@ -387,3 +387,60 @@ def test_a_failing_trace_write_ends_the_session_but_not_silently(make_service):
     got = h.get(task["id"])  # the door still answers, and the task did not vanish
     assert got["status"]["state"] == "failed"
     assert got["status"]["message"]["parts"][0]["text"] == "the session failed while running this task"
+
+
+# --- tasks/cancel ------------------------------------------------------------------------------
+
+
+def test_cancel_a_queued_task_drops_it_and_closes_its_stream(make_service):
+    gate = Gate()
+    h = make_service(gate, queue_depth=5, **SLEEP_QUEUE)
+    running = h.send("running")
+    assert gate.started.wait(5)
+    queued = h.send("queued")["id"]
+    later = h.send("later")["id"]
+    # a watcher sees the canceled task's final frame
+    frames: list[dict] = []
+
+    def watch():
+        body = {"jsonrpc": "2.0", "id": 9, "method": "stream/watch", "params": {}}
+        with h.http.stream("POST", "/", json=body, timeout=15) as response:
+            for block in response.iter_text():
+                for part in block.split("\n\n"):
+                    if "event: status" in part:
+                        frames.append(json.loads(part.split("data: ", 1)[1]))
+                if any(f["id"] == queued and f["final"] for f in frames):
+                    return
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    time.sleep(0.3)
+    answer = h.rpc("tasks/cancel", {"id": queued})
+    assert answer["result"]["status"]["state"] == "canceled"
+    assert answer["result"]["status"]["message"]["parts"][0]["text"] == "task canceled by the client"
+    watcher.join(10)
+    assert any(f["id"] == queued and f["status"]["state"] == "canceled" and f["final"] for f in frames)
+    # a second cancel, and a cancel of the running task, are -32002; an unknown id -32001
+    assert h.rpc("tasks/cancel", {"id": queued})["error"]["code"] == -32002
+    assert h.rpc("tasks/cancel", {"id": running["id"]})["error"]["code"] == -32002
+    assert h.rpc("tasks/cancel", {"id": "tsk_nope"})["error"]["code"] == -32001
+    assert h.rpc("tasks/cancel", {"id": 7})["error"]["code"] == -32602
+    gate.release.set()
+    assert h.wait(running["id"])["status"]["state"] == "completed"
+    assert h.wait(later)["status"]["state"] == "completed"
+    assert queued not in gate.ran  # the canceled task never ran
+    assert h.get(queued)["status"]["state"] == "canceled"
+
+
+def test_cancel_a_task_waiting_for_input_ends_it_canceled(make_service):
+    h = make_service(asks, **SLEEP_QUEUE)
+    task = h.send("deploy")
+    h.wait(task["id"], states=("input-required",))
+    answer = h.rpc("tasks/cancel", {"id": task["id"]})
+    assert answer["result"]["status"]["state"] == "canceled"
+    assert h.service.registry.wait_idle(5)  # the executor has returned and the outputs are written
+    assert h.get(task["id"])["status"]["state"] == "canceled"
+    assert (h.workdir / "out" / "result.txt").read_text() == "error: task canceled by the client"
+    # the next message is a new task, not a late reply to the canceled one
+    nxt = h.send("main")
+    assert nxt["id"] != task["id"]

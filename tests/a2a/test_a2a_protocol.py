@@ -109,7 +109,7 @@ def test_not_a_request_is_invalid_request(make_service, doc):
 
 def test_unknown_method(make_service):
     h = make_service(**QUEUE)
-    assert h.rpc("tasks/cancel", {"id": "x"}, request_id="r-9") == {
+    assert h.rpc("tasks/resubscribe", {"id": "x"}, request_id="r-9") == {
         "jsonrpc": "2.0",
         "id": "r-9",
         "error": {"code": -32601, "message": "Method not found"},

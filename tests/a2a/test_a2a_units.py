@@ -108,7 +108,8 @@ def test_none_serves_no_task_starting_method():
     assert rpc.resolve_method("message/send", "none") is None
     assert rpc.resolve_method("message/stream", "none") is None
     assert rpc.resolve_method("tasks/get", "none") == "tasks/get"
-    assert rpc.resolve_method("tasks/cancel", "queue") is None
+    assert rpc.resolve_method("tasks/cancel", "none") == "tasks/cancel"
+    assert rpc.resolve_method("tasks/resubscribe", "queue") is None
 
 
 def test_task_result_shapes():
