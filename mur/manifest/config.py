@@ -46,14 +46,33 @@ class MurConfig:
 
 
 def global_config_path(home: Path | None = None) -> Path:
-    """~/.murmur/config.yaml."""
-    base = home if home is not None else Path(os.environ.get("HOME") or Path.home())
-    return base / ".murmur" / "config.yaml"
+    """~/.murmur/config.yaml; E-IO-001 when there is no home directory to find it in."""
+    if home is None:
+        try:
+            home = Path(os.environ.get("HOME") or Path.home())
+        except (RuntimeError, KeyError) as exc:  # HOME unset and the uid has no passwd entry
+            raise MurError(
+                "E-IO-001",
+                "cannot locate ~/.murmur/config.yaml: HOME is not set and this user has no home directory",
+                "set HOME to a directory and rerun",
+            ) from exc
+    return home / ".murmur" / "config.yaml"
+
+
+def _current_dir() -> Path | None:
+    """The working directory, or None when it has been removed under us."""
+    try:
+        return Path.cwd()
+    except FileNotFoundError:
+        return None
 
 
 def project_config_path(cwd: Path | None = None) -> Path:
     """<cwd>/.murmur/config.yaml (upstream reads the cwd only, no parent walk)."""
-    return (cwd or Path.cwd()) / ".murmur" / "config.yaml"
+    base = cwd or _current_dir()
+    if base is None:
+        raise MurError("E-IO-001", "the current directory no longer exists", "cd into an existing directory and rerun")
+    return base / ".murmur" / "config.yaml"
 
 
 def _bad(path: Path, message: str) -> MurError:
@@ -136,10 +155,12 @@ def resolve_source_token(entry: dict[str, Any], env: dict[str, str] | None = Non
 def load_config(cwd: Path | None = None, home: Path | None = None) -> MurConfig:
     """Read and merge the global and project config files (either may be absent)."""
     cfg = MurConfig()
-    gpath, ppath = global_config_path(home), project_config_path(cwd)
+    base = cwd or _current_dir()
+    # A removed working directory holds no project file; the global one still applies.
+    gpath, ppath = global_config_path(home), (project_config_path(base) if base is not None else None)
     layers = []
     for path, scope in ((gpath, "global"), (ppath, "project")):
-        if ppath == gpath and scope == "project":
+        if path is None or (ppath == gpath and scope == "project"):
             continue
         data = _read(path)
         if data is None and scope == "global":

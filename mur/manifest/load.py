@@ -64,7 +64,10 @@ class LoadedCapsule:
 def load_capsule(path: str | Path, *, env: Mapping[str, str] | None = None) -> LoadedCapsule:
     """Read, parse and validate a capsule manifest file."""
     path = Path(path)
-    text = read_manifest_text(path)
+    try:
+        text = read_manifest_text(path)
+    except MurError as err:  # the path is the user's and may hold a line break
+        raise single_line_error(err) from err.__cause__
     loaded = parse_capsule(text, env=env)
     loaded.path = path.resolve()
     return loaded
@@ -178,6 +181,11 @@ def _translate(exc: ValidationError) -> MurError:
     value = err.get("input")
     if kind == "missing":
         return MurError("E-MAN-001", f"{MANIFEST_FILENAME}: missing required field '{path}'", _missing_hint(path))
+    if kind == "literal_error" and not isinstance(value, str):  # `true`, `1`, a list: a type error, not a value
+        return MurError(
+            "E-MAN-003",
+            f"{MANIFEST_FILENAME}: field '{path}' has invalid type (expected string, got {type_name(value)})",
+        )
     if kind == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
         choices = expected.replace("'", "").replace(" or ", ", ")

@@ -48,7 +48,10 @@ class Prepared:
 def load_env_file(manifest: Path) -> None:
     """Load `.env` beside the manifest into the environment; existing variables win."""
     path = manifest.parent / ".env"
-    if not path.is_file():
+    try:
+        if not path.is_file():
+            return
+    except PermissionError:  # an unsearchable manifest directory: reading the manifest reports it (E-IO-002)
         return
     from dotenv import dotenv_values
 

@@ -164,3 +164,28 @@ def test_source_tokens_resolve_as_upstream_does():
     assert resolve_source_token({"token": "ghp_literal"}, env) == "ghp_literal"
     assert resolve_source_token({}, env) == "fallback"
     assert resolve_source_token({}, {}) is None
+
+
+def test_a_removed_working_directory_holds_no_project_file(project, monkeypatch):
+    """The cwd can vanish under a running shell; the global file still applies, nothing crashes."""
+    home, _ = project
+    write(home, "containment: scoped\n")
+
+    def gone(cls=None):
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(Path, "cwd", classmethod(gone))
+    cfg = load_config()
+    assert (cfg.containment, cfg.files) == ("scoped", [home / ".murmur" / "config.yaml"])
+
+
+def test_no_home_directory_is_e_io_001(project, monkeypatch):
+    def homeless(cls=None):
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr(Path, "home", classmethod(homeless))
+    with pytest.raises(MurError) as err:
+        load_config()
+    assert (err.value.code, err.value.message) == (
+        "E-IO-001", "cannot locate ~/.murmur/config.yaml: HOME is not set and this user has no home directory")

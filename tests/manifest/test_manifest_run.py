@@ -100,3 +100,30 @@ def test_dotenv_beside_the_manifest_feeds_api_key_references(project):
     assert run.err.splitlines()[0] == (
         "error[E-MAN-003]: murmur.yaml: inference.api_key references ${MY_PROVIDER_KEY} but the environment "
         "variable is not set")
+
+
+def test_an_unsearchable_manifest_directory_is_a_permission_error(project, monkeypatch):
+    """`.env` is looked for before the manifest is read; a stat refused there must not crash the run."""
+    from pathlib import Path
+
+    from mur.errors import MurError
+    from mur.session import prechecks
+    from mur.session.options import RunOptions
+
+    def refused(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "is_file", refused)
+    monkeypatch.setattr(Path, "read_bytes", refused)
+    with pytest.raises(MurError) as err:
+        prechecks.explain(RunOptions(manifest=Path("murmur.yaml"), explain_scope=True, json=True))
+    assert (err.value.code, err.value.message) == ("E-IO-002", "permission denied reading murmur.yaml")
+
+
+def test_a_manifest_path_with_a_line_break_is_named_on_one_line(project):
+    home, proj = project
+    run = run_mur("run", "--manifest", "no\nsuch.yaml", "--explain-scope", "--json", cwd=proj, home=home)
+    assert (run.code, run.out) == (1, "")
+    assert run.err == (
+        "error[E-IO-001]: manifest not found: no\\nsuch.yaml\n"
+        "  hint: pass --manifest PATH, or run from the directory holding murmur.yaml\n")
