@@ -8,8 +8,17 @@ from typing import Any
 
 
 def emit_json(obj: Any) -> None:
-    """Print exactly one compact JSON line on stdout."""
-    sys.stdout.write(json.dumps(obj, separators=(",", ":"), sort_keys=False) + "\n")
+    """Print exactly one compact JSON line on stdout.
+
+    Non-ASCII text is written as UTF-8, as upstream's serde_json does; only when stdout cannot
+    encode it (an ASCII locale, or undecodable file names kept as surrogates) is it escaped.
+    """
+    text = json.dumps(obj, separators=(",", ":"), sort_keys=False, ensure_ascii=False)
+    try:
+        text.encode(sys.stdout.encoding or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        text = json.dumps(obj, separators=(",", ":"), sort_keys=False)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
