@@ -15,4 +15,5 @@ Modules (each owns one concern):
     operations.py       publish / install / list, the commands' library side
     resolve.py          what `mur run` and `mur deploy` call: find installed artifacts, check the lock
     doctor.py           `mur doctor`: manifest artifacts against stores and lock
+    search.py           `mur search`: local stores, a Nexus registry, or an artifacts-index.json
 """

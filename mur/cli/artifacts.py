@@ -1,4 +1,4 @@
-"""`mur publish`, `mur install`, `mur list`, `mur doctor`: artifacts between stores and registries."""
+"""`mur publish`, `mur install`, `mur list`, `mur search`, `mur doctor`: artifacts between stores and registries."""
 
 from __future__ import annotations
 
@@ -87,6 +87,34 @@ def register(app: typer.Typer) -> None:
             print("No artifacts found.")
             return
         print(operations.render_table(rows, with_scope=all_), flush=True)
+
+    @app.command("search")
+    def search(
+        ctx: typer.Context,
+        query: str = typer.Argument(..., help="Text to find in artifact names, descriptions and tags."),
+        registry: Optional[str] = typer.Option(
+            None, "--registry", help="'local', a registry URL, or an artifacts-index.json path or URL."
+        ),
+        limit: int = typer.Option(10, "--limit", help="Show at most this many results (>= 1)."),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON line (a list)."),
+    ) -> None:
+        """Search an artifact index: NAME VERSION RUNTIME DESCRIPTION."""
+        if limit < 1:
+            _usage_error(ctx, f"invalid value '{limit}' for '--limit': must be at least 1")
+        from mur.artifacts import search as searching
+
+        hits = searching.search(query, registry=registry, limit=limit)
+        if json_:
+            from mur.cli.render import emit_json
+
+            emit_json(searching.hits_json(hits))
+            return
+        if not hits:
+            from mur.manifest.yamlio import one_line
+
+            print(f"No artifacts match '{one_line(query)}'.", flush=True)
+            return
+        print(searching.render_table(hits), flush=True)
 
     @app.command("doctor")
     def doctor() -> None:
