@@ -1,9 +1,10 @@
-"""`mur eval show [SESSION] [--workdir DIR] [--json]`: a session's eval.jsonl (murmur-hook-eval) summarized.
+"""`mur eval show|diff`: a session's eval.jsonl (murmur-hook-eval) summarized, or two compared.
 
 SESSION is a session address as for `mur trace show` (full id, 4+ character suffix, `@N`, or a path
 to an eval.jsonl or a session directory); default: the most recent session. Exit 0 even when nothing
-was scored. E-EVAL-001: a line of the file is not an eval record; E-EVAL-002: no eval file (or no
-session) for the address.
+was scored. `mur eval diff [A B]` compares two sessions' pass rates per scorer (default @2 @1).
+E-EVAL-001: a line of the file is not an eval record; E-EVAL-002: no eval file (or no session) for the
+address.
 """
 
 from __future__ import annotations
@@ -37,5 +38,26 @@ def register(app: typer.Typer) -> None:
             emit_json(summary)
             return
         typer.echo(render(summary, scores, path), nl=False)
+
+    @eval_app.command("diff")
+    def diff(
+        a: Optional[str] = typer.Argument(
+            None, help="Run A: session address as for show, or a path. Default @2 (with B omitted too)."
+        ),
+        b: Optional[str] = typer.Argument(None, help="Run B: session address as for show, or a path. Default @1."),
+        workdir: Path = typer.Option(
+            Path("workdir"), "--workdir", help="Directory holding the ses_* session directories."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON line: per-scorer rates, deltas, overall."),
+    ) -> None:
+        """Compare two sessions' eval scores: pass rate per scorer in each run, delta in points, overall."""
+        from mur.cli.render import emit_json
+        from mur.observability.evaldiff import render, show as show_diff
+
+        result = show_diff(a, b, workdir)
+        if json_out:
+            emit_json(result)
+            return
+        typer.echo(render(result), nl=False)
 
     app.add_typer(eval_app, name="eval")

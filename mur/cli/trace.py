@@ -1,4 +1,4 @@
-"""`mur trace show [SESSION] [--workdir DIR] [--json]`: a session's trace.jsonl as a readable timeline.
+"""`mur trace show|steps|diff|report`: read the trace.jsonl files sessions wrote (docs/observability.md).
 
 SESSION is a session address (full id, 4+ character suffix, `@N` = N-th most recent, or a path to a
 trace.jsonl or a session directory); default `@1`. E-TRC-001: the trace does not parse; E-TRC-002:
@@ -8,9 +8,27 @@ the address matched no session or several.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
+
+_ADDRESS = "Session address: full id, 4+ char suffix, @N (N-th most recent), or a path."
+
+
+def _workdir_option() -> Path:
+    return typer.Option(Path("workdir"), "--workdir", help="Directory holding the ses_* session directories.")
+
+
+def _since(value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    from mur.observability.report import parse_duration
+
+    try:
+        parse_duration(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--since") from exc
+    return value
 
 
 def register(app: typer.Typer) -> None:
@@ -18,12 +36,8 @@ def register(app: typer.Typer) -> None:
 
     @trace_app.command("show")
     def show(
-        session: Optional[str] = typer.Argument(
-            None, help="Session address: full id, 4+ char suffix, @N (N-th most recent), or a path. Default @1."
-        ),
-        workdir: Path = typer.Option(
-            Path("workdir"), "--workdir", help="Directory holding the ses_* session directories."
-        ),
+        session: Optional[str] = typer.Argument(None, help=f"{_ADDRESS} Default @1."),
+        workdir: Path = _workdir_option(),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (summary + timeline)."),
     ) -> None:
         """Summarize one session's trace and list its events as a timeline."""
@@ -35,5 +49,64 @@ def register(app: typer.Typer) -> None:
             emit_json(summary)
             return
         typer.echo(render(summary), nl=False)
+
+    @trace_app.command("steps")
+    def steps(
+        session: Optional[str] = typer.Argument(None, help=f"{_ADDRESS} Default @1."),
+        verbose: bool = typer.Option(False, "--verbose", "-v",
+                                     help="Add tool inputs, traced outputs and shell commands."),
+        workdir: Path = _workdir_option(),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON line (tasks, attempts, turns, calls)."),
+    ) -> None:
+        """Show one session turn by turn: each turn's decision and tokens, and the calls it made."""
+        from mur.cli.render import emit_json
+        from mur.observability.steps import render, show as show_steps
+
+        result = show_steps(session, workdir, verbose)
+        if json_out:
+            emit_json(result)
+            return
+        typer.echo(render(result), nl=False)
+
+    @trace_app.command("diff")
+    def diff(
+        before: Optional[str] = typer.Argument(None, help=f"Run A. {_ADDRESS} Default @2 (with AFTER omitted too)."),
+        after: Optional[str] = typer.Argument(None, help=f"Run B. {_ADDRESS} Default @1."),
+        workdir: Path = _workdir_option(),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON line (metrics, tool calls compared)."),
+    ) -> None:
+        """Compare two sessions: turns, tokens, calls, latency, status, and the tool-call sequence."""
+        from mur.cli.render import emit_json
+        from mur.observability.tracediff import render, show as show_diff
+
+        result = show_diff(before, after, workdir)
+        if json_out:
+            emit_json(result)
+            return
+        typer.echo(render(result), nl=False)
+
+    @trace_app.command("report")
+    def report(
+        sessions: Optional[List[str]] = typer.Argument(None, help=f"Sessions to include. {_ADDRESS} Default: all."),
+        last: Optional[int] = typer.Option(None, "--last", min=1, help="Only the N most recently created sessions."),
+        since: Optional[str] = typer.Option(None, "--since", callback=_since,
+                                            help="Only sessions started within this long: 30m, 2h, 1d."),
+        workdir: Path = _workdir_option(),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON line (sessions, totals, tools)."),
+    ) -> None:
+        """Aggregate several sessions: status breakdown, totals and averages, most used tools."""
+        from mur.cli.render import emit_json, note
+        from mur.observability.report import render, report as build_report
+
+        if sessions and (last is not None or since is not None):
+            raise typer.BadParameter("cannot be combined with session addresses",
+                                     param_hint="--last" if last is not None else "--since")
+        result = build_report(list(sessions or []), workdir, last=last, since=since)
+        for skipped in result["skipped"]:
+            note(f"note: skipped {skipped['session']}: [{skipped['code']}] {skipped['message']}")
+        if json_out:
+            emit_json(result)
+            return
+        typer.echo(render(result), nl=False)
 
     app.add_typer(trace_app, name="trace")

@@ -44,15 +44,9 @@ def load_events(path: Path) -> list[dict[str, Any]]:
 
 def summarize(events: list[dict[str, Any]], source: str = "trace.jsonl") -> dict[str, Any]:
     """The numbers `mur trace show` prints (and `--json` emits)."""
+    require_session(events, source)
     starts = [e for e in events if e["event_type"] == "session_start"]
     ends = [e for e in events if e["event_type"] == "session_end"]
-    if not events:
-        raise MurError("E-TRC-001", f"{source} holds no events (the session failed before session_start)")
-    if not starts:
-        raise MurError("E-TRC-001", f"{source} has no session_start event")
-    if not ends:
-        raise MurError("E-TRC-001", f"{source} has no session_end event (the session did not finish)",
-                       hint="a session that is still running, or was killed, has no session_end yet")
     first, last = starts[0], ends[-1]
     of = _by_type(events)
     tools = of.get("tool_call", [])
@@ -68,18 +62,18 @@ def summarize(events: list[dict[str, Any]], source: str = "trace.jsonl") -> dict
         "version": first.get("capsule_version"),
         "model": first.get("model"),
         "status": last.get("exit_status"),
-        "duration_ms": sum(_int(e.get("duration_ms")) for e in ends),
+        "duration_ms": sum(as_int(e.get("duration_ms")) for e in ends),
         "attempts": len(starts),
         "capabilities": first.get("capabilities") or [],
         "tools": first.get("tools_declared") or [],
         "containment": {"declared": first.get("containment_declared"), "achieved": first.get("containment_achieved")},
         "workdir_exec": first.get("workdir_exec"),
         "prompt": {"source": first.get("system_prompt_source"), "sha256": first.get("system_prompt_sha256")},
-        "turns": {"count": _int(last.get("total_turns")), "max": first.get("max_turns")},
+        "turns": {"count": as_int(last.get("total_turns")), "max": first.get("max_turns")},
         "tokens": {
-            "input": _int(last.get("total_input_tokens")),
-            "output": _int(last.get("total_output_tokens")),
-            "total": _int(last.get("total_input_tokens")) + _int(last.get("total_output_tokens")),
+            "input": as_int(last.get("total_input_tokens")),
+            "output": as_int(last.get("total_output_tokens")),
+            "total": as_int(last.get("total_input_tokens")) + as_int(last.get("total_output_tokens")),
         },
         "tool_calls": {**_calls(tools), "calls": [
             {"turn": t.get("turn"), "tool_name": t.get("tool_name"), "duration_ms": t.get("duration_ms"),
@@ -94,13 +88,25 @@ def summarize(events: list[dict[str, Any]], source: str = "trace.jsonl") -> dict
     }
 
 
+def require_session(events: list[dict[str, Any]], source: str = "trace.jsonl") -> None:
+    """E-TRC-001 unless the trace holds a session_start and a session_end (every `mur trace` reader)."""
+    kinds = {e["event_type"] for e in events}
+    if not events:
+        raise MurError("E-TRC-001", f"{source} holds no events (the session failed before session_start)")
+    if "session_start" not in kinds:
+        raise MurError("E-TRC-001", f"{source} has no session_start event")
+    if "session_end" not in kinds:
+        raise MurError("E-TRC-001", f"{source} has no session_end event (the session did not finish)",
+                       hint="a session that is still running, or was killed, has no session_end yet")
+
+
 def timeline(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per event: offset from the first event (ms), type, turn, and a one-line description."""
     if not events:
         return []
-    origin = min(_int(e.get("timestamp")) for e in events)
+    origin = min(as_int(e.get("timestamp")) for e in events)
     return [
-        {"offset_ms": _int(e.get("timestamp")) - origin, "event_type": e["event_type"], "turn": e.get("turn"),
+        {"offset_ms": as_int(e.get("timestamp")) - origin, "event_type": e["event_type"], "turn": e.get("turn"),
          "text": _describe(e)}
         for e in events
     ]
@@ -116,7 +122,7 @@ def render(summary: dict[str, Any]) -> str:
     out.append(f"capsule:    {s['capsule']} v{s['version']}")
     out.append(f"model:      {s['model'] or '—'}")
     out.append(f"status:     {s['status']}")
-    out.append(f"duration:   {_dur(s['duration_ms'])}")
+    out.append(f"duration:   {fmt_ms(s['duration_ms'])}")
     out.append(f"capabilities: {', '.join(s['capabilities']) or '—'}")
     out.append(f"tools:      {', '.join(s['tools']) or '—'}")
     out.append(f"containment: {s['containment']['declared']} → {s['containment']['achieved']}")
@@ -141,8 +147,8 @@ def render(summary: dict[str, Any]) -> str:
     if tc["count"]:
         out.append(f"latency:    avg {tc['avg_ms']}ms")
     for call in tc["calls"]:
-        out.append(f"  turn {call['turn']}  {call['tool_name']} {_int(call['duration_ms'])}ms "
-                   f"{'✓' if call['status'] == 'ok' else '✗'}" + _input(call.get("input")))
+        out.append(f"  turn {call['turn']}  {call['tool_name']} {as_int(call['duration_ms'])}ms "
+                   f"{'✓' if call['status'] == 'ok' else '✗'}" + fmt_input(call.get("input")))
     section("Skill calls")
     out.append(_calls_line(s["skill_calls"]))
     section("Shell calls")
@@ -157,14 +163,15 @@ def render(summary: dict[str, Any]) -> str:
     if not s["compaction"]:
         out.append("fired:      no")
     for c in s["compaction"]:
-        out.append(f"fired:      turn {c['turn']}  {_int(c['tokens_before']):,} → {_int(c['tokens_after']):,} tokens")
+        before, after = as_int(c["tokens_before"]), as_int(c["tokens_after"])
+        out.append(f"fired:      turn {c['turn']}  {before:,} → {after:,} tokens")
     if len(s["tasks"]) > 1:
         section("Tasks")
         for i, t in enumerate(s["tasks"], start=1):
             task_id = str(t.get("task_id") or "")
             short = task_id[4:12] if task_id.startswith("tsk_") else task_id[:8]
             out.append(f"task {i}  {short}  turns: {t.get('turns')}  in: {t.get('input_tokens')}  "
-                       f"out: {t.get('output_tokens')}  {t.get('exit_status')}  {_dur(t.get('duration_ms'))}")
+                       f"out: {t.get('output_tokens')}  {t.get('exit_status')}  {fmt_ms(t.get('duration_ms'))}")
     section("Timeline")
     for row in s["timeline"]:
         stamp = f"+{row['offset_ms']:,}ms"
@@ -183,7 +190,7 @@ def _describe(e: dict[str, Any]) -> str:
                 f"containment {e.get('containment_declared')} → {e.get('containment_achieved')}")
     if kind == "session_end":
         return (f"{e.get('exit_status')}  turns {e.get('total_turns')}  in {e.get('total_input_tokens')}  "
-                f"out {e.get('total_output_tokens')}  {_dur(e.get('duration_ms'))}")
+                f"out {e.get('total_output_tokens')}  {fmt_ms(e.get('duration_ms'))}")
     if kind == "inference":
         decision = str(e.get("decision"))
         if e.get("tool_name"):
@@ -192,31 +199,36 @@ def _describe(e: dict[str, Any]) -> str:
         return f"{turn}{decision}  in {e.get('input_tokens')}  out {e.get('output_tokens')}{origin}"
     if kind == "tool_call":
         mark = "✓" if e.get("status") == "ok" else "✗"
-        return f"{turn}{e.get('tool_name')}  {_dur(e.get('duration_ms'))}  {mark}" + _input(e.get("input"))
+        return f"{turn}{e.get('tool_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}" + fmt_input(e.get("input"))
     if kind == "skill_call":
         mark = "✓" if e.get("status") == "ok" else "✗"
-        return f"{turn}{e.get('skill_name')}  {_dur(e.get('duration_ms'))}  {mark}"
+        return f"{turn}{e.get('skill_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}"
     if kind == "shell":
         command = str(e.get("command") or "")
         command = command if len(command) <= 80 else command[:79] + "…"
         limit = f"  limit {e['resource_limit']}" if e.get("resource_limit") else ""
-        return f"{turn}{e.get('binary')}  exit {e.get('exit_code')}  {_dur(e.get('duration_ms'))}{limit}  {command}"
+        return f"{turn}{e.get('binary')}  exit {e.get('exit_code')}  {fmt_ms(e.get('duration_ms'))}{limit}  {command}"
     if kind == "compaction":
-        return f"{turn}{_int(e.get('tokens_before')):,} → {_int(e.get('tokens_after')):,} tokens"
+        return f"{turn}{as_int(e.get('tokens_before')):,} → {as_int(e.get('tokens_after')):,} tokens"
     if kind == "task_start":
         return f"{e.get('task_id')}  ({e.get('source')})"
     if kind == "task_end":
-        return f"{e.get('task_id')}  {e.get('exit_status')}  {_dur(e.get('duration_ms'))}"
+        return f"{e.get('task_id')}  {e.get('exit_status')}  {fmt_ms(e.get('duration_ms'))}"
     fields = [f"{k}={v}" for k, v in e.items() if k not in _COMMON and k != "turn" and _scalar(v)]
     return turn + "  ".join(fields)
+
+
+def heading(title: str) -> str:
+    """`── Title ─────…`, the section rule every `mur trace` report uses."""
+    head = f"── {title} "
+    return head + "─" * max(RULE_WIDTH - len(head), 3)
 
 
 def _section(out: list[str]):
     def add(title: str) -> None:
         if out:
             out.append("")
-        head = f"── {title} "
-        out.append(head + "─" * max(RULE_WIDTH - len(head), 3))
+        out.append(heading(title))
 
     return add
 
@@ -234,14 +246,15 @@ def _calls_line(calls: dict[str, Any]) -> str:
 
 
 def _avg(events: list[dict[str, Any]]) -> int:
-    return sum(_int(e.get("duration_ms")) for e in events) // len(events) if events else 0
+    return sum(as_int(e.get("duration_ms")) for e in events) // len(events) if events else 0
 
 
-def _input(value: Any) -> str:
+def fmt_input(value: Any, limit: int = INPUT_LIMIT) -> str:
+    """`  <compact JSON>` cut to `limit` characters with `…`, or "" for no value."""
     if value is None:
         return ""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return "  " + (text if len(text) <= INPUT_LIMIT else text[: INPUT_LIMIT - 1] + "…")
+    return "  " + (text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def _pick(events: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
@@ -255,8 +268,9 @@ def _by_type(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _dur(ms: Any) -> str:
-    ms = _int(ms)
+def fmt_ms(ms: Any) -> str:
+    """A millisecond count for people: 70ms, 1.2s, 2m05s."""
+    ms = as_int(ms)
     if ms < 1000:
         return f"{ms}ms"
     if ms < 60_000:
@@ -268,10 +282,11 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def _int(value: Any) -> int:
+def as_int(value: Any) -> int:
+    """`value` as an int, 0 when it is missing or not a number (trace fields are never trusted)."""
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # json.loads reads Infinity/NaN
         return 0
 
 

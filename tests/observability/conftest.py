@@ -1,6 +1,11 @@
-"""A synthetic two-task session trace (upstream.md 3.3 schema) shared by the observability tests."""
+"""Synthetic session traces (upstream.md 3.3 schema) and a CLI runner shared by the observability tests."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -51,3 +56,69 @@ def session_events(sid: str = SID, t0: int = T0) -> list[dict]:
 @pytest.fixture
 def events() -> list[dict]:
     return session_events()
+
+
+def sid(n: int) -> str:
+    """The n-th session id of a test workdir (ids sort in creation order, as UUIDv7 ones do)."""
+    return f"ses_019f01a940ce7761854e768ecbe3{n:04x}"
+
+
+def agent_session(session_id: str, t0: int, turns: list[list[tuple[str, str, int]]], exit_status: str = "ok",
+                  duration_ms: int = 1000, compaction_turn: int | None = None) -> list[dict]:
+    """One task_md task, one attempt: each entry of `turns` is a turn whose inference asks for tools, then
+    its (tool, status, duration_ms) calls; a `bash` call is followed by its `shell` line (5 ms shorter).
+    A last end_turn inference closes the loop. Turn i's inference reads 1000+100*i tokens and writes
+    50+10*i."""
+
+    def ev(kind: str, dt: int, **fields) -> dict:
+        return {"event_type": kind, "session_id": session_id, "timestamp": t0 + dt, **fields}
+
+    out = [
+        ev("task_start", 0, task_id="tsk_" + session_id[-8:], context_id="ctx_1", source="task_md",
+           message_parts_bytes=12),
+        ev("session_start", 1, capsule_name="agent", capsule_version="1.2.0", model="claude-x", max_turns=8,
+           capabilities=["shell"], tools_declared=["bash", "read_file", "write_file"],
+           containment_declared="advisory", containment_achieved="scoped", workdir_exec=False,
+           system_prompt_source="manifest", system_prompt_sha256="ab" * 32, effective_grants={"floor_met": True}),
+    ]
+    dt, tin, tout, ntools, nshell = 10, 0, 0, 0, 0
+    for i, calls in enumerate(turns + [[]]):
+        if compaction_turn == i:
+            out.append(ev("compaction", dt, turn=i, tokens_before=12000, tokens_after=900))
+        tin, tout = tin + 1000 + 100 * i, tout + 50 + 10 * i
+        out.append(ev("inference", dt + 1, turn=i, input_tokens=1000 + 100 * i, output_tokens=50 + 10 * i,
+                      decision="tool_call" if calls else "end_turn", tool_name=calls[0][0] if calls else None))
+        dt += 2
+        for tool, status, ms in calls:
+            dt += ms
+            out.append(ev("tool_call", dt, turn=i, tool_name=tool, input={"arg": tool}, input_bytes=13,
+                          output_bytes=100, duration_ms=ms, status=status))
+            ntools += 1
+            if tool == "bash":
+                out.append(ev("shell", dt, turn=i, binary="/usr/bin/bash", command=f"echo {i}", exit_code=0,
+                              stdout_bytes=2, stderr_bytes=0, duration_ms=ms - 5))
+                nshell += 1
+    n = len(turns) + 1
+    out.append(ev("session_end", dt + 1, total_turns=n, total_input_tokens=tin, total_output_tokens=tout,
+                  total_tool_calls=ntools, total_shell_calls=nshell, duration_ms=duration_ms,
+                  exit_status=exit_status))
+    out.append(ev("task_end", dt + 2, task_id="tsk_" + session_id[-8:], exit_status=exit_status,
+                  duration_ms=duration_ms + 1, turns=n, input_tokens=tin, output_tokens=tout, tool_calls=ntools,
+                  shell_calls=nshell, reopen_count=0))
+    return out
+
+
+def write_trace(root, session_id: str, events: list[dict] | str):
+    """`root/<session_id>/trace.jsonl` holding the events (or the raw text given)."""
+    d = root / session_id
+    d.mkdir(parents=True, exist_ok=True)
+    text = events if isinstance(events, str) else "".join(json.dumps(e) + "\n" for e in events)
+    (d / "trace.jsonl").write_text(text)
+    return d
+
+
+def mur(*args: str, cwd) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess (`python -m mur ...`)."""
+    env = {**os.environ, "MUR_DEBUG": ""}
+    return subprocess.run([sys.executable, "-m", "mur", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env=env)
