@@ -91,3 +91,24 @@ def test_command_not_on_path_is_e_run_006(claude_bin, tmp_path):
         require_command("claude", {"PATH": str(tmp_path)})
     assert err.value.code == "E-RUN-006" and "claude CLI" in err.value.hint
     assert require_command("claude", {"PATH": str(__import__("pathlib").Path(claude_bin).parent)})
+
+
+def test_should_stop_ends_the_cli_between_reads(model_server, claude_env, tmp_path):
+    """tasks/cancel (or SIGTERM) on the process transport: the real CLI is stopped, fast, and the
+    outcome says why."""
+    server = model_server([{"text": "far too late", "delay": 30}])
+    workdir = tmp_path / "session"
+    workdir.mkdir()
+    asked_at = time.monotonic() + 2.0
+
+    def should_stop():
+        return "task canceled by the client" if time.monotonic() >= asked_at else None
+
+    started = time.monotonic()
+    outcome = run_process_transport("Say hello.", command="claude", model="claude-haiku-4-5", max_turns=5,
+                                    system_prompt=None, workdir=workdir, env=claude_env(server),
+                                    trace=lambda e: None, timeout=60, should_stop=should_stop)
+    assert time.monotonic() - started < 15
+    assert outcome.exit_status == "failed" and outcome.stopped
+    assert outcome.error == "task canceled by the client"
+    assert (workdir / "out" / "result.txt").read_text() == "error: task canceled by the client"

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -232,3 +234,50 @@ def test_process_command_missing_is_e_run_006_before_the_workdir(tmp_path):
     proc, _ = mur_run(manifest, "x")
     assert proc.returncode == 1 and "error[E-RUN-006]" in proc.stderr and "claude CLI" in proc.stderr
     assert not (tmp_path / "capsule" / "workdir").exists()
+
+
+def test_cancel_a_running_agent_task_stops_it_before_its_tool_call(model_server, tmp_path):
+    """tasks/cancel on an executing agent task: the model call in flight completes, the tool call
+    it asked for is never made, the task ends canceled, and the queue capsule keeps serving."""
+    from mur.a2a.client import A2AClient
+
+    server = model_server([
+        {"tool_use": {"name": "greet", "input": {"name": "Ada"}}, "delay": 3},
+        {"text": "second task done"},
+    ])
+    manifest = write_capsule(tmp_path / "capsule", server.url)
+    env = {**os.environ, "LOOPBACK_API_KEY": "sk-ant-loopback", "MURMUR_A2A_TIMEOUT_SECS": "0"}
+    proc = subprocess.Popen(MUR + ["run", "--json", "--no-env-file", "-m", str(manifest),
+                                   "--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=manifest.parent)
+    try:
+        info = json.loads(proc.stdout.readline())
+        with A2AClient(info["url"]) as client:
+            first = client.send("Greet Ada.")
+            deadline = time.monotonic() + 60
+            while not server.message_requests():
+                assert time.monotonic() < deadline and proc.poll() is None, "the model was never called"
+                time.sleep(0.05)
+            cancel = subprocess.run(MUR + ["cancel", info["url"], first["id"]], capture_output=True, text=True,
+                                    timeout=60)
+            assert cancel.returncode == 0, cancel.stderr
+            assert cancel.stdout == f"{first['id']} canceling (it stops before its next step)\n"
+            done = client.wait(first["id"], timeout=60)
+            assert done["status"]["state"] == "canceled"
+            again = subprocess.run(MUR + ["cancel", info["url"], first["id"]], capture_output=True, text=True,
+                                   timeout=60)
+            assert again.returncode == 1 and "-32002" in again.stderr
+            second = client.wait(client.send("Say done.")["id"], timeout=60)
+            assert second["status"]["state"] == "completed"
+            assert second["artifacts"][0]["parts"][0]["text"] == "second task done"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(server.message_requests()) == 2  # no second turn for the canceled task
+    trace = read_trace(session_dir(info))
+    assert not [e for e in trace if e["event_type"] == "tool_call"]  # greet was never called
+    ends = [e for e in trace if e["event_type"] == "task_end"]
+    assert [e["exit_status"] for e in ends] == ["failed", "ok"]

@@ -161,7 +161,12 @@ class Door:
         if task is None:
             raise rpc.RpcError(rpc.TASK_NOT_FOUND, "Task not found", req.id)
         if outcome == "not-cancelable":
-            why = "it has already ended" if task.terminal else "it is running (only queued tasks and tasks waiting for input can be canceled)"
+            if task.terminal:
+                why = "it has already ended"
+            elif task.cancel_requested:
+                why = "a cancel is already under way"
+            else:
+                why = "it is running and this capsule's executor cannot stop midway (only queued tasks and tasks waiting for input can be canceled)"
             raise rpc.RpcError(rpc.TASK_NOT_CANCELABLE, f"Task cannot be canceled: {why}", req.id)
         if outcome == "dropped":
             # A queued task never reaches the lifecycle loop: its final frame is announced here. A

@@ -98,6 +98,14 @@ class TaskContext(Protocol):
         """True once the session is shutting down (SIGTERM): finish or fail soon."""
         ...
 
+    def stop_reason(self) -> str | None:
+        """Why the executor should stop now (tasks/cancel, SIGTERM), or None to carry on.
+
+        Checked between steps (before each model turn, before a turn's tool calls): an executor
+        that stops returns a failed outcome with this text; the service records it as canceled.
+        """
+        ...
+
 
 @dataclass
 class TaskOutcome:
@@ -185,6 +193,14 @@ class _Context:
     def cancelled(self) -> bool:
         return self._service._terminating.is_set()
 
+    def stop_reason(self) -> str | None:
+        svc = self._service
+        if svc.registry.cancel_requested(self.task_id):
+            return CANCELED_MESSAGE
+        if svc._terminating.is_set():
+            return TERMINATED_MESSAGE
+        return None
+
 
 class CapsuleService:
     """The A2A door plus the lifecycle loop that feeds the executor. See the module docstring."""
@@ -205,6 +221,7 @@ class CapsuleService:
         term_grace: float = DEFAULT_TERM_GRACE,
         max_body: int = protocol.MAX_BODY,
         sse_buffer: int = BUFFER_CAPACITY,
+        cancel_running: bool = False,
     ):
         self.lifecycle = lifecycle
         self.executor = executor
@@ -213,7 +230,7 @@ class CapsuleService:
         self.idle_timeout = resolve_idle_timeout(idle_timeout)
         self.term_grace = term_grace
         self.last_error: BaseException | None = None
-        self.registry = TaskRegistry(lifecycle.task_acceptance, lifecycle.queue_depth)
+        self.registry = TaskRegistry(lifecycle.task_acceptance, lifecycle.queue_depth, cancel_running)
         self.hub = EventHub(sse_buffer)
         self._trace = trace
         self._trace_flush = trace_flush

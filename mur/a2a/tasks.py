@@ -50,7 +50,7 @@ class Task:
     response: str | None = None  # the result text of a completed task
     reply: str | None = None  # a delivered request-input reply not yet taken
     timed_out: bool = False  # request-input timed out: the task ends failed "input-timeout"
-    cancel_requested: bool = False  # tasks/cancel while input-required: the task ends canceled
+    cancel_requested: bool = False  # tasks/cancel was accepted: the task ends canceled (unless it completed)
     started: float = field(default=0.0)
 
     @property
@@ -69,9 +69,12 @@ class InputWaitEnded(Exception):
 class TaskRegistry:
     """Thread-safe task store with a bounded pending queue and lifecycle acceptance rules."""
 
-    def __init__(self, task_acceptance: str, queue_depth: int):
+    def __init__(self, task_acceptance: str, queue_depth: int, cancel_running: bool = False):
         self.task_acceptance = task_acceptance
         self.queue_depth = queue_depth
+        # Whether the executor stops a running task when asked (TaskContext.stop_reason); only
+        # then is tasks/cancel accepted for a task that is executing.
+        self.cancel_running = cancel_running
         self._cond = threading.Condition(threading.RLock())
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         self._pending: deque[str] = deque()
@@ -131,11 +134,12 @@ class TaskRegistry:
     def cancel(self, task_id: str) -> tuple[str, Task | None]:
         """tasks/cancel: ``("dropped", snapshot)`` for a queued task (out of the queue, canceled now);
         ``("woken", snapshot)`` for one waiting in request-input (its wait ends; it ends canceled
-        when its executor returns); ``("not-cancelable", snapshot)`` for a running or finished
-        task; ``("not-found", None)``.
+        when its executor returns); ``("stopping", snapshot)`` for an executing task when the
+        executor stops on request (it ends canceled at its next step boundary, or completed if it
+        finished first); ``("not-cancelable", snapshot)`` otherwise; ``("not-found", None)``.
 
-        A task that is executing is not interrupted: tools and the model may be mid-call, and an
-        abandoned call could leave half a change behind. It ends at its own deadline or max_turns.
+        An executing task is never interrupted mid-call: a tool or shell call cut short could leave
+        half a change behind. The executor checks between steps (TaskContext.stop_reason).
         """
         with self._cond:
             task = self._tasks.get(task_id)
@@ -149,6 +153,11 @@ class TaskRegistry:
                 task.cancel_requested = True
                 task.state, task.prompt, task.message = CANCELED, None, CANCELED_MESSAGE
                 outcome = "woken"
+            elif task.state == WORKING and self._active == task_id and self.cancel_running:
+                if task.cancel_requested:
+                    return "not-cancelable", Task(**task.__dict__)
+                task.cancel_requested = True
+                outcome = "stopping"
             else:
                 return "not-cancelable", Task(**task.__dict__)
             self._cond.notify_all()
@@ -216,7 +225,7 @@ class TaskRegistry:
         """Record how the running task ended; a timed-out input wait forces failed/input-timeout."""
         with self._cond:
             task = self._tasks[task_id]
-            if task.cancel_requested:
+            if task.cancel_requested and (task.state == CANCELED or state != COMPLETED):
                 state, message, response = CANCELED, CANCELED_MESSAGE, None
             elif task.timed_out:
                 state, message, response = FAILED, INPUT_TIMEOUT, None
@@ -249,6 +258,12 @@ class TaskRegistry:
             self._stopping = True
             self._closed = True
             self._cond.notify_all()
+
+    def cancel_requested(self, task_id: str) -> bool:
+        """Has tasks/cancel been accepted for ``task_id``?"""
+        with self._cond:
+            task = self._tasks.get(task_id)
+            return bool(task and task.cancel_requested)
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no task is running (True), or ``timeout`` seconds pass (False)."""

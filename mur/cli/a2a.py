@@ -46,16 +46,19 @@ def register(app: typer.Typer) -> None:
         task_id: str = typer.Argument(..., metavar="TASK_ID", help="The task id (tsk_...) message/send returned."),
         json_out: bool = typer.Option(False, "--json", help="Print the task as one JSON line."),
     ) -> None:
-        """Cancel a queued task, or one waiting for input (a running task cannot be canceled)."""
+        """Cancel a task: queued, waiting for input, or (agent capsules) running, at its next step."""
         from mur.a2a.client import A2AClient
         from mur.cli.render import emit_json
 
         with A2AClient(url) as client:
             task = client.cancel_task(task_id)
+        state = task.get("status", {}).get("state")
         if json_out:
             emit_json(task)
+        elif state == "working":  # accepted for a running task: it stops at its next step boundary
+            print(f"{task.get('id')} canceling (it stops before its next step)")
         else:
-            print(f"{task.get('id')} {task.get('status', {}).get('state')}")
+            print(f"{task.get('id')} {state}")
 
     @app.command("watch")
     def watch(

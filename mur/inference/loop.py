@@ -64,6 +64,9 @@ class LoopConfig:
     compaction: Any | None = None  # mur.manifest.capsule.Compaction (threshold, model, dump_summaries)
     compaction_system_prompt: str | None = None  # resolved inline/file prompt
     max_task_reopens: int = 1
+    # Asked between steps (before each turn, before a turn's tool calls): a reason string stops the
+    # loop there (tasks/cancel, SIGTERM); None carries on. A call in flight is never cut short.
+    should_stop: Callable[[], str | None] | None = None
 
 
 @dataclass
@@ -78,6 +81,7 @@ class LoopOutcome:
     error: str | None = None
     error_code: str | None = None
     compactions: int = 0
+    stopped: bool = False  # ended by should_stop (cancel, SIGTERM): never reopened
 
 
 def write_result(workdir: Path, text: str) -> None:
@@ -154,6 +158,13 @@ class _Run:
         if getattr(comp, "dump_summaries", False) and self.workdir is not None:
             dump_summary(self.workdir, turn, tokens, after, result.summary)
 
+    def stopped(self) -> LoopOutcome | None:
+        reason = self.cfg.should_stop() if self.cfg.should_stop is not None else None
+        if not reason:
+            return None
+        self.outcome.stopped = True
+        return self.finish("failed", f"error: {reason}", MurError("E-RUN-007", reason))
+
     def dispatch(self, turn: int, content: list[dict]) -> None:
         results = []
         for call in tool_uses(content):
@@ -184,6 +195,9 @@ class _Run:
             if not calls:
                 return self.fail(MurError("E-RUN-007", "agent loop failed: stop_reason tool_use without tool_use blocks"))
             self.compact(turn, input_tokens + output_tokens)
+            stopped = self.stopped()
+            if stopped is not None:
+                return stopped
             self.dispatch(turn, content)
             return None
         if stop in END_STOPS:
@@ -193,6 +207,9 @@ class _Run:
 
     def run(self) -> LoopOutcome:
         for turn in range(self.cfg.max_turns):
+            stopped = self.stopped()
+            if stopped is not None:
+                return stopped
             try:
                 done = self.turn(turn)
             except MurError as err:
@@ -271,6 +288,8 @@ def run_task_with_reopens(task: str, *, max_turns: int, max_task_reopens: int,
         used = sum(a.turns for a in attempts)
         outcome = attempt(text, max(max_turns - used, 0))
         attempts.append(outcome)
+        if outcome.stopped:
+            return TaskOutcome(outcome.exit_status, outcome, attempts, len(feedback))
         wish = on_task_end(outcome) if on_task_end else None
         if wish is None:
             return TaskOutcome(outcome.exit_status, outcome, attempts, len(feedback))

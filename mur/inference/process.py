@@ -37,6 +37,7 @@ from mur.inference.prompts import build_process_system_prompt
 DEFAULT_COMMAND = "claude"
 DEFAULT_TIMEOUT = 600.0
 EXIT_GRACE = 3.0
+STOP_POLL = 0.25  # seconds between should_stop checks while the CLI runs
 STDERR_TAIL = 4096
 INSTALL_HINT = ("install the claude CLI (`npm install -g @anthropic-ai/claude-code`, see "
                 "https://claude.ai/download) or point inference.command at a binary on PATH")
@@ -236,11 +237,13 @@ def _start(argv: list[str], cwd: Path, env: Mapping[str, str], task: str
 
 def run_process_transport(task: str, *, command: str, model: str, max_turns: int, system_prompt: str | None,
                           workdir: Path, env: Mapping[str, str], trace: Trace,
-                          timeout: float = DEFAULT_TIMEOUT, cwd: Path | None = None) -> LoopOutcome:
+                          timeout: float = DEFAULT_TIMEOUT, cwd: Path | None = None,
+                          should_stop: Callable[[], str | None] | None = None) -> LoopOutcome:
     """Run one task through the CLI; writes out/result.txt in `workdir`; never raises MurError.
 
     `env` is the CLI's complete environment (HOME, PATH, ANTHROPIC_* ...); `cwd` defaults to
     `workdir` (pass the accessible workdir when it differs from the session workdir).
+    `should_stop` is polled while the CLI runs: a reason string ends it (tasks/cancel, SIGTERM).
     """
     workdir = Path(workdir)
     stream = _Stream(max_turns, trace)
@@ -267,8 +270,15 @@ def run_process_transport(task: str, *, command: str, model: str, max_turns: int
             _kill(proc)
             stream.close_turn()
             return failed("E-RUN-007", f"inference subprocess timed out after {timeout:g}s{tail.text()}")
+        reason = should_stop() if should_stop is not None else None
+        if reason:
+            _kill(proc)
+            stream.close_turn()
+            out = failed("E-RUN-007", reason)
+            out.stopped = True
+            return out
         try:
-            raw = lines.get(timeout=remaining)
+            raw = lines.get(timeout=min(remaining, STOP_POLL))
         except queue.Empty:
             continue
         if raw is None:  # EOF: the CLI closed stdout without a result event

@@ -91,6 +91,7 @@ class TaskExecutor:
         max_turns = capsule.inference.max_turns if capsule.inference else 0
         started = time.monotonic()
         calls_before = (self.tools.tool_calls, self.tools.shell_calls)
+        status_before, error_before = self.status, self.last_error
         self._session_start(max_turns)
         try:
             if capsule.inference is None:
@@ -104,7 +105,10 @@ class TaskExecutor:
         stats.setdefault("tool_calls", self.tools.tool_calls - calls_before[0])
         stats.setdefault("shell_calls", self.tools.shell_calls - calls_before[1])
         exit_status = {"completed": "ok"}.get(state, stats.pop("exit_status", "failed"))
-        if state == "failed" and self.status == "ok":
+        if state == "failed" and _canceled(context):
+            # A client's tasks/cancel is not a failure of the session: its status stays as it was.
+            self.status, self.last_error = status_before, error_before
+        elif state == "failed" and self.status == "ok":
             self.status = "failed"
         self._session_end(stats, exit_status, started)
         workdir_error = self.tools.shell.workdir_exceeded() if self.tools.shell is not None else None
@@ -158,6 +162,7 @@ class TaskExecutor:
                 cwd=self.wd.accessible,
                 env=_process_env(),
                 trace=self.trace.write,
+                should_stop=getattr(context, "stop_reason", None),
             )
         else:
             client = self._driver_client()
@@ -170,6 +175,7 @@ class TaskExecutor:
                 compaction=inf.compaction,
                 compaction_system_prompt=prep.compaction_prompt,
                 max_task_reopens=inf.max_task_reopens,
+                should_stop=getattr(context, "stop_reason", None),
             )
             loop = self.hooks.agent_loop if self.hooks is not None else run_agent_loop
             outcome = loop(
@@ -214,6 +220,14 @@ class _CapsuleTool:
         self.name = "__capsule__"
         self.wasm_path = wasm_path
         self.role = "capsule"
+
+
+def _canceled(context: Any) -> bool:
+    """Did this task stop because a client canceled it (tasks/cancel)?"""
+    from mur.a2a.tasks import CANCELED_MESSAGE
+
+    stop_reason = getattr(context, "stop_reason", None)
+    return stop_reason is not None and stop_reason() == CANCELED_MESSAGE
 
 
 def _process_env() -> dict[str, str]:

@@ -117,6 +117,9 @@ def run_session(opts: RunOptions) -> None:
         task_dir=wd.accessible,
         bind=opts.bind,
         port=port,
+        # the agent loop and the claude CLI stop between steps on tasks/cancel; a plain capsule's
+        # run() cannot be stopped midway, so its running task is not cancelable
+        cancel_running=capsule.inference is not None,
     )
     url = service.start()
     loaded.emit_stage_warnings()

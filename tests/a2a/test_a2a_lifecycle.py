@@ -444,3 +444,47 @@ def test_cancel_a_task_waiting_for_input_ends_it_canceled(make_service):
     # the next message is a new task, not a late reply to the canceled one
     nxt = h.send("main")
     assert nxt["id"] != task["id"]
+
+
+def stoppable(request, ctx):
+    """An executor that works in steps and stops between them when asked (like the agent loop)."""
+    for _ in range(200):
+        reason = ctx.stop_reason()
+        if reason:
+            return TaskOutcome("failed", reason)
+        time.sleep(0.05)
+    return TaskOutcome("completed", "ran to the end")
+
+
+def test_cancel_a_running_task_when_the_executor_can_stop(make_service):
+    h = make_service(stoppable, service_kw={"cancel_running": True}, **SLEEP_QUEUE)
+    task = h.send("long")
+    h.wait(task["id"], states=("working",))
+    answer = h.rpc("tasks/cancel", {"id": task["id"]})
+    assert answer["result"]["status"]["state"] == "working"  # accepted; it stops at its next step
+    assert h.rpc("tasks/cancel", {"id": task["id"]})["error"]["code"] == -32002  # already under way
+    done = h.wait(task["id"])
+    assert done["status"]["state"] == "canceled"
+    assert done["status"]["message"]["parts"][0]["text"] == "task canceled by the client"
+    assert h.send("next")["status"]["state"] == "submitted"  # the queue carries on
+
+
+def test_a_running_task_is_not_cancelable_when_the_executor_cannot_stop(make_service):
+    gate = Gate()
+    h = make_service(gate, **SLEEP_QUEUE)  # cancel_running defaults to False (plain capsules)
+    task = h.send("running")
+    assert gate.started.wait(5)
+    error = h.rpc("tasks/cancel", {"id": task["id"]})["error"]
+    assert error["code"] == -32002 and "cannot stop midway" in error["message"]
+    gate.release.set()
+    assert h.wait(task["id"])["status"]["state"] == "completed"
+
+
+def test_a_task_that_completes_before_it_sees_the_cancel_stays_completed(make_service):
+    gate = Gate()
+    h = make_service(gate, service_kw={"cancel_running": True}, **SLEEP_QUEUE)
+    task = h.send("running")
+    assert gate.started.wait(5)
+    assert h.rpc("tasks/cancel", {"id": task["id"]})["result"]["status"]["state"] == "working"
+    gate.release.set()  # the Gate executor never asks stop_reason(): it completes
+    assert h.wait(task["id"])["status"]["state"] == "completed"
