@@ -16,4 +16,5 @@ Modules (each owns one concern):
     resolve.py          what `mur run` and `mur deploy` call: find installed artifacts, check the lock
     doctor.py           `mur doctor`: manifest artifacts against stores and lock
     search.py           `mur search`: local stores, a Nexus registry, or an artifacts-index.json
+    skillbuild.py       `mur build --skill`: package a SKILL.md folder or zip, generating its manifest
 """

@@ -32,7 +32,7 @@ import stat
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from mur.artifacts.package import PayloadShapeError, select_root_wasm
 from mur.errors import MurError, warn
@@ -211,7 +211,8 @@ def resolve_output_path(source: str, output: str | None, default_name: str) -> s
 # --- write ------------------------------------------------------------------------------------
 
 
-def _zip_info(name: str, size: int) -> zipfile.ZipInfo:
+def zip_entry_info(name: str, size: int) -> zipfile.ZipInfo:
+    """The deterministic ZipInfo every packed entry uses: fixed timestamp, mode 0644, Deflate."""
     info = zipfile.ZipInfo(name, date_time=ZIP_EPOCH)
     info.compress_type = zipfile.ZIP_DEFLATED
     info.create_system = 3
@@ -220,8 +221,8 @@ def _zip_info(name: str, size: int) -> zipfile.ZipInfo:
     return info
 
 
-def write_artifact(plan: BuildPlan, output_path: str) -> None:
-    """Write the planned entries to `output_path` atomically (temp file + fsync + rename)."""
+def write_zip_atomically(output_path: str, fill: Callable[[zipfile.ZipFile], None]) -> None:
+    """Create `output_path` as a zip whose entries `fill` adds: temp file beside it, fsync, rename."""
     parent = os.path.dirname(output_path) or "."
     try:
         os.makedirs(parent, exist_ok=True)
@@ -233,8 +234,7 @@ def write_artifact(plan: BuildPlan, output_path: str) -> None:
     try:
         with os.fdopen(fd, "wb") as out:
             with zipfile.ZipFile(out, "w") as zf:
-                for entry in plan.entries:
-                    _pack_file(zf, entry)
+                fill(zf)
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o644)
@@ -249,6 +249,16 @@ def write_artifact(plan: BuildPlan, output_path: str) -> None:
         except OSError:
             pass
         raise
+
+
+def write_artifact(plan: BuildPlan, output_path: str) -> None:
+    """Write the planned entries to `output_path` atomically (temp file + fsync + rename)."""
+
+    def fill(zf: zipfile.ZipFile) -> None:
+        for entry in plan.entries:
+            _pack_file(zf, entry)
+
+    write_zip_atomically(output_path, fill)
 
 
 def _pack_file(zf: zipfile.ZipFile, entry: PackedEntry) -> None:
@@ -271,7 +281,7 @@ def _pack_file(zf: zipfile.ZipFile, entry: PackedEntry) -> None:
                 raise IsADirectoryError(21, "Is a directory")
             if not stat.S_ISREG(st.st_mode):
                 raise OSError("not a regular file")
-            with zf.open(_zip_info(entry.archive_name, size), "w") as dst:
+            with zf.open(zip_entry_info(entry.archive_name, size), "w") as dst:
                 shutil.copyfileobj(src, dst, 1024 * 1024)
         except OSError as exc:
             raise _io_error("failed to package file", entry.source_path, exc) from exc

@@ -1,4 +1,9 @@
-"""`mur build [SOURCE] [-o OUT]`: pack an artifact directory into `<name>-<version>.mur.zip`."""
+"""`mur build [SOURCE] [-o OUT]`: pack an artifact directory into `<name>-<version>.mur.zip`.
+
+`mur build --skill [NAME|PATH] [SOURCE] [--version V] [--summary TEXT]` packages an external skill
+instead (mur/artifacts/skillbuild.py). `--skill` takes zero or one value, which click cannot say:
+the command rewrites it to `--skill=VALUE` (the next token, unless it is an option) or `--skill=`.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,68 @@ from typing import Optional
 
 import typer
 
+# Options of `mur build` that consume the next token; that token is never --skill's value.
+_VALUE_OPTIONS = ("-o", "--output", "--version", "--summary")
+
+
+def skill_value_explicit(args: list[str]) -> list[str]:
+    """`args` with every bare `--skill` turned into `--skill=VALUE` or `--skill=` (no value)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            out.extend(args[i:])
+            break
+        if token in _VALUE_OPTIONS:
+            out.extend(args[i : i + 2])
+            i += 2
+            continue
+        if token == "--skill":
+            following = args[i + 1] if i + 1 < len(args) else None
+            if following is not None and not following.startswith("-"):
+                out.append(f"--skill={following}")
+                i += 2
+            else:
+                out.append("--skill=")
+                i += 1
+            continue
+        out.append(token)
+        i += 1
+    return out
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("build")
+    class BuildCommand(typer.core.TyperCommand):
+        def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+            return super().parse_args(ctx, skill_value_explicit(list(args)))
+
+    @app.command("build", cls=BuildCommand)
     def build(
-        source: str = typer.Argument(".", help="Artifact source directory (holds murmur.yaml)."),
+        source: str = typer.Argument(".", help="Artifact source directory (holds murmur.yaml), or the --skill input."),
         output: Optional[str] = typer.Option(
             None, "--output", "-o", help="Output .mur.zip path, or an existing directory to write into."
         ),
+        skill: Optional[str] = typer.Option(
+            None,
+            "--skill",
+            metavar="[NAME|PATH]",
+            help="Package a skill directory or .zip holding SKILL.md (no murmur.yaml needed). A value "
+            "with '/' or '\\' or a leading '.' is the input; any other value is the artifact name.",
+        ),
+        version: Optional[str] = typer.Option(None, "--version", help="With --skill: the version (default 0.1.0)."),
+        summary: Optional[str] = typer.Option(None, "--summary", help="With --skill: the description."),
     ) -> None:
-        """Build a .mur.zip from murmur.yaml plus exactly its requires_files."""
-        from mur.artifacts.build import build_artifact
+        """Build a .mur.zip from murmur.yaml plus exactly its requires_files (or from a skill, with --skill)."""
+        if skill is None:
+            if version is not None or summary is not None:
+                flag = "--version" if version is not None else "--summary"
+                raise typer.BadParameter(f"{flag} is only valid with --skill", param_hint=flag)
+            from mur.artifacts.build import build_artifact
 
-        path = build_artifact(source, output)
+            path = build_artifact(source, output)
+        else:
+            from mur.artifacts.skillbuild import build_skill
+
+            path = build_skill(source, skill, version=version, summary=summary, output=output)
         print(f"Built artifact: {path}", flush=True)
