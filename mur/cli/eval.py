@@ -1,10 +1,12 @@
-"""`mur eval show|diff`: a session's eval.jsonl (murmur-hook-eval) summarized, or two compared.
+"""`mur eval show|diff|run`: a session's eval.jsonl (murmur-hook-eval) summarized, or two compared, or a
+capsule run over a dataset of cases and each case scored.
 
 SESSION is a session address as for `mur trace show` (full id, 4+ character suffix, `@N`, or a path
 to an eval.jsonl or a session directory); default: the most recent session. Exit 0 even when nothing
 was scored. `mur eval diff [A B]` compares two sessions' pass rates per scorer (default @2 @1).
 E-EVAL-001: a line of the file is not an eval record; E-EVAL-002: no eval file (or no session) for the
-address.
+address. `mur eval run [CAPSULE_DIR] --dataset FILE.jsonl` runs the capsule once per dataset line
+(mur.observability.evalrun); failing cases are results (exit 0), only errors that stop the run exit 1.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    eval_app = typer.Typer(help="Read the eval.jsonl a session's murmur-hook-eval wrote.", no_args_is_help=True)
+    eval_app = typer.Typer(
+        help="Read the eval.jsonl a session's murmur-hook-eval wrote, or run a dataset.", no_args_is_help=True
+    )
 
     @eval_app.command("show")
     def show(
@@ -59,5 +63,45 @@ def register(app: typer.Typer) -> None:
             emit_json(result)
             return
         typer.echo(render(result), nl=False)
+
+    @eval_app.command("run")
+    def run(
+        capsule: Path = typer.Argument(
+            Path("."), metavar="CAPSULE_DIR", help="Capsule directory holding murmur.yaml (default: .)."
+        ),
+        dataset: Path = typer.Option(
+            ..., "--dataset", help='JSONL file, one case a line: {"case_id", "task_path", "expected"?}.'
+        ),
+        json_out: bool = typer.Option(
+            False, "--json", help="Print one JSON line: dataset, dataset_id, cases, pass, total."
+        ),
+        workdir_root: Optional[Path] = typer.Option(
+            None, "--workdir-root",
+            help="Directory for the per-case workdirs (default: <capsule dir>/workdir/eval-<timestamp>).",
+        ),
+    ) -> None:
+        """Run the capsule once per dataset case and score each session with murmur-hook-eval."""
+        from mur.cli.render import emit_json, note
+        from mur.observability.evalrun import (render_case_result, render_case_start, render_start,
+                                               render_summary, run_eval)
+
+        def out(text: str) -> None:  # the per-case lines: progress on stderr when stdout carries JSON
+            if json_out:
+                note(text)
+            else:
+                typer.echo(text)
+
+        def on_result(result) -> None:
+            if result.error:
+                note(f"    stage failed: {result.error}")
+            out(render_case_result(result))
+
+        result = run_eval(capsule, dataset, workdir_root, on_start=lambda count: out(render_start(count)),
+                          on_case=lambda case: out(render_case_start(case)),
+                          on_result=on_result, note=note)
+        if json_out:
+            emit_json(result.as_json())
+            return
+        typer.echo(render_summary(result), nl=False)
 
     app.add_typer(eval_app, name="eval")
