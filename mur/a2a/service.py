@@ -99,10 +99,12 @@ class TaskContext(Protocol):
         ...
 
     def stop_reason(self) -> str | None:
-        """Why the executor should stop now (tasks/cancel, SIGTERM), or None to carry on.
+        """Why the executor should stop now (an accepted tasks/cancel), or None to carry on.
 
         Checked between steps (before each model turn, before a turn's tool calls): an executor
         that stops returns a failed outcome with this text; the service records it as canceled.
+        SIGTERM is not reported here: the running task keeps its grace period to finish
+        (``cancelled`` says a shutdown is under way).
         """
         ...
 
@@ -195,11 +197,7 @@ class _Context:
 
     def stop_reason(self) -> str | None:
         svc = self._service
-        if svc.registry.cancel_requested(self.task_id):
-            return CANCELED_MESSAGE
-        if svc._terminating.is_set():
-            return TERMINATED_MESSAGE
-        return None
+        return CANCELED_MESSAGE if svc.registry.cancel_requested(self.task_id) else None
 
 
 class CapsuleService:

@@ -65,7 +65,7 @@ class LoopConfig:
     compaction_system_prompt: str | None = None  # resolved inline/file prompt
     max_task_reopens: int = 1
     # Asked between steps (before each turn, before a turn's tool calls): a reason string stops the
-    # loop there (tasks/cancel, SIGTERM); None carries on. A call in flight is never cut short.
+    # loop there (an accepted tasks/cancel); None carries on. A call in flight is never cut short.
     should_stop: Callable[[], str | None] | None = None
 
 
@@ -81,7 +81,7 @@ class LoopOutcome:
     error: str | None = None
     error_code: str | None = None
     compactions: int = 0
-    stopped: bool = False  # ended by should_stop (cancel, SIGTERM): never reopened
+    stopped: bool = False  # ended by should_stop (a cancel): never reopened
 
 
 def write_result(workdir: Path, text: str) -> None:

@@ -243,7 +243,7 @@ def run_process_transport(task: str, *, command: str, model: str, max_turns: int
 
     `env` is the CLI's complete environment (HOME, PATH, ANTHROPIC_* ...); `cwd` defaults to
     `workdir` (pass the accessible workdir when it differs from the session workdir).
-    `should_stop` is polled while the CLI runs: a reason string ends it (tasks/cancel, SIGTERM).
+    `should_stop` is polled while the CLI runs: a reason string ends it (tasks/cancel).
     """
     workdir = Path(workdir)
     stream = _Stream(max_turns, trace)
