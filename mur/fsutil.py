@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -30,6 +31,15 @@ def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path
         raise
     fsync_dir(path.parent)
     return path
+
+
+def file_sha256(path: Path | str) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks (never the whole file in memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def fsync_dir(path: Path | str) -> None:

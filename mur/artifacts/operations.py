@@ -359,7 +359,12 @@ def render_table(rows: list[ListRow], *, with_scope: bool) -> str:
         platform = ", ".join(row.meta.platform_tags) or "\u2014"
         cells = [row.meta.name, row.meta.version, row.meta.artifact_runtime, platform]
         table.append(([row.scope] if with_scope else []) + cells)
-    widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(headers[:-1])]
+    return align_columns(headers, table)
+
+
+def align_columns(headers: list[str], table: list[list[str]]) -> str:
+    """Rows under `headers`, columns two spaces apart and padded to width; the last one is not padded."""
+    widths = [max([len(h), *(len(r[i]) for r in table)]) for i, h in enumerate(headers[:-1])]
     lines = []
     for cells in [headers, *table]:
         padded = [c.ljust(w) for c, w in zip(cells[:-1], widths)]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from mur.artifacts.operations import find_project_root, version_key
+from mur.artifacts.operations import align_columns, find_project_root, version_key
 from mur.artifacts.registry_client import (
     TIMEOUT_SECONDS,
     LocalRegistry,
@@ -342,12 +342,7 @@ def render_table(hits: list[IndexEntry]) -> str:
     """`NAME  VERSION  RUNTIME  DESCRIPTION` (`—` for a missing description), as `mur list` aligns."""
     headers = ["NAME", "VERSION", "RUNTIME", "DESCRIPTION"]
     table = [[_cell(h.name), _cell(h.version), _cell(h.runtime), _cell(h.description)] for h in hits]
-    widths = [max([len(h), *(len(r[i]) for r in table)]) for i, h in enumerate(headers[:-1])]
-    lines = []
-    for cells in [headers, *table]:
-        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths)]
-        lines.append("  ".join([*padded, cells[-1]]))
-    return "\n".join(lines)
+    return align_columns(headers, table)
 
 
 def hits_json(hits: list[IndexEntry]) -> list[dict[str, Any]]:

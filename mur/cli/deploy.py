@@ -15,6 +15,8 @@ from typing import List, Optional
 
 import typer
 
+from mur.cli.render import emit
+
 INITS = ("auto", "systemd", "supervisor")
 CLASSES = ("advisory", "scoped", "sealed")
 
@@ -23,16 +25,6 @@ def _progress(json_out: bool):
     from mur.deploy.progress import Progress
 
     return Progress(enabled=True)
-
-
-def _emit(obj, json_out: bool, human) -> None:  # noqa: ANN001
-    from mur.cli.render import emit_json
-
-    if json_out:
-        emit_json(obj)
-    else:
-        sys.stdout.write(human(obj))
-        sys.stdout.flush()
 
 
 def _human_deploy(r: dict) -> str:
@@ -131,12 +123,12 @@ def register(app: typer.Typer) -> None:
             from mur.deploy.service import check as run_check
 
             report = run_check(req, progress)
-            _emit(report.to_dict(), json_out, lambda _r: report.render())
+            emit(report.to_dict(), json_out, lambda _r: report.render())
             raise typer.Exit(0 if report.ok else 1)
         from mur.deploy.service import deploy as run_deploy
 
         result = run_deploy(req, progress)
-        _emit(result, json_out, _human_deploy)
+        emit(result, json_out, _human_deploy)
 
     @group.command("ls")
     def ls(json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
@@ -144,7 +136,7 @@ def register(app: typer.Typer) -> None:
         from mur.deploy.lifecycle import list_deployments, render_table
 
         records = list_deployments()
-        _emit(records, json_out, render_table)
+        emit(records, json_out, render_table)
 
     @group.command("status")
     def status(dep: str = typer.Argument(..., metavar="ID"),
@@ -153,7 +145,7 @@ def register(app: typer.Typer) -> None:
         from mur.deploy.lifecycle import status as run
 
         result = run(dep, _progress(json_out))
-        _emit(result, json_out, _human_kv)
+        emit(result, json_out, _human_kv)
         if result.get("status") != "running":
             raise typer.Exit(3)
 
@@ -178,7 +170,7 @@ def register(app: typer.Typer) -> None:
         """Start a stopped deployment."""
         from mur.deploy.lifecycle import start as run
 
-        _emit(run(dep, _progress(json_out)), json_out, _human_kv)
+        emit(run(dep, _progress(json_out)), json_out, _human_kv)
 
     @group.command("stop")
     def stop(dep: str = typer.Argument(..., metavar="ID"),
@@ -186,7 +178,7 @@ def register(app: typer.Typer) -> None:
         """Stop the service and everything it started; files stay."""
         from mur.deploy.lifecycle import stop as run
 
-        _emit(run(dep, _progress(json_out)), json_out, _human_kv)
+        emit(run(dep, _progress(json_out)), json_out, _human_kv)
 
     @group.command("destroy")
     def destroy(dep: str = typer.Argument(..., metavar="ID"),
@@ -196,7 +188,7 @@ def register(app: typer.Typer) -> None:
         from mur.deploy.lifecycle import destroy as run
 
         result = run(dep, _progress(json_out), force=force)
-        _emit(result, json_out, lambda r: f"destroyed {r['deployment_id']} ({r.get('host') or 'docker'})\n")
+        emit(result, json_out, lambda r: f"destroyed {r['deployment_id']} ({r.get('host') or 'docker'})\n")
 
     @group.command("rollback")
     def rollback(dep: str = typer.Argument(..., metavar="ID"),
@@ -204,7 +196,7 @@ def register(app: typer.Typer) -> None:
         """Serve the previous release again (bundle, capsule and config together)."""
         from mur.deploy.lifecycle import rollback as run
 
-        _emit(run(dep, _progress(json_out)), json_out, _human_kv)
+        emit(run(dep, _progress(json_out)), json_out, _human_kv)
 
     app.add_typer(group, name="deploy")
 

@@ -33,15 +33,12 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line: overall, scorers, dataset_run."),
     ) -> None:
         """Summarize one session's eval scores: pass rates per scorer, overall result, failing events."""
-        from mur.cli.render import emit_json
+        from mur.cli.render import emit
         from mur.observability.evalfile import render
         from mur.observability.evalfile import show as show_eval
 
         summary, scores, path = show_eval(session, workdir)
-        if json_out:
-            emit_json(summary)
-            return
-        typer.echo(render(summary, scores, path), nl=False)
+        emit(summary, json_out, lambda _: render(summary, scores, path))
 
     @eval_app.command("diff")
     def diff(
@@ -55,14 +52,11 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line: per-scorer rates, deltas, overall."),
     ) -> None:
         """Compare two sessions' eval scores: pass rate per scorer in each run, delta in points, overall."""
-        from mur.cli.render import emit_json
+        from mur.cli.render import emit
         from mur.observability.evaldiff import render, show as show_diff
 
         result = show_diff(a, b, workdir)
-        if json_out:
-            emit_json(result)
-            return
-        typer.echo(render(result), nl=False)
+        emit(result, json_out, render)
 
     @eval_app.command("run")
     def run(
@@ -81,7 +75,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run the capsule once per dataset case and score each session with murmur-hook-eval."""
-        from mur.cli.render import emit_json, note
+        from mur.cli.render import emit, note
         from mur.observability.evalrun import (render_case_result, render_case_start, render_start,
                                                render_summary, run_eval)
 
@@ -99,9 +93,6 @@ def register(app: typer.Typer) -> None:
         result = run_eval(capsule, dataset, workdir_root, on_start=lambda count: out(render_start(count)),
                           on_case=lambda case: out(render_case_start(case)),
                           on_result=on_result, note=note)
-        if json_out:
-            emit_json(result.as_json())
-            return
-        typer.echo(render_summary(result), nl=False)
+        emit(result.as_json(), json_out, lambda _: render_summary(result))
 
     app.add_typer(eval_app, name="eval")

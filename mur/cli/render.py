@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 
 def emit_json(obj: Any) -> None:
@@ -20,6 +20,15 @@ def emit_json(obj: Any) -> None:
         text = json.dumps(obj, separators=(",", ":"), sort_keys=False)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def emit(obj: Any, json_out: bool, human: Callable[[Any], str]) -> None:
+    """A command's result: one JSON line with --json, else `human(obj)` (rendered only then)."""
+    if json_out:
+        emit_json(obj)
+    else:
+        sys.stdout.write(human(obj))
+        sys.stdout.flush()
 
 
 def note(text: str) -> None:

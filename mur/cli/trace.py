@@ -41,14 +41,11 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (summary + timeline)."),
     ) -> None:
         """Summarize one session's trace and list its events as a timeline."""
-        from mur.cli.render import emit_json
+        from mur.cli.render import emit
         from mur.observability.timeline import render, show as show_session
 
         summary = show_session(session, workdir)
-        if json_out:
-            emit_json(summary)
-            return
-        typer.echo(render(summary), nl=False)
+        emit(summary, json_out, render)
 
     @trace_app.command("steps")
     def steps(
@@ -59,14 +56,11 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (tasks, attempts, turns, calls)."),
     ) -> None:
         """Show one session turn by turn: each turn's decision and tokens, and the calls it made."""
-        from mur.cli.render import emit_json
+        from mur.cli.render import emit
         from mur.observability.steps import render, show as show_steps
 
         result = show_steps(session, workdir, verbose)
-        if json_out:
-            emit_json(result)
-            return
-        typer.echo(render(result), nl=False)
+        emit(result, json_out, render)
 
     @trace_app.command("diff")
     def diff(
@@ -76,14 +70,11 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (metrics, tool calls compared)."),
     ) -> None:
         """Compare two sessions: turns, tokens, calls, latency, status, and the tool-call sequence."""
-        from mur.cli.render import emit_json
+        from mur.cli.render import emit
         from mur.observability.tracediff import render, show as show_diff
 
         result = show_diff(before, after, workdir)
-        if json_out:
-            emit_json(result)
-            return
-        typer.echo(render(result), nl=False)
+        emit(result, json_out, render)
 
     @trace_app.command("report")
     def report(
@@ -95,7 +86,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (sessions, totals, tools)."),
     ) -> None:
         """Aggregate several sessions: status breakdown, totals and averages, most used tools."""
-        from mur.cli.render import emit_json, note
+        from mur.cli.render import emit, note
         from mur.observability.report import render, report as build_report
 
         if sessions and (last is not None or since is not None):
@@ -104,9 +95,6 @@ def register(app: typer.Typer) -> None:
         result = build_report(list(sessions or []), workdir, last=last, since=since)
         for skipped in result["skipped"]:
             note(f"note: skipped {skipped['session']}: [{skipped['code']}] {skipped['message']}")
-        if json_out:
-            emit_json(result)
-            return
-        typer.echo(render(result), nl=False)
+        emit(result, json_out, render)
 
     app.add_typer(trace_app, name="trace")

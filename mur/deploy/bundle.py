@@ -33,7 +33,7 @@ from urllib.parse import urlparse
 from mur import __version__
 from mur.deploy.state import atomic_write, murmur_home
 from mur.errors import MurError
-from mur.fsutil import locked
+from mur.fsutil import file_sha256, locked
 
 # Packages the target never needs: they only serve `mur deploy` itself or tests. Leaving them out
 # keeps the bundle small (paramiko+cryptography alone are ~10 MB) and its start fast.
@@ -85,14 +85,6 @@ def platform_from_uname(system: str, machine: str) -> str:
 
 def bundle_filename(version: str, platform: str) -> str:
     return f"mur-{version}-{platform}"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def bin_dir() -> Path:
@@ -274,7 +266,7 @@ def assemble(onedir: Path, out: Path, version: str, plat: str) -> Path:
     """Wrap a PyInstaller one-dir build (holding `mur`) into the single self-extracting file."""
     payload = out.with_name(out.name + ".tar.gz.tmp")
     _tar_dir(onedir, payload)
-    sha = sha256_file(payload)
+    sha = file_sha256(payload)
     name = bundle_filename(version, plat)
     probe = _HEADER.format(version=version, platform=plat, ident=runtime_id(name, sha), offset=0)
     header = _HEADER.format(version=version, platform=plat, ident=runtime_id(name, sha),
@@ -326,9 +318,9 @@ def ensure_local_bundle(progress: Progress = _quiet) -> Bundle:
         cache = build_cache_dir() / digest[:20]
         cached = cache / name
         with locked(build_cache_dir() / ".build.lock"):
-            if not (cached.is_file() and _sidecar(cached, ".sha256") == sha256_file(cached)):
+            if not (cached.is_file() and _sidecar(cached, ".sha256") == file_sha256(cached)):
                 build_bundle(cache, progress)
-                _write_sidecar(cached, ".sha256", sha256_file(cached))
+                _write_sidecar(cached, ".sha256", file_sha256(cached))
                 _prune_build_cache(build_cache_dir(), keep=cache)
         _install_into_cache(cached, target)
         _write_sidecar(target, ".source", digest)
@@ -347,7 +339,7 @@ def _install_into_cache(src: Path, target: Path) -> None:
     shutil.copyfile(src, tmp)
     os.chmod(tmp, 0o755)
     os.replace(tmp, target)
-    _write_sidecar(target, ".sha256", sha256_file(target))
+    _write_sidecar(target, ".sha256", file_sha256(target))
 
 
 def _sidecar(path: Path, suffix: str) -> str | None:
@@ -363,11 +355,11 @@ def _write_sidecar(path: Path, suffix: str, value: str) -> None:
 
 def _verified(path: Path) -> bool:
     want = _sidecar(path, ".sha256")
-    return bool(want) and path.is_file() and path.stat().st_size > 0 and sha256_file(path) == want
+    return bool(want) and path.is_file() and path.stat().st_size > 0 and file_sha256(path) == want
 
 
 def _bundle(path: Path, version: str, plat: str, origin: str) -> Bundle:
-    return Bundle(path=path, version=version, platform=plat, sha256=sha256_file(path),
+    return Bundle(path=path, version=version, platform=plat, sha256=file_sha256(path),
                   size=path.stat().st_size, origin=origin)
 
 
@@ -494,7 +486,7 @@ def fetch_release(version: str, plat: str, source: str, progress: Progress = _qu
         raise MurError("E-DEPLOY-006", f"checksums.txt in {source} has no entry for {name}", _FETCH_HINT)
     target = bin_dir() / name
     with locked(bin_dir() / f".{name}.lock"):
-        if target.is_file() and sha256_file(target) == want:
+        if target.is_file() and file_sha256(target) == want:
             _write_sidecar(target, ".sha256", want)
             return _bundle(target, version, plat, "cache")
         progress(f"fetching {name} from {source}")
@@ -539,10 +531,10 @@ def use_explicit_bundle(path: Path, expect_version: str | None = None) -> Bundle
     if not path.is_file():
         raise MurError("E-IO-001", f"--mur-binary not found: {path}")
     version = expect_version or __version__
-    digest = sha256_file(path)
+    digest = file_sha256(path)
     # Copied under a content-addressed name so it never clobbers a verified runtime of that version.
     target = bin_dir() / f"{bundle_filename(version, current_platform())}-custom-{digest[:12]}"
-    if not (target.is_file() and sha256_file(target) == digest):
+    if not (target.is_file() and file_sha256(target) == digest):
         _install_into_cache(path, target)
     return Bundle(path=target, version=version, platform=current_platform(), sha256=digest,
                   size=target.stat().st_size, origin="explicit")

@@ -8,7 +8,6 @@ installed artifacts it declares (digest-verified), an optional workdir seed, and
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from mur.deploy.plan import ArtifactRef, FileRef, parse_env_args, parse_env_text
 from mur.errors import MurError
+from mur.fsutil import file_sha256
 
 GiB = 1 << 30
 
@@ -85,17 +85,9 @@ class CapsuleInputs:
         return int(self.capsule.capabilities.resources.cgroup_pids_max) + 128
 
 
-def sha256_path(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def file_ref(path: Path, rel: str) -> FileRef:
     st = path.stat()
-    return FileRef(str(path), rel, sha256_path(path), st.st_size, 0o755 if st.st_mode & 0o111 else 0o644)
+    return FileRef(str(path), rel, file_sha256(path), st.st_size, 0o755 if st.st_mode & 0o111 else 0o644)
 
 
 def _inside(base: Path, rel: str, field_name: str) -> Path:

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from mur.deploy.plan import FileRef
 from mur.deploy.state import atomic_write, murmur_home
 from mur.errors import MurError
+from mur.fsutil import file_sha256
 
 EXPECTED_SETTINGS = "component-model,epoch-interruption"
 TARGETS = {
@@ -116,11 +117,8 @@ def precompile(sources: list[tuple[str, bytes]], plat: str, note: Callable[[str]
                                "fix the component (the target would fail the same way)") from exc
             atomic_write(local, bytes(blob), 0o600)
         st = local.stat()
-        h = hashlib.sha256()
-        with open(local, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        out.append(Precompiled(label, digest, FileRef(str(local), f"{digest}.{fp}.cwasm", h.hexdigest(), st.st_size, 0o600)))
+        out.append(Precompiled(label, digest, FileRef(str(local), f"{digest}.{fp}.cwasm", file_sha256(local), st.st_size,
+                                                       0o600)))
     _prune(cache, keep={Path(p.file.src).name for p in out})
     return out
 

@@ -131,6 +131,24 @@ def _preexec(procs_files: list[str], user: pwd.struct_passwd | None) -> Callable
     return run
 
 
+def terminate(proc: subprocess.Popen) -> None:
+    """Stop a `mur run` child: SIGTERM to it alone, then SIGKILL to its group after STOP_GRACE.
+
+    SIGTERM to mur run alone lets a running task finish within its grace period, while a
+    whole-group signal would also cut off the shell tools it is running.
+    """
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 class Supervisor:
     """The foreground loop (what runs detached, or as a container's main process)."""
 
@@ -255,19 +273,8 @@ class Supervisor:
             self._shutdown()
 
     def _terminate_child(self) -> None:
-        child = self.child
-        if child is None or child.poll() is not None:
-            return
-        # SIGTERM to mur run alone: it lets a running task finish within its grace period, while a
-        # whole-group signal would also cut off the shell tools it is running.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(child.pid, signal.SIGTERM)
-        try:
-            child.wait(STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+        if self.child is not None:
+            terminate(self.child)
 
     def _sweep(self) -> None:
         """Kill leftovers of the last run (its process group, its cgroup)."""
@@ -405,14 +412,7 @@ def smoke(spec: dict[str, Any], release_dir: str, port: int, timeout: float = 12
                 result.update(card)
                 result["ok"] = bool(card.get("ok"))
     finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        terminate(proc)
         with contextlib.suppress(OSError):
             result["stderr"] = err_path.read_bytes()[-2000:].decode("utf-8", "replace")
         import shutil

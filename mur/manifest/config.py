@@ -79,7 +79,8 @@ def _bad(path: Path, message: str) -> MurError:
     return MurError("E-CFG-003", f"{path}: {message}", f"fix or remove {path}")
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def read_config_file(path: Path) -> dict[str, Any] | None:
+    """One config file as a mapping: None when absent, {} when empty; E-CFG-003 / E-IO-* otherwise."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -162,7 +163,7 @@ def load_config(cwd: Path | None = None, home: Path | None = None) -> MurConfig:
     for path, scope in ((gpath, "global"), (ppath, "project")):
         if path is None or (ppath == gpath and scope == "project"):
             continue
-        data = _read(path)
+        data = read_config_file(path)
         if data is None and scope == "global":
             layers.append((Path("<built-in default>"), "builtin", BUILTIN_DEFAULT))
         elif data is not None:

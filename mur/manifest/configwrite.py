@@ -14,7 +14,7 @@ import yaml
 
 from mur.errors import MurError
 from mur.fsutil import atomic_write_text, locked
-from mur.manifest.config import _read, global_config_path, load_config, project_config_path
+from mur.manifest.config import global_config_path, load_config, project_config_path, read_config_file
 
 SETTABLE = (
     "registry.default",
@@ -41,7 +41,7 @@ def set_key(key: str, value: str, global_: bool, cwd: Path | None = None, home: 
                        "rerun with -g: mur config set -g inference.api_key VALUE (or use ${ENV_VAR})")
     path = global_config_path(home) if global_ else project_config_path(cwd)
     with locked(path.parent / ".config.lock"):
-        data: dict[str, Any] = _read(path) or {}
+        data: dict[str, Any] = read_config_file(path) or {}
         section, name = key.split(".", 1)
         current = data.setdefault(section, {})
         if current is None:

@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mur.fsutil import file_sha256  # noqa: F401 - re-exported: mur.wasm.build and tests use it from here
 from mur.wasm.limits import EpochTicker, GuestError
 
 ENGINE_SETTINGS = "component-model,epoch-interruption"
@@ -47,14 +48,6 @@ def default_cache_dir() -> Path:
 def engine_fingerprint() -> str:
     text = f"wasmtime {wasmtime_version()}; {ENGINE_SETTINGS}; {platform.machine()}; {sys.platform}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _private_dir(path: Path) -> bool:
