@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mur.artifacts import lock as lockfile
-from mur.artifacts.store import Store, current_platform, global_store, project_store, sha256_hex
+from mur.artifacts.store import Store, global_store, project_store, sha256_hex
+from mur.platform import current_platform
 from mur.errors import MurError
 
 OK, FAIL, DASH = "\u2713", "\u2717", "\u2014"

@@ -24,7 +24,6 @@ from mur.artifacts.registry_client import (
 from mur.artifacts.store import (
     ArtifactMeta,
     Store,
-    current_platform,
     global_store,
     integrity_error,
     meta_from_manifest,
@@ -34,6 +33,7 @@ from mur.artifacts.store import (
     validate_version_segment,
 )
 from mur.errors import MurError
+from mur.platform import current_platform
 
 MANIFEST_FILENAME = "murmur.yaml"
 

@@ -29,13 +29,13 @@ from mur.artifacts.package import (
 from mur.artifacts.store import (
     InstalledArtifact,
     Store,
-    current_platform,
     global_store,
     integrity_error,
     project_store,
     sha256_hex,
 )
 from mur.errors import MurError
+from mur.platform import current_platform
 
 __all__ = [
     "InstalledArtifact",

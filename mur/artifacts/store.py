@@ -21,7 +21,6 @@ import fcntl
 import hashlib
 import json
 import os
-import platform as _platform
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,19 +30,14 @@ from typing import Any, Iterator
 from mur.errors import MurError
 from mur.manifest.yamlio import one_line
 from mur.fsutil import fsync_dir
+from mur.paths import home_dir
+from mur.platform import current_platform
 
 STORE_SUBDIR = (".murmur", "artifacts")
 RUNTIME_TYPES = ("wasm", "native", "static")
 _STALE_TMP_SECONDS = 3600
 
 
-def home_dir() -> Path:
-    """$HOME (or $USERPROFILE) as an absolute path; E-IO-001 when neither is set."""
-    raw = os.environ.get("HOME") or os.environ.get("USERPROFILE")
-    if not raw:
-        raise MurError("E-IO-001", "could not determine home directory", "set HOME to your home directory")
-    path = Path(raw)
-    return path if path.is_absolute() else Path.cwd() / path
 
 
 def global_store(home: Path | None = None) -> Path:
@@ -56,13 +50,6 @@ def project_store(project_dir: Path) -> Path:
     return Path(project_dir).joinpath(*STORE_SUBDIR)
 
 
-def current_platform() -> str:
-    """This host's platform tag (`linux-x86_64`, `darwin-aarch64`, ...) or `unknown`."""
-    system = {"Linux": "linux", "Darwin": "darwin"}.get(_platform.system())
-    machine = {"x86_64": "x86_64", "amd64": "x86_64", "AMD64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(
-        _platform.machine()
-    )
-    return f"{system}-{machine}" if system and machine else "unknown"
 
 
 def split_platform(tag: str) -> tuple[str, str] | None:

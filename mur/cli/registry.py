@@ -29,11 +29,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve POST/GET /v1/artifacts with bearer NEXUS_API_KEY, storing on disk."""
         from mur.artifacts.registry_server import DEFAULT_BIND, serve as run_server
-        from mur.artifacts.store import home_dir
+        from mur.paths import registry_data_dir
 
         address = bind or os.environ.get("NEXUS_BIND") or DEFAULT_BIND
         if data is None:
-            data = Path(os.environ["NEXUS_DATA"]) if os.environ.get("NEXUS_DATA") else home_dir() / ".murmur" / "registry"
+            data = registry_data_dir()
 
         def ready(url: str) -> None:
             print(f"mur registry: listening on {url} (data: {data})", flush=True)

@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import ipaddress
 import os
-import platform as _platform
 import shutil
 import subprocess
 import sys
@@ -31,9 +30,11 @@ from typing import Callable
 from urllib.parse import urlparse
 
 from mur import __version__
-from mur.deploy.state import atomic_write, murmur_home
+from mur.deploy.state import atomic_write
 from mur.errors import MurError
 from mur.fsutil import file_sha256, locked
+from mur.paths import bin_dir, global_config_path
+from mur.platform import current_platform
 
 # Packages the target never needs: they only serve `mur deploy` itself or tests. Leaving them out
 # keeps the bundle small (paramiko+cryptography alone are ~10 MB) and its start fast.
@@ -69,26 +70,8 @@ class Bundle:
         return self.path.name
 
 
-def current_platform() -> str:
-    """`linux-x86_64` style: upstream's asset naming."""
-    machine = _platform.machine().lower()
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-    return f"{_platform.system().lower()}-{machine}"
-
-
-def platform_from_uname(system: str, machine: str) -> str:
-    """Map `uname -s` / `uname -m` of a target to the same naming."""
-    machine = machine.strip().lower()
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-    return f"{system.strip().lower()}-{machine}"
-
-
 def bundle_filename(version: str, platform: str) -> str:
     return f"mur-{version}-{platform}"
-
-
-def bin_dir() -> Path:
-    return murmur_home() / "bin"
 
 
 # --- local builds ---------------------------------------------------------------------------
@@ -386,7 +369,7 @@ def parse_checksums(text: str) -> dict[str, str]:
 
 def configured_release_source() -> str | None:
     """`deploy.release_source` from the global `~/.murmur/config.yaml`, if set."""
-    path = murmur_home() / "config.yaml"
+    path = global_config_path()
     try:
         import yaml
 

@@ -33,12 +33,13 @@ from mur.deploy.targets.docker import (
 
 RELEASE_LABEL = "dev.mur.release"
 from mur.errors import MurError
+from mur.platform import platform_tag
 
 HOME = "/root"
 
 
 def _platform(info: dict[str, Any]) -> str:
-    return bundles.platform_from_uname(str(info.get("OSType", "linux")), str(info.get("Architecture", "x86_64")))
+    return platform_tag(str(info.get("OSType", "linux")), str(info.get("Architecture", "x86_64")))
 
 
 def _apparmor(info: dict[str, Any]) -> bool:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur.deploy.plan import FileRef
-from mur.deploy.state import atomic_write, murmur_home
+from mur.deploy.state import atomic_write
+from mur.paths import cache_root
 from mur.errors import MurError
 from mur.fsutil import file_sha256
 
@@ -94,7 +95,7 @@ def precompile(sources: list[tuple[str, bytes]], plat: str, note: Callable[[str]
     from mur.wasm.engine import engine_fingerprint
 
     fp = engine_fingerprint()
-    cache = murmur_home() / "cache" / "deploy-precompiled"
+    cache = cache_root() / "deploy-precompiled"
     engine = None
     out: list[Precompiled] = []
     seen: set[str] = set()

@@ -14,7 +14,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from mur.deploy.bundle import Bundle, platform_from_uname
+from mur.deploy.bundle import Bundle
+from mur.platform import platform_tag
 from mur.deploy.inputs import CapsuleInputs
 from mur.deploy.plan import Layout, Mkdir, Upload
 from mur.deploy.targets.base import Target
@@ -162,7 +163,7 @@ def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id
     q = shlex.quote
     home, user, uid = target.home, target.user, target.uid
     system, machine = target.uname()
-    plat = platform_from_uname(system, machine)
+    plat = platform_tag(system, machine)
     report.facts.update({"user": user, "uid": uid, "home": home, "platform": plat})
     report.add("platform", plat == bundle.platform, f"{plat}" + ("" if plat == bundle.platform else
                f" but the runtime is built for {bundle.platform}"))

@@ -31,6 +31,7 @@ from mur.deploy.progress import QUIET, Progress
 from mur.deploy.state import DeploymentStore, new_deployment_id, now_rfc3339
 from mur.deploy.targets.base import Target
 from mur.errors import MurError
+from mur.platform import platform_tag
 
 
 @dataclass
@@ -212,7 +213,7 @@ def check(req: DeployRequest, progress: Progress = QUIET) -> Report:
     with progress.step(f"connect {req.target.provider} {req.target.host}".strip()):
         target = connect(req.target, trust_new_host=req.trust_new_host, note=progress.note)
     with target:
-        plat = bundles.platform_from_uname(*target.uname())
+        plat = platform_tag(*target.uname())
         runtime = resolve_runtime(req, inputs, plat, progress)
         with progress.step("preflight"):
             return preflight_host(target, runtime, inputs, dep_id=dep_id, init_pref=req.init, progress=progress.note)
@@ -241,7 +242,7 @@ def deploy(req: DeployRequest, progress: Progress = QUIET) -> dict[str, Any]:
 
 def _deploy_host(req: DeployRequest, inputs: CapsuleInputs, dep_id: str, existing: dict[str, Any] | None,
                  store: DeploymentStore, target: Target, progress: Progress, t0: float) -> dict[str, Any]:
-    plat = bundles.platform_from_uname(*target.uname())
+    plat = platform_tag(*target.uname())
     with progress.step(f"mur {inputs.mur_version or __version__} runtime for {plat}"):
         runtime = resolve_runtime(req, inputs, plat, progress)
     with progress.step("preflight"):

@@ -20,18 +20,13 @@ from typing import Any, Iterator
 
 from mur.errors import MurError
 from mur.fsutil import atomic_write_bytes, locked
+from mur.paths import deployments_path
 
 STATE_FILENAME = "deployments.json"
 
 
-def murmur_home() -> Path:
-    """`~/.murmur` of the user running mur (HOME is honoured, so tests can use a clean one)."""
-    home = os.environ.get("HOME") or str(Path.home())
-    return Path(home) / ".murmur"
-
-
 def state_path() -> Path:
-    return murmur_home() / STATE_FILENAME
+    return deployments_path()
 
 
 def new_deployment_id() -> str:

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mur import paths
 from mur.errors import MurError, warn
+from mur.paths import MURMUR_DIR
 from mur.manifest.capsule import CONTAINMENT_CLASSES
 from mur.manifest.yamlio import parse_yaml
 
@@ -47,16 +49,16 @@ class MurConfig:
 
 def global_config_path(home: Path | None = None) -> Path:
     """~/.murmur/config.yaml; E-IO-001 when there is no home directory to find it in."""
-    if home is None:
-        try:
-            home = Path(os.environ.get("HOME") or Path.home())
-        except (RuntimeError, KeyError) as exc:  # HOME unset and the uid has no passwd entry
-            raise MurError(
-                "E-IO-001",
-                "cannot locate ~/.murmur/config.yaml: HOME is not set and this user has no home directory",
-                "set HOME to a directory and rerun",
-            ) from exc
-    return home / ".murmur" / "config.yaml"
+    if home is not None:
+        return home / MURMUR_DIR / "config.yaml"
+    try:
+        return paths.global_config_path()
+    except MurError as exc:
+        raise MurError(
+            "E-IO-001",
+            "cannot locate ~/.murmur/config.yaml: HOME is not set and this user has no home directory",
+            "set HOME to a directory and rerun",
+        ) from exc
 
 
 def _current_dir() -> Path | None:
@@ -72,7 +74,7 @@ def project_config_path(cwd: Path | None = None) -> Path:
     base = cwd or _current_dir()
     if base is None:
         raise MurError("E-IO-001", "the current directory no longer exists", "cd into an existing directory and rerun")
-    return base / ".murmur" / "config.yaml"
+    return base / MURMUR_DIR / "config.yaml"
 
 
 def _bad(path: Path, message: str) -> MurError:

@@ -28,7 +28,8 @@ from importlib import metadata
 from pathlib import Path
 
 from mur.errors import MurError
-from mur.wasm.engine import cache_root, file_sha256
+from mur.paths import cache_root
+from mur.wasm.engine import file_sha256
 
 WIT_ROOT = Path(__file__).parent / "wit"
 WORLD_PACKAGES = {"capsule": "guest", "tool": "guest", "driver": "guest", "hook": "hook"}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mur.fsutil import file_sha256  # noqa: F401 - re-exported: mur.wasm.build and tests use it from here
+from mur.paths import cache_root
 from mur.wasm.limits import EpochTicker, GuestError
 
 ENGINE_SETTINGS = "component-model,epoch-interruption"
@@ -33,12 +34,6 @@ def wasmtime_version() -> str:
         return metadata.version("wasmtime")
     except metadata.PackageNotFoundError:  # pragma: no cover - wasmtime is a hard dependency
         return "unknown"
-
-
-def cache_root() -> Path:
-    """``$MUR_CACHE_DIR`` or ``~/.murmur/cache``."""
-    env = os.environ.get("MUR_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".murmur" / "cache"
 
 
 def default_cache_dir() -> Path:

@@ -42,6 +42,7 @@ def test_home_and_store_paths(isolated, monkeypatch):
     assert project_store(Path("/p")) == Path("/p/.murmur/artifacts")
     monkeypatch.delenv("HOME")
     monkeypatch.delenv("USERPROFILE", raising=False)
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
     with pytest.raises(MurError) as err:
         home_dir()
     assert err.value.code == "E-IO-001"

@@ -13,6 +13,7 @@ import pytest
 
 from mur import __version__
 from mur.deploy import bundle as B
+from mur.platform import current_platform
 from mur.errors import MurError
 
 PLAT = "linux-x86_64"
@@ -129,7 +130,7 @@ def test_explicit_binary_gets_a_content_addressed_name(home, tmp_path):
     f = tmp_path / "mymur"
     f.write_bytes(b"custom")
     b = B.use_explicit_bundle(f, "0.1.0")
-    assert b.name.startswith(f"mur-0.1.0-{B.current_platform()}-custom-") and b.path.read_bytes() == b"custom"
+    assert b.name.startswith(f"mur-0.1.0-{current_platform()}-custom-") and b.path.read_bytes() == b"custom"
     with pytest.raises(MurError) as err:
         B.use_explicit_bundle(tmp_path / "nope")
     assert err.value.code == "E-IO-001"

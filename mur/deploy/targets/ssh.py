@@ -23,6 +23,7 @@ from typing import Callable
 
 from mur.deploy.targets.base import Result, Target
 from mur.errors import MurError
+from mur.paths import known_hosts_path
 
 CONNECT_BUDGET = 30.0
 
@@ -33,7 +34,7 @@ logging.getLogger("paramiko").propagate = False
 
 
 def default_known_hosts() -> Path:
-    return Path(os.environ.get("HOME") or Path.home()) / ".ssh" / "known_hosts"
+    return known_hosts_path()
 
 
 def _host_key_name(host: str, port: int) -> str:

@@ -1,0 +1,70 @@
+"""Where mur keeps its files on this machine: the one owner of `~/.murmur` and the caches.
+
+Every module that needs a path under the user's home asks here, so `HOME` (which tests and
+deploy targets set) is honoured the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mur.errors import MurError
+
+MURMUR_DIR = ".murmur"
+
+
+def home_dir() -> Path:
+    """$HOME (or $USERPROFILE, or the passwd entry) as an absolute path; E-IO-001 when none is known."""
+    raw = os.environ.get("HOME") or os.environ.get("USERPROFILE")
+    if not raw:
+        try:
+            raw = str(Path.home())
+        except (RuntimeError, KeyError):  # HOME unset and the uid has no passwd entry
+            raw = ""
+    if not raw:
+        raise MurError("E-IO-001", "could not determine home directory", "set HOME to your home directory")
+    path = Path(raw)
+    return path if path.is_absolute() else Path.cwd() / path
+
+
+def murmur_home() -> Path:
+    """`~/.murmur` of the user running mur."""
+    return home_dir() / MURMUR_DIR
+
+
+def project_murmur_dir(project_dir: Path) -> Path:
+    """`<project_dir>/.murmur` (project-level store and config)."""
+    return Path(project_dir) / MURMUR_DIR
+
+
+def global_config_path() -> Path:
+    """`~/.murmur/config.yaml`."""
+    return murmur_home() / "config.yaml"
+
+
+def cache_root() -> Path:
+    """`$MUR_CACHE_DIR`, else `~/.murmur/cache`: compiled components, built guests, precompiled payloads."""
+    env = os.environ.get("MUR_CACHE_DIR")
+    return Path(env) if env else murmur_home() / "cache"
+
+
+def bin_dir() -> Path:
+    """`~/.murmur/bin`: pinned runtime bundles fetched or built for deploys."""
+    return murmur_home() / "bin"
+
+
+def deployments_path() -> Path:
+    """`~/.murmur/deployments.json`: the deployment records."""
+    return murmur_home() / "deployments.json"
+
+
+def registry_data_dir() -> Path:
+    """`$NEXUS_DATA`, else `~/.murmur/registry`: storage of `mur registry serve`."""
+    env = os.environ.get("NEXUS_DATA")
+    return Path(env) if env else murmur_home() / "registry"
+
+
+def known_hosts_path() -> Path:
+    """`~/.ssh/known_hosts`: the host keys deploy verifies against."""
+    return home_dir() / ".ssh" / "known_hosts"
