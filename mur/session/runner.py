@@ -74,7 +74,7 @@ def _launch_warnings(warnings: list[tuple[str, str]], wd: Any) -> None:
 
 def run_session(opts: RunOptions) -> None:
     """Run a capsule session; raises MurError for the CLI to render (exit 1) when it did not end ok."""
-    from mur.a2a.service import CapsuleService, lifecycle_with_overrides
+    from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
     from mur.session import murmur_md
     from mur.session.prechecks import prepare
     from mur.session.staging import stage

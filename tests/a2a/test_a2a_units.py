@@ -10,7 +10,7 @@ import pytest
 
 from mur.a2a import protocol as rpc
 from mur.a2a.render import WatchRenderer, short_context
-from mur.a2a.service import lifecycle_with_overrides, resolve_idle_timeout
+from mur.a2a.lifecycle import lifecycle_with_overrides, resolve_idle_timeout
 from mur.a2a.sse import EventHub, format_frame
 from mur.a2a.tasks import (
     COMPLETED,
