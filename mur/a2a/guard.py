@@ -9,9 +9,10 @@ ever. Nor does it bound open connections (``limit_concurrency`` only answers 503
   previous response, to a complete request line and headers, however the bytes trickle in; then
   ``408`` and close;
 * a cap on open connections: at ``max_connections`` a new connection first evicts the oldest one
-  that is not being answered (idle, still sending its head, or still sending its body); if every
-  connection is being answered, the new one gets ``503`` and is closed. A flood of idle or slow
-  connections therefore cannot lock out a client that sends a request promptly;
+  that is not being answered (idle, still sending its head, or still sending its body) and has
+  been open at least ``EVICT_AFTER``; with none such it is let in over the cap, up to twice the
+  cap, past which it gets ``503`` and is closed. A flood of idle or slow connections therefore
+  cannot lock out a client that sends a request promptly;
 * a write-stall deadline: a connection whose client reads nothing while the server has output
   queued (the socket buffers are full) for ``stall_timeout`` seconds is aborted. This is what ends
   an SSE client that never reads.
@@ -28,6 +29,8 @@ import time
 from dataclasses import dataclass, fields
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+EVICT_AFTER = 1.0  # seconds a connection must have been open before the cap may evict it
 
 _REFUSALS = {
     408: b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
@@ -87,17 +90,20 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.limits.max_connections:
-            victim = self._oldest_unanswered()
-            if victim is None:
+        # Closed connections stay in the set until connection_lost runs: count only the live ones.
+        others = [c for c in self.connections if c is not self and not c.transport.is_closing()]
+        if len(others) >= self.limits.max_connections:
+            # Only a connection idle for EVICT_AFTER may go: a younger one may hold request bytes
+            # not read yet (the loop accepts a burst before it reads), and closing it would reset
+            # a client that did nothing wrong. Younger ones are let in over the cap, up to twice it.
+            oldest = time.monotonic() - EVICT_AFTER
+            idle = [c for c in others if isinstance(c, GuardedH11Protocol) and not c.answering and c.opened <= oldest]
+            if idle:
+                min(idle, key=lambda c: c.opened).transport.close()
+            elif len(others) >= 2 * self.limits.max_connections:
                 self._refuse(503)
                 return
-            victim.transport.close()
         self._await_head()
-
-    def _oldest_unanswered(self) -> "GuardedH11Protocol | None":
-        candidates = [c for c in self.connections if c is not self and isinstance(c, GuardedH11Protocol) and not c.answering]
-        return min(candidates, key=lambda c: c.opened, default=None)
 
     @property
     def answering(self) -> bool:

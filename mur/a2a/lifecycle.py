@@ -371,7 +371,7 @@ class CapsuleService:
                 outcome = TaskOutcome(FAILED, INPUT_TIMEOUT, stats=outcome.stats)
             state = COMPLETED if outcome.state == COMPLETED else FAILED
             failed_output = self._step(self._write_outputs, task, state, outcome)
-            if failed_output is not None:
+            if failed_output is not None and state == COMPLETED:  # a failed task keeps its first reason
                 state, outcome = FAILED, TaskOutcome(FAILED, failed_output.text, stats=outcome.stats)
             self._trace_end(task, state, outcome, started)
             message = "task completed" if state == COMPLETED else outcome.text

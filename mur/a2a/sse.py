@@ -155,6 +155,12 @@ class EventHub:
             self._subscribers.clear()
 
     @property
+    def subscribers(self) -> int:
+        """How many streams are subscribed (diagnostics, tests)."""
+        with self._lock:
+            return len(self._subscribers)
+
+    @property
     def last_id(self) -> int:
         with self._lock:
             return self._next_id - 1
