@@ -264,13 +264,8 @@ class CapsuleService:
     def start(self) -> str:
         """Bind (E-RUN-010 when the port is taken; E-A2A-005 off loopback without a token) and serve
         in the background; returns ``localhost:<port>`` (``https://localhost:<port>`` with TLS)."""
-        sock = bind_socket(self._bind, self._port)
-        address, port = sock.getsockname()[:2]
-        try:
-            require_token_off_loopback(address, self._auth)
-        except MurError:
-            sock.close()
-            raise
+        sock = bind_socket(self._bind, self._port, check=lambda address: require_token_off_loopback(address, self._auth))
+        port = sock.getsockname()[1]
         self.url = capsule_url(self._bind, port, tls=self._auth.tls)
         door = Door(
             registry=self.registry,

@@ -28,7 +28,7 @@ import re
 import socket
 import threading
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -369,13 +369,16 @@ def _last_event_id(request: Request) -> int | None:
 # --- binding and serving ------------------------------------------------------------------------
 
 
-def bind_socket(bind: str, port: int | None) -> socket.socket:
-    """A listening TCP socket on ``bind``:``port`` (0/None: OS-assigned); E-RUN-010 when taken."""
+def bind_socket(bind: str, port: int | None, check: Callable[[str], None] | None = None) -> socket.socket:
+    """A listening TCP socket on ``bind``:``port`` (0/None: OS-assigned); E-RUN-010 when taken.
+    ``check(address)`` sees the resolved address first and may refuse it by raising."""
     try:
         infos = socket.getaddrinfo(bind, port or 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise MurError("E-IO-003", f"cannot resolve bind address {bind!r}: {exc}", hint="pass an IP address to --bind") from exc
     family, kind, proto, _, address = infos[0]
+    if check is not None:
+        check(address[0])
     # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on such sockets, and
     # without it every response pays Nagle + delayed ACK (~40 ms).
     sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
