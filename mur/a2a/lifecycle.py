@@ -132,14 +132,18 @@ class Terminated(BaseException):
     """
 
 
+def _env_seconds(name: str, default: float) -> float:
+    """``float($name)``, or ``default`` when it is unset or not a number."""
+    try:
+        return float(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        return default
+
+
 def resolve_idle_timeout(value: float | None) -> float | None:
     """Seconds to wait for a task; None = forever. Argument, else MURMUR_A2A_TIMEOUT_SECS, else 30."""
     if value is None:
-        raw = os.environ.get("MURMUR_A2A_TIMEOUT_SECS", "").strip()
-        try:
-            value = float(raw) if raw else DEFAULT_IDLE_TIMEOUT
-        except ValueError:
-            value = DEFAULT_IDLE_TIMEOUT
+        value = _env_seconds("MURMUR_A2A_TIMEOUT_SECS", DEFAULT_IDLE_TIMEOUT)
     if value < 0:
         value = DEFAULT_IDLE_TIMEOUT
     return None if value == 0 else value
@@ -289,11 +293,7 @@ class CapsuleService:
         MURMUR_A2A_LINGER_SECS (default 2; 0 = no linger). Skipped on SIGTERM and when no task came over A2A.
         """
         if seconds is None:
-            raw = os.environ.get("MURMUR_A2A_LINGER_SECS", "").strip()
-            try:
-                seconds = float(raw) if raw else DEFAULT_LINGER
-            except ValueError:
-                seconds = DEFAULT_LINGER
+            seconds = _env_seconds("MURMUR_A2A_LINGER_SECS", DEFAULT_LINGER)
         if seconds <= 0 or self._terminating.is_set() or not self.registry.served_a2a():
             return
         self._terminating.wait(seconds)
