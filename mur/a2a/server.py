@@ -112,7 +112,7 @@ class Door:
         await response(scope, receive, send)
 
     async def _route(self, request: Request, receive) -> Response:
-        path, method = request.url.path, request.method
+        path, method = request.scope["path"], request.method
         if "transfer-encoding" in request.headers and "content-length" in request.headers:
             # RFC 9112 section 6.3: a request framed both ways is a smuggling attempt (or a broken
             # proxy); answering it and closing is the only reading every hop agrees on.
@@ -120,7 +120,7 @@ class Door:
         if path == CARD_PATH and method == "GET":
             host = request.headers.get("host", "")
             host = host if _HOST.match(host) else self.fallback_host
-            url = f"{request.url.scheme}://{host}"
+            url = f"{request.scope['scheme']}://{host}"
             return json_response(rpc.build_card(self.card, url, self.task_acceptance, secured=self.auth.token is not None))
         if self.auth.token is not None:
             presented = request.headers.get("authorization")
@@ -201,7 +201,7 @@ class Door:
             message_id=msg.message_id,
             text=msg.text,
             source="a2a",
-            traceparent=request.headers.get("traceparent"),
+            traceparent=_traceparent(request),
         )
 
     def _message_send(self, req: rpc.RpcRequest, request: Request) -> dict:
@@ -359,6 +359,12 @@ def _unauthorized(presented: bool) -> Response:
     body = rpc.error(None, rpc.UNAUTHORIZED, message)
     body["error"]["data"] = {"reason": reason}
     return json_response(body, status=401, headers={"www-authenticate": challenge})
+
+
+def _traceparent(request: Request) -> str | None:
+    """The caller's W3C traceparent as sent (55 characters today), if it is of sane length."""
+    value = request.headers.get("traceparent")
+    return value if value is not None and len(value) <= 256 else None
 
 
 def _last_event_id(request: Request) -> int | None:
