@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mur.a2a.harness import HarnessFactory
+from mur.testing.a2a_harness import HarnessFactory
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from mur.a2a.harness import Gate
+from mur.testing.a2a_harness import Gate
 from mur.a2a.service import TaskOutcome
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}

@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from mur.a2a.harness import Gate, message
+from mur.testing.a2a_harness import Gate, message
 from mur.a2a.service import TaskOutcome
 
 BURST = 200

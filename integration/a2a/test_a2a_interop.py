@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from mur.a2a.harness import Gate
+from mur.testing.a2a_harness import Gate
 from mur.a2a.service import TaskOutcome
 
 a2a_client = pytest.importorskip("a2a.client")

@@ -157,7 +157,7 @@ def http_capsule(driver_wasm, greet_wasm, tmp_path):
 
 @pytest.fixture
 def model_server():
-    from mur.inference.modelserver import ModelServer
+    from mur.testing.modelserver import ModelServer
 
     started = []
 

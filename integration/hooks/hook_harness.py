@@ -1,6 +1,6 @@
 """Runs a capsule session in-process the way mur/session/runner.py composes it, plus the hook wiring
 the runner is to gain (build_hooks after staging, the trace listener, on-stage, the hook-aware agent
-loop, close() before the trace closes). Until the lead wires mur.session.hooks into runner.py and
+loop, close() before the trace closes). Until the lead wires mur.hooks.launch into runner.py and
 executor.py, this is how the integration tests drive the full path; the `mur run` tests in
 test_hooks_mur_run.py are xfail(strict=True) until then.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from mur import ids
 from mur.errors import MurError
-from mur.session.trace import read_trace
+from mur.trace.writer import read_trace
 
 
 @dataclass
@@ -61,13 +61,13 @@ def run_session(manifest: Path, task: str | None, *, workdir: Path | None = None
                 hook_kwargs: dict | None = None) -> SessionResult:
     from mur.a2a.service import CapsuleService, lifecycle_with_overrides
     from mur.session.executor import TaskExecutor
-    from mur.session.hooks import build_hooks
+    from mur.hooks.launch import build_hooks
     from mur.session.options import RunOptions
     from mur.session.prechecks import prepare
     from mur.session.runner import _guest_settings, _precompile
     from mur.session.staging import stage
     from mur.session.tools import SessionTools
-    from mur.session.trace import TraceWriter
+    from mur.trace.writer import TraceWriter
     from mur.session.workdir import create_workdir, plan_workdir, write_task_input
     from mur.wasm.host import WasmHost
 

@@ -166,7 +166,7 @@ def test_eval_hook_scores_a_session(http_capsule, model_server, make_hook, eval_
     assert faults(result) == []
 
     # and `mur eval show` reads it
-    from mur.observability.evalfile import show
+    from mur.eval.file import show
 
     summary, _, path = show(None, result.session.parent)
     assert path == result.session / "eval.jsonl"

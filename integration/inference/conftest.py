@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mur.inference.modelserver import ModelServer
+from mur.testing.modelserver import ModelServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER_DIR = ROOT / "examples" / "murmur-driver-anthropic"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from otel_support import ROOT
 
-from mur.observability.otel import OtelExporter
-from mur.observability.timeline import load_events
+from mur.otel.exporter import OtelExporter
+from mur.trace.timeline import load_events
 
 
 @pytest.fixture(scope="module")

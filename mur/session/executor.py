@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from mur.errors import MurError
-from mur.session.trace import TraceWriter
+from mur.trace.writer import TraceWriter
 
 
 class TaskExecutor:

@@ -79,7 +79,7 @@ def run_session(opts: RunOptions) -> None:
     from mur.session.prechecks import prepare
     from mur.session.staging import stage
     from mur.session.tools import SessionTools
-    from mur.session.trace import TraceWriter
+    from mur.trace.writer import TraceWriter
     from mur.session.workdir import create_workdir, plan_workdir, write_task_input
 
     prep = prepare(opts)
@@ -141,7 +141,7 @@ def run_session(opts: RunOptions) -> None:
         tools = SessionTools(staged, settings, None, shell, trace)
         tools.host = WasmHost(shell=tools.guest_shell)
         _precompile(tools, staged, prep)
-        from mur.session.hooks import build_hooks
+        from mur.hooks.launch import build_hooks
 
         hooks = build_hooks(tools, trace, loaded, wd)  # None without hook artifacts
         if hooks is not None:
@@ -207,7 +207,7 @@ def _otel_exporter(capsule: Any, wd: Any) -> Any:
     endpoint = capsule.observability.otel_endpoint
     if not endpoint:
         return None
-    from mur.observability.otel import OtelExporter
+    from mur.otel.exporter import OtelExporter
 
     return OtelExporter(
         endpoint, service_name=capsule.name, service_version=capsule.version, log_path=wd.logs / "otel.log", timeout=5.0

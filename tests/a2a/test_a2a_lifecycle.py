@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mur.a2a.harness import Gate, message
+from mur.testing.a2a_harness import Gate, message
 from mur.a2a.service import CapsuleService, TaskOutcome
 from mur.a2a.tasks import InputWaitEnded
 from mur.errors import MurError

@@ -8,7 +8,7 @@ import re
 import httpx
 import pytest
 
-from mur.a2a.harness import Gate, message
+from mur.testing.a2a_harness import Gate, message
 from mur.a2a.service import TaskOutcome
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}

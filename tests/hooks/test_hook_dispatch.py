@@ -11,9 +11,9 @@ from wasmtime.component import Variant
 from mur.errors import MurError
 from mur.inference.compaction import CompactionRequest
 from mur.inference.loop import LoopConfig
-from mur.session.hookconfig import HookConfig
-from mur.session.hookinstance import MISSING, HookLog
-from mur.session.hooks import Hook, HookSet
+from mur.hooks.config import HookConfig
+from mur.hooks.instance import MISSING, HookLog
+from mur.hooks.launch import Hook, HookSet
 
 NONE = Variant("none")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mur.manifest import load_capsule
-from mur.session.hooks import hook_env
+from mur.hooks.launch import hook_env
 
 
 def load(tmp_path, text):
