@@ -14,7 +14,7 @@ from typing import Any
 
 from mur import ids
 from mur.errors import MurError
-from mur.trace.writer import read_trace
+from mur.trace.reader import load_events
 
 
 @dataclass
@@ -120,5 +120,5 @@ def run_session(manifest: Path, task: str | None, *, workdir: Path | None = None
     final = executor.status if executor is not None else "failed"
     if final == "ok" and status != "ok":
         final = "failed"
-    events = read_trace(wd.trace) if wd.trace.is_file() else []
+    events = load_events(wd.trace) if wd.trace.is_file() else []
     return SessionResult(wd.session, wd.accessible, final, executor.last_error if executor else None, hooks, events)

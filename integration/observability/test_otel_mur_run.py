@@ -13,7 +13,7 @@ import pytest
 from otel_support import ROOT
 
 from mur.otel.exporter import OtelExporter
-from mur.trace.timeline import load_events
+from mur.trace.reader import load_events
 
 
 @pytest.fixture(scope="module")

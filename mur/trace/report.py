@@ -100,7 +100,7 @@ def report(addresses: list[str], workdir: Path, last: int | None = None, since: 
            now_ms: int | None = None) -> dict[str, Any]:
     """Select, read and aggregate sessions (what `--json` emits)."""
     from mur.trace.sessions import TRACE_FILE, list_sessions, resolve_trace
-    from mur.trace.timeline import load_events
+    from mur.trace.reader import load_events
 
     if addresses:
         paths = list(dict.fromkeys(resolve_trace(a, workdir) for a in addresses))

@@ -221,7 +221,7 @@ def _text(value: Any) -> str | None:
 def show(selector: str | None, workdir: Path, verbose: bool = False) -> dict[str, Any]:
     """Resolve a session address and build its steps (E-TRC-001/002, E-IO-*)."""
     from mur.trace.sessions import resolve_trace
-    from mur.trace.timeline import load_events
+    from mur.trace.reader import load_events
 
     path = resolve_trace(selector, workdir)
     steps = build_steps(load_events(path), str(path), verbose)

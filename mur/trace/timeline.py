@@ -14,32 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
+from mur.trace.reader import load_events
 
 RULE_WIDTH = 49
 INPUT_LIMIT = 120
 _COMMON = ("event_type", "session_id", "timestamp")
-
-
-def load_events(path: Path) -> list[dict[str, Any]]:
-    """Parse trace.jsonl; E-TRC-001 on a line that is not a JSON object, E-IO-* when unreadable."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError as exc:
-        raise MurError("E-IO-001", f"trace not found: {path}") from exc
-    except OSError as exc:
-        raise MurError("E-IO-003", f"cannot read {path}: {exc.strerror or exc}") from exc
-    events = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MurError("E-TRC-001", f"{path}: line {number} is not valid JSON: {exc.msg}") from exc
-        if not isinstance(event, dict) or not isinstance(event.get("event_type"), str):
-            raise MurError("E-TRC-001", f"{path}: line {number} is not a trace event (no event_type)")
-        events.append(event)
-    return events
 
 
 def summarize(events: list[dict[str, Any]], source: str = "trace.jsonl") -> dict[str, Any]:

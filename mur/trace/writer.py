@@ -89,13 +89,3 @@ class TraceWriter:
                 os.close(self._fd)
                 self._fd = -1
 
-
-def read_trace(path: Path) -> list[dict[str, Any]]:
-    """Parse a trace.jsonl file (for tests and `mur trace`)."""
-    events = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if line:
-                events.append(json.loads(line))
-    return events

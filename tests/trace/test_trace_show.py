@@ -9,8 +9,9 @@ import pytest
 
 from mur.cli.main import main
 from mur.errors import MurError
+from mur.trace.reader import load_events
 from mur.trace.sessions import list_sessions, resolve_trace
-from mur.trace.timeline import load_events, render, summarize
+from mur.trace.timeline import render, summarize
 
 from trace_events import session_events
 
