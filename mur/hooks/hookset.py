@@ -33,6 +33,7 @@ from mur.hooks.records import (
     stage_fields,
     to_record,
 )
+from mur.trace import events as ev
 
 QUEUE_DEPTH = 1024  # upstream's ASYNC_HOOK_QUEUE_DEPTH
 DRAIN_TIMEOUT = 15.0  # upstream's ASYNC_HOOK_DRAIN_TIMEOUT, shared by every async hook
@@ -140,7 +141,7 @@ class HookSet:
     def _fault(self, hook: Hook, fn: str, arm: str, message: str, traced: bool = True) -> None:
         hook.log.line(message)
         if traced:
-            self._trace({"event_type": "hook_dispatch_error", "hook_name": hook.name, "event": fn, "arm": arm})
+            self._trace({"event_type": ev.HOOK_DISPATCH_ERROR, "hook_name": hook.name, "event": fn, "arm": arm})
 
     def _call(self, hook: Hook, fn: str, fields: dict[str, Any], traced: bool = True) -> CallResult:
         """One lifecycle call; errors and unsupported arms are logged (+ traced), never raised."""
@@ -195,11 +196,11 @@ class HookSet:
             return
         fn, fields = call
         kind = event.get("event_type")
-        if kind == "task_start":
+        if kind == ev.TASK_START:
             self.current_task = fields["task-id"]
-        elif kind == "inference":
+        elif kind == ev.INFERENCE:
             self.turn = fields["turn"]
-        elif kind == "task_end":
+        elif kind == ev.TASK_END:
             task = fields["task-id"]
             if task in self._task_end_done:  # on_task_end() already ran on-task-end for this task
                 self._task_end_done.discard(task)
@@ -345,7 +346,7 @@ class HookSet:
             body: dict[str, Any] = {"model": model, "max_tokens": INTERNAL_MAX_TOKENS, "messages": messages}
             if system is not None:
                 body["system"] = system
-            event = {"event_type": "inference", "turn": self.turn, "tool_name": None, "origin": f"hook:{name}"}
+            event = {"event_type": ev.INFERENCE, "turn": self.turn, "tool_name": None, "origin": f"hook:{name}"}
             try:
                 response = self.model_client.complete(body)
             except MurError as err:

@@ -32,6 +32,7 @@ from mur.errors import MurError
 from mur.hooks.config import HookConfig, read_hook_config
 from mur.hooks.instance import HookInstance, HookLog
 from mur.hooks.hookset import DRAIN_TIMEOUT, QUEUE_DEPTH, CallResult, Hook, HookSet, _Worker
+from mur.trace import events as ev
 
 __all__ = ["build_hooks", "hook_env", "Hook", "HookSet", "CallResult"]
 
@@ -137,7 +138,7 @@ def build_hooks(tools: Any, trace: Any, loaded: Any, wd: Any, *, model_client: A
 def _denied_recorder(hookset: HookSet, name: str) -> Callable[[dict], None]:
     def record(info: dict) -> None:
         if not info.get("allowed", True):
-            hookset._trace({"event_type": "network_denied", "turn": hookset.turn, "artifact": name,
+            hookset._trace({"event_type": ev.NETWORK_DENIED, "turn": hookset.turn, "artifact": name,
                             "url": info.get("url"), "method": info.get("method"),
                             "reason": info.get("error") or "not in this hook's capabilities.network.allow"})
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from mur.trace import events as ev
+
 U32 = 2**32 - 1
 U64 = 2**64 - 1
 COMMAND_LIMIT = 200
@@ -66,7 +68,7 @@ def _command(value: Any) -> str:
 def lifecycle_call(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(WIT function, record fields) for a trace event, or None when hooks do not see it."""
     kind = event.get("event_type")
-    if kind == "session_start":
+    if kind == ev.SESSION_START:
         return "on-session-start", {
             "capsule-name": _str(event.get("capsule_name")),
             "capsule-version": _str(event.get("capsule_version")),
@@ -74,14 +76,14 @@ def lifecycle_call(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
             "model": _str(event.get("model")),
             "capabilities": [str(c) for c in event.get("capabilities") or []],
         }
-    if kind == "task_start":
+    if kind == ev.TASK_START:
         return "on-task-start", {
             "task-id": _str(event.get("task_id")),
             "context-id": _str(event.get("context_id")),
             "source": _str(event.get("source")),
             "input-bytes": _u(event.get("message_parts_bytes", event.get("input_bytes"))),
         }
-    if kind == "inference":
+    if kind == ev.INFERENCE:
         if event.get("origin"):
             return None
         return "on-inference", {
@@ -94,7 +96,7 @@ def lifecycle_call(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
             "output": _opt(event.get("output")),
             "tools": _opt(event.get("tools")),
         }
-    if kind == "tool_call":
+    if kind == ev.TOOL_CALL:
         return "on-tool-call", {
             "turn": _u(event.get("turn"), U32),
             "tool-name": _str(event.get("tool_name")),
@@ -103,7 +105,7 @@ def lifecycle_call(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
             "duration-ms": _u(event.get("duration_ms")),
             "status": _str(event.get("status")),
         }
-    if kind == "shell":
+    if kind == ev.SHELL:
         return "on-shell", {
             "turn": _u(event.get("turn"), U32),
             "binary": _str(event.get("binary")),
@@ -115,9 +117,9 @@ def lifecycle_call(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
             "stderr-bytes": _u(event.get("stderr_bytes")),
             "duration-ms": _u(event.get("duration_ms")),
         }
-    if kind == "task_end":
+    if kind == ev.TASK_END:
         return "on-task-end", {"task-id": _str(event.get("task_id")), "exit-status": _str(event.get("exit_status"))}
-    if kind == "session_end":
+    if kind == ev.SESSION_END:
         return "on-session-end", {
             "total-turns": _u(event.get("total_turns"), U32),
             "total-input-tokens": _u(event.get("total_input_tokens")),

@@ -33,6 +33,7 @@ from mur.inference.compaction import (
 )
 from mur.inference.messages import blocks_of, estimate_tokens, text_of, tool_result_block, tool_uses, user_text, usage_of
 from mur.inference.prompts import ensure_notice
+from mur.trace import events as ev
 
 Trace = Callable[[dict[str, Any]], None]
 END_STOPS = ("end_turn", "stop_sequence", "max_tokens")
@@ -146,7 +147,7 @@ class _Run:
         if result.model is not None:  # the compactor's own inference call
             self.outcome.input_tokens += result.input_tokens
             self.outcome.output_tokens += result.output_tokens
-            self.trace({"event_type": "inference", "turn": turn, "input_tokens": result.input_tokens,
+            self.trace({"event_type": ev.INFERENCE, "turn": turn, "input_tokens": result.input_tokens,
                         "output_tokens": result.output_tokens, "decision": "end_turn", "tool_name": None,
                         "origin": "compaction", "model": result.model})
         if result.messages is None:
@@ -154,7 +155,7 @@ class _Run:
         self.messages = list(result.messages)
         after = estimate_tokens({"system": self.system, "tools": self.specs, "messages": self.messages})
         self.outcome.compactions += 1
-        self.trace({"event_type": "compaction", "turn": turn, "tokens_before": tokens, "tokens_after": after})
+        self.trace({"event_type": ev.COMPACTION, "turn": turn, "tokens_before": tokens, "tokens_after": after})
         if getattr(comp, "dump_summaries", False) and self.workdir is not None:
             dump_summary(self.workdir, turn, tokens, after, result.summary)
 
@@ -188,7 +189,7 @@ class _Run:
         content = blocks_of(response)
         calls = tool_uses(content)
         decision = "tool_call" if stop == "tool_use" else "end_turn" if stop in ("end_turn", "stop_sequence") else "text"
-        self.trace({"event_type": "inference", "turn": turn, "input_tokens": input_tokens,
+        self.trace({"event_type": ev.INFERENCE, "turn": turn, "input_tokens": input_tokens,
                     "output_tokens": output_tokens, "decision": decision,
                     "tool_name": calls[0].get("name") if calls else None})
         if stop == "tool_use":
@@ -297,6 +298,6 @@ def run_task_with_reopens(task: str, *, max_turns: int, max_task_reopens: int,
         if len(feedback) >= max_task_reopens or used >= max_turns:
             return TaskOutcome("reopen_budget_exhausted", outcome, attempts, len(feedback))
         feedback.append(wish)
-        trace({"event_type": "task_reopened", "task_id": task_id, "hook_name": wish[0],
+        trace({"event_type": ev.TASK_REOPENED, "task_id": task_id, "hook_name": wish[0],
                "reason": wish[1], "reopen_number": len(feedback)})
         text = build_reopen_task(task, feedback)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 from mur.errors import MurError
 from mur.inference.loop import LoopOutcome, write_result
 from mur.inference.prompts import build_process_system_prompt
+from mur.trace import events as ev
 
 DEFAULT_COMMAND = "claude"
 DEFAULT_TIMEOUT = 600.0
@@ -99,7 +100,7 @@ class _Stream:
         if self.open is None:
             return
         turn, self.open = self.open, None
-        self.trace({"event_type": "inference", "turn": turn["index"], "input_tokens": 0, "output_tokens": 0,
+        self.trace({"event_type": ev.INFERENCE, "turn": turn["index"], "input_tokens": 0, "output_tokens": 0,
                     "decision": "tool_call" if turn["tool"] else "end_turn", "tool_name": turn["tool"]})
 
     def assistant(self, message: dict[str, Any]) -> None:
@@ -140,7 +141,7 @@ class _Stream:
             text = inner if isinstance(inner, str) else "".join(
                 b.get("text", "") for b in inner or [] if isinstance(b, dict))
             self.tool_calls += 1
-            self.trace({"event_type": "tool_call", "turn": call["turn"], "tool_name": call["name"],
+            self.trace({"event_type": ev.TOOL_CALL, "turn": call["turn"], "tool_name": call["name"],
                         "input": call["input"], "input_bytes": call["input_bytes"],
                         "output_bytes": len(text.encode()),
                         "duration_ms": int((time.monotonic() - call["started"]) * 1000),

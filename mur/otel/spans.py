@@ -32,8 +32,10 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from mur.trace import events as ev
+
 SCOPE_NAME = "mur.session"
-CHILD_EVENTS = ("inference", "tool_call", "shell", "compaction")
+CHILD_EVENTS = (ev.INFERENCE, ev.TOOL_CALL, ev.SHELL, ev.COMPACTION)
 COMMAND_LIMIT = 200  # spec: capsule.shell carries the command's first 200 characters
 _SES = re.compile(r"ses_([0-9a-f]{32})")
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
@@ -100,19 +102,19 @@ def group_attempts(events: Iterable[dict[str, Any]]) -> tuple[list[Attempt], int
     for event in events:
         kind = event.get("event_type")
         ts = _int(event.get("timestamp"))
-        if kind == "task_start":
+        if kind == ev.TASK_START:
             task = event
-        elif kind == "task_end":
+        elif kind == ev.TASK_END:
             task = None
-        elif kind == "a2a_task_received" and event.get("traceparent_from_caller"):
+        elif kind == ev.A2A_TASK_RECEIVED and event.get("traceparent_from_caller"):
             callers.append(str(event["traceparent_from_caller"]))
-        elif kind == "session_start":
+        elif kind == ev.SESSION_START:
             if current is not None:  # a start without an end: the previous attempt never finished
                 attempts.append(current)
             current = Attempt(start=event, task=task, links=callers, last_ts=ts)
             callers = []
             continue
-        elif kind == "session_end":
+        elif kind == ev.SESSION_END:
             if current is None:  # an end without a start: rebuild the start from duration_ms
                 current = Attempt(start={"timestamp": ts - _int(event.get("duration_ms")), "synthetic": True},
                                    task=task)
@@ -199,7 +201,7 @@ def _emit_attempt(tracer: Any, attempt: Attempt, session_id: str, formation_id: 
         name, child_attrs = _child(event)
         span = tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=_clean(child_attrs),
                                  start_time=span_start * _MS)
-        if event.get("event_type") == "tool_call" and event.get("status") == "error":
+        if event.get("event_type") == ev.TOOL_CALL and event.get("status") == "error":
             span.set_status(Status(StatusCode.ERROR, "tool call failed"))
         span.end(end_time=span_end * _MS)
     root.end(end_time=last_end * _MS)
@@ -209,7 +211,7 @@ def _child_times(event: dict[str, Any], previous: int, floor: int) -> tuple[int,
     """(start, end) in ms: timed events end at their timestamp and last duration_ms; inference and
     compaction (no duration recorded) span from the previous event to their own timestamp."""
     end = _int(event.get("timestamp"))
-    if event.get("event_type") in ("tool_call", "shell"):
+    if event.get("event_type") in (ev.TOOL_CALL, ev.SHELL):
         start = end - max(_int(event.get("duration_ms")), 0)
     else:
         start = previous
@@ -219,16 +221,16 @@ def _child_times(event: dict[str, Any], previous: int, floor: int) -> tuple[int,
 
 def _child(event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     kind = event["event_type"]
-    if kind == "inference":
+    if kind == ev.INFERENCE:
         keys = ("turn", "input_tokens", "output_tokens", "decision", "tool_name", "origin", "model")
-    elif kind == "tool_call":
+    elif kind == ev.TOOL_CALL:
         keys = ("turn", "tool_name", "input_bytes", "output_bytes", "duration_ms", "status", "state_effect")
-    elif kind == "shell":
+    elif kind == ev.SHELL:
         keys = ("turn", "binary", "exit_code", "duration_ms", "stdout_bytes", "stderr_bytes", "resource_limit")
     else:
         keys = ("turn", "tokens_before", "tokens_after")
     attrs = {key: event.get(key) for key in keys}
-    if kind == "shell":
+    if kind == ev.SHELL:
         command = event.get("command")
         if isinstance(command, (list, tuple)):
             command = shlex.join(str(part) for part in command)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
+from mur.trace import events as ev
 from mur.trace.timeline import as_int, fmt_ms, heading
 
 _DURATION = re.compile(r"\s*(\d+)\s*([smhd])\s*")
@@ -48,7 +49,7 @@ def session_row(events: list[dict[str, Any]], path: Path) -> dict[str, Any]:
     from mur.trace.timeline import summarize
 
     s = summarize(events, str(path))
-    start = next(e for e in events if e["event_type"] == "session_start")
+    start = next(e for e in events if e["event_type"] == ev.SESSION_START)
     return {
         "session_id": str(s["session_id"] or path.parent.name),
         "trace": str(path),

@@ -15,10 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mur.trace import events as ev
 from mur.trace.timeline import as_int, fmt_input, fmt_ms, require_session
 
 VERBOSE_LIMIT = 120
-_TURN_EVENTS = ("inference", "tool_call", "skill_call", "shell", "compaction")
+_TURN_EVENTS = (ev.INFERENCE, ev.TOOL_CALL, ev.SKILL_CALL, ev.SHELL, ev.COMPACTION)
 _SKIP = ("session_id", "timestamp", "event_type", "turn")
 
 
@@ -30,14 +31,14 @@ def build_steps(events: list[dict[str, Any]], source: str = "trace.jsonl", verbo
     task: dict[str, Any] | None = None
     for event in events:
         kind = event["event_type"]
-        if kind == "task_start":
+        if kind == ev.TASK_START:
             task = event
-        elif kind == "task_end":
+        elif kind == ev.TASK_END:
             task = None
-        elif kind == "session_start":
+        elif kind == ev.SESSION_START:
             current = _attempt(event, task)
             attempts.append(current)
-        elif kind == "session_end":
+        elif kind == ev.SESSION_END:
             if current is not None:
                 current["status"] = _text(event.get("exit_status"))
                 current["duration_ms"] = as_int(event.get("duration_ms"))
@@ -46,8 +47,8 @@ def build_steps(events: list[dict[str, Any]], source: str = "trace.jsonl", verbo
             _file(current, event, verbose)
     for attempt in attempts:
         attempt["turns"] = [attempt["turns"][n] for n in sorted(attempt["turns"])]
-    starts = [e for e in events if e["event_type"] == "session_start"]
-    ends = [e for e in events if e["event_type"] == "session_end"]
+    starts = [e for e in events if e["event_type"] == ev.SESSION_START]
+    ends = [e for e in events if e["event_type"] == ev.SESSION_END]
     tasks = {a["task_id"] for a in attempts if a["task_id"] is not None}
     return {
         "session_id": _text(starts[0].get("session_id")),
@@ -77,7 +78,7 @@ def _file(attempt: dict[str, Any], event: dict[str, Any], verbose: bool) -> None
     turn = attempt["turns"].setdefault(number, {
         "turn": number, "decision": None, "tool_name": None, "input_tokens": 0, "output_tokens": 0, "events": []})
     kind = event["event_type"]
-    if kind == "inference" and not event.get("origin") and turn["decision"] is None:
+    if kind == ev.INFERENCE and not event.get("origin") and turn["decision"] is None:
         turn.update(decision=_text(event.get("decision")) or "—", tool_name=_text(event.get("tool_name")),
                     input_tokens=as_int(event.get("input_tokens")), output_tokens=as_int(event.get("output_tokens")))
         return
@@ -86,7 +87,7 @@ def _file(attempt: dict[str, Any], event: dict[str, Any], verbose: bool) -> None
 
 def _step(e: dict[str, Any], verbose: bool) -> dict[str, Any]:
     kind = e["event_type"]
-    if kind == "tool_call":
+    if kind == ev.TOOL_CALL:
         row = {"kind": kind, "name": _text(e.get("tool_name")), "status": _text(e.get("status")),
                "duration_ms": as_int(e.get("duration_ms")), "input_bytes": as_int(e.get("input_bytes")),
                "output_bytes": as_int(e.get("output_bytes"))}
@@ -97,10 +98,10 @@ def _step(e: dict[str, Any], verbose: bool) -> dict[str, Any]:
             if "output" in e:
                 row["output"] = e.get("output")
         return row
-    if kind == "skill_call":
+    if kind == ev.SKILL_CALL:
         return {"kind": kind, "name": _text(e.get("skill_name")), "status": _text(e.get("status")),
                 "duration_ms": as_int(e.get("duration_ms")), "output_bytes": as_int(e.get("output_bytes"))}
-    if kind == "shell":
+    if kind == ev.SHELL:
         row = {"kind": kind, "binary": _text(e.get("binary")), "exit_code": as_int(e.get("exit_code")),
                "duration_ms": as_int(e.get("duration_ms")), "stdout_bytes": as_int(e.get("stdout_bytes")),
                "stderr_bytes": as_int(e.get("stderr_bytes"))}
@@ -109,10 +110,10 @@ def _step(e: dict[str, Any], verbose: bool) -> dict[str, Any]:
         if verbose:
             row["command"] = _command(e.get("command"))
         return row
-    if kind == "compaction":
+    if kind == ev.COMPACTION:
         return {"kind": kind, "tokens_before": as_int(e.get("tokens_before")),
                 "tokens_after": as_int(e.get("tokens_after"))}
-    if kind == "inference":  # a hook's run-inference, or a second agent inference on one turn
+    if kind == ev.INFERENCE:  # a hook's run-inference, or a second agent inference on one turn
         return {"kind": kind, "origin": _text(e.get("origin")), "decision": _text(e.get("decision")),
                 "tool_name": _text(e.get("tool_name")), "input_tokens": as_int(e.get("input_tokens")),
                 "output_tokens": as_int(e.get("output_tokens"))}
@@ -165,7 +166,7 @@ def _turn_lines(turn: dict[str, Any]) -> list[str]:
 
 def _row_lines(row: dict[str, Any]) -> list[str]:
     kind, pad = row["kind"], "      "
-    if kind == "tool_call":
+    if kind == ev.TOOL_CALL:
         mark = "✓" if row["status"] == "ok" else "✗"
         effect = f"  {row['state_effect']}" if row.get("state_effect") else ""
         lines = [f"    tool_call   {row['name']}  {mark} {row['status']}  {fmt_ms(row['duration_ms'])}  "
@@ -175,20 +176,20 @@ def _row_lines(row: dict[str, Any]) -> list[str]:
         if "output" in row:
             lines.append(f"{pad}output: " + (fmt_input(row["output"], VERBOSE_LIMIT).strip() or "—"))
         return lines
-    if kind == "skill_call":
+    if kind == ev.SKILL_CALL:
         mark = "✓" if row["status"] == "ok" else "✗"
         return [f"    skill_call  {row['name']}  {mark} {row['status']}  {fmt_ms(row['duration_ms'])}  "
                 f"out {fmt_bytes(row['output_bytes'])}"]
-    if kind == "shell":
+    if kind == ev.SHELL:
         limit = f"  limit {row['resource_limit']}" if row.get("resource_limit") else ""
         lines = [f"    shell       {row['binary'] or '—'}  exit {row['exit_code']}  {fmt_ms(row['duration_ms'])}  "
                  f"stdout {fmt_bytes(row['stdout_bytes'])}  stderr {fmt_bytes(row['stderr_bytes'])}{limit}"]
         if "command" in row:
             lines.append(f"{pad}$ {row['command']}")
         return lines
-    if kind == "compaction":
+    if kind == ev.COMPACTION:
         return [f"    compaction  {row['tokens_before']:,} → {row['tokens_after']:,} tokens"]
-    if kind == "inference":
+    if kind == ev.INFERENCE:
         decision = (row["decision"] or "—") + (f" → {row['tool_name']}" if row["tool_name"] else "")
         origin = f"  ({row['origin']})" if row["origin"] else ""
         return [f"    inference   {decision}  in {row['input_tokens']:,}  out {row['output_tokens']:,}{origin}"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
+from mur.trace import events as ev
 from mur.trace.reader import load_events
 
 RULE_WIDTH = 49
@@ -24,13 +25,13 @@ _COMMON = ("event_type", "session_id", "timestamp")
 def summarize(events: list[dict[str, Any]], source: str = "trace.jsonl") -> dict[str, Any]:
     """The numbers `mur trace show` prints (and `--json` emits)."""
     require_session(events, source)
-    starts = [e for e in events if e["event_type"] == "session_start"]
-    ends = [e for e in events if e["event_type"] == "session_end"]
+    starts = [e for e in events if e["event_type"] == ev.SESSION_START]
+    ends = [e for e in events if e["event_type"] == ev.SESSION_END]
     first, last = starts[0], ends[-1]
     of = _by_type(events)
-    tools = of.get("tool_call", [])
-    skills = of.get("skill_call", [])
-    shells = of.get("shell", [])
+    tools = of.get(ev.TOOL_CALL, [])
+    skills = of.get(ev.SKILL_CALL, [])
+    shells = of.get(ev.SHELL, [])
     exit_codes: dict[str, int] = {}
     for shell in shells:
         key = str(shell.get("exit_code"))
@@ -59,9 +60,9 @@ def summarize(events: list[dict[str, Any]], source: str = "trace.jsonl") -> dict
              "status": t.get("status"), "input": t.get("input")} for t in tools]},
         "skill_calls": _calls(skills),
         "shell_calls": {"count": len(shells), "exit_codes": exit_codes, "avg_ms": _avg(shells)},
-        "compaction": _pick(of.get("compaction", []), "turn", "tokens_before", "tokens_after"),
-        "hook_failures": _pick(of.get("hook_dispatch_error", []), "hook_name", "event", "arm"),
-        "tasks": _pick(of.get("task_end", []), "task_id", "exit_status", "duration_ms", "turns", "input_tokens",
+        "compaction": _pick(of.get(ev.COMPACTION, []), "turn", "tokens_before", "tokens_after"),
+        "hook_failures": _pick(of.get(ev.HOOK_DISPATCH_ERROR, []), "hook_name", "event", "arm"),
+        "tasks": _pick(of.get(ev.TASK_END, []), "task_id", "exit_status", "duration_ms", "turns", "input_tokens",
                        "output_tokens", "reopen_count"),
         "timeline": timeline(events),
     }
@@ -72,9 +73,9 @@ def require_session(events: list[dict[str, Any]], source: str = "trace.jsonl") -
     kinds = {e["event_type"] for e in events}
     if not events:
         raise MurError("E-TRC-001", f"{source} holds no events (the session failed before session_start)")
-    if "session_start" not in kinds:
+    if ev.SESSION_START not in kinds:
         raise MurError("E-TRC-001", f"{source} has no session_start event")
-    if "session_end" not in kinds:
+    if ev.SESSION_END not in kinds:
         raise MurError("E-TRC-001", f"{source} has no session_end event (the session did not finish)",
                        hint="a session that is still running, or was killed, has no session_end yet")
 
@@ -164,34 +165,34 @@ def render(summary: dict[str, Any]) -> str:
 def _describe(e: dict[str, Any]) -> str:
     kind = e["event_type"]
     turn = f"turn {e['turn']}  " if e.get("turn") is not None else ""
-    if kind == "session_start":
+    if kind == ev.SESSION_START:
         return (f"{e.get('capsule_name')} v{e.get('capsule_version')}  model {e.get('model') or '—'}  "
                 f"containment {e.get('containment_declared')} → {e.get('containment_achieved')}")
-    if kind == "session_end":
+    if kind == ev.SESSION_END:
         return (f"{e.get('exit_status')}  turns {e.get('total_turns')}  in {e.get('total_input_tokens')}  "
                 f"out {e.get('total_output_tokens')}  {fmt_ms(e.get('duration_ms'))}")
-    if kind == "inference":
+    if kind == ev.INFERENCE:
         decision = str(e.get("decision"))
         if e.get("tool_name"):
             decision += f" → {e['tool_name']}"
         origin = f"  ({e['origin']})" if e.get("origin") else ""
         return f"{turn}{decision}  in {e.get('input_tokens')}  out {e.get('output_tokens')}{origin}"
-    if kind == "tool_call":
+    if kind == ev.TOOL_CALL:
         mark = "✓" if e.get("status") == "ok" else "✗"
         return f"{turn}{e.get('tool_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}" + fmt_input(e.get("input"))
-    if kind == "skill_call":
+    if kind == ev.SKILL_CALL:
         mark = "✓" if e.get("status") == "ok" else "✗"
         return f"{turn}{e.get('skill_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}"
-    if kind == "shell":
+    if kind == ev.SHELL:
         command = str(e.get("command") or "")
         command = command if len(command) <= 80 else command[:79] + "…"
         limit = f"  limit {e['resource_limit']}" if e.get("resource_limit") else ""
         return f"{turn}{e.get('binary')}  exit {e.get('exit_code')}  {fmt_ms(e.get('duration_ms'))}{limit}  {command}"
-    if kind == "compaction":
+    if kind == ev.COMPACTION:
         return f"{turn}{as_int(e.get('tokens_before')):,} → {as_int(e.get('tokens_after')):,} tokens"
-    if kind == "task_start":
+    if kind == ev.TASK_START:
         return f"{e.get('task_id')}  ({e.get('source')})"
-    if kind == "task_end":
+    if kind == ev.TASK_END:
         return f"{e.get('task_id')}  {e.get('exit_status')}  {fmt_ms(e.get('duration_ms'))}"
     fields = [f"{k}={v}" for k, v in e.items() if k not in _COMMON and k != "turn" and _scalar(v)]
     return turn + "  ".join(fields)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur.errors import MurError
+from mur.trace import events as ev
 
 Listener = Callable[[dict[str, Any]], None]
 
@@ -55,7 +56,7 @@ class TraceWriter:
                     raise OSError("trace writer is closed")
                 os.write(self._fd, line)
             except OSError as exc:
-                if record.get("event_type") == "compaction":
+                if record.get("event_type") == ev.COMPACTION:
                     self._bootstrap(f"failed to write compaction event to trace.jsonl: {exc}")
                 else:
                     raise MurError("E-RUN-007", f"agent loop failed: could not write trace.jsonl: {exc}") from exc
