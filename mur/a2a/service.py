@@ -52,6 +52,7 @@ from mur.a2a.tasks import (
     TaskRegistry,
 )
 from mur.errors import MurError
+from mur.trace import events as ev
 
 DEFAULT_IDLE_TIMEOUT = 30.0
 DEFAULT_TERM_GRACE = 5.0
@@ -350,7 +351,7 @@ class CapsuleService:
             state = COMPLETED if outcome.state == COMPLETED else FAILED
             self._write_outputs(task, state, outcome)
             end = {
-                "event_type": "task_end",
+                "event_type": ev.TASK_END,
                 "task_id": task.id,
                 "exit_status": "ok" if state == COMPLETED else "failed",
                 "duration_ms": int((time.monotonic() - started) * 1000),
@@ -375,7 +376,7 @@ class CapsuleService:
             conversation.write_task_md(self.task_dir, task.text)
             self._trace(
                 {
-                    "event_type": "a2a_task_received",
+                    "event_type": ev.A2A_TASK_RECEIVED,
                     "task_id": task.id,
                     "context_id": task.context_id,
                     "message_id": task.message_id,
@@ -384,7 +385,7 @@ class CapsuleService:
             )
         self._trace(
             {
-                "event_type": "task_start",
+                "event_type": ev.TASK_START,
                 "task_id": task.id,
                 "context_id": task.context_id,
                 "source": task.source,

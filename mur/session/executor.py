@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from mur.errors import MurError
+from mur.trace import events as ev
 from mur.trace.writer import TraceWriter
 
 
@@ -52,7 +53,7 @@ class TaskExecutor:
             declared_caps.append("shell")
         prompt = prep.system_prompt
         self.trace.emit(
-            "session_start",
+            ev.SESSION_START,
             capsule_name=capsule.name,
             capsule_version=capsule.version,
             model=capsule.inference.model if capsule.inference else None,
@@ -72,7 +73,7 @@ class TaskExecutor:
         for key in self.totals:
             self.totals[key] += stats.get(key, 0)
         self.trace.emit(
-            "session_end",
+            ev.SESSION_END,
             total_turns=self.totals["turns"],
             total_input_tokens=self.totals["input_tokens"],
             total_output_tokens=self.totals["output_tokens"],
