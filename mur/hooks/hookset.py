@@ -1,15 +1,17 @@
 """The session's hooks at run time: dispatch, decisions, async workers, run-inference.
 
-Built by mur.hooks.launch.build_hooks (read that module's docstring first). Blocking hooks are
-called inline in manifest declaration order; an async hook has a worker thread with a bounded queue.
-A hook's Err, trap or unsupported arm is appended to its log and traced as `hook_dispatch_error`,
+Built by mur.hooks.launch.build_hooks (read mur/hooks/__init__.py first). Blocking hooks are called
+inline in manifest declaration order; an async hook has a worker thread with a bounded queue. A
+hook's Err, trap or unsupported arm is appended to its log and traced as `hook_dispatch_error`,
 never raised — except at on-compaction, where it fails the session (upstream's rule).
+
+The agent loop is not imported here: the session hands `compactor()` and `on_task_end` to it
+(mur.inference.loop.run_reopenable_task), so the loop calls hooks, never the reverse.
 """
 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import threading
@@ -20,8 +22,6 @@ from typing import Any, Callable
 
 from mur.errors import MurError
 from mur.inference.compaction import INTERNAL_MAX_TOKENS, CompactionRequest, CompactionResult
-from mur.inference.loop import LoopOutcome, run_task_with_reopens
-from mur.inference.loop import run_agent_loop as _run_agent_loop
 from mur.hooks.config import HookConfig, classify_output
 from mur.hooks.instance import MISSING, HookInstance, HookLog
 from mur.hooks.records import (
@@ -41,6 +41,7 @@ NO_INFERENCE = "no inference driver is configured for this capsule"
 _STOP = object()
 
 Emit = Callable[[dict[str, Any]], None]
+OnManifest = Callable[[str, dict[str, Any]], None]  # (binary, parsed murmur.yaml) an on-stage hook wrote
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Hook:
     config: HookConfig
     instance: HookInstance
     log: HookLog
-    worker: "_Worker | None" = None
+    worker: "Worker | None" = None
 
 
 @dataclass
@@ -59,7 +60,7 @@ class CallResult:
     error: str | None = None
 
 
-class _Worker:
+class Worker:
     """One async hook's thread: calls run one at a time, in dispatch order."""
 
     def __init__(self, hookset: "HookSet", hook: Hook, depth: int):
@@ -111,15 +112,16 @@ class HookSet:
                  model_client: Any = None, default_model: str | None = None,
                  on_artifact: Callable[[str, str], None] | None = None,
                  queue_depth: int = QUEUE_DEPTH, drain_timeout: float = DRAIN_TIMEOUT,
-                 staged: Any = None):
-        self.hooks = hooks
+                 on_manifest: OnManifest | None = None):
+        self.hooks: list[Hook] = []
         self.emit = emit
         self.tools_dir = tools_dir
         self.model_client = model_client
         self.default_model = default_model
         self.on_artifact = on_artifact
         self.drain_timeout = drain_timeout
-        self.staged = staged
+        self.queue_depth = queue_depth
+        self.on_manifest = on_manifest
         self.turn = 0
         self.current_task: str | None = None
         self._task_end_done: set[str] = set()
@@ -127,8 +129,13 @@ class HookSet:
         self._closed = False
         self._lock = threading.RLock()
         for hook in hooks:
-            if hook.config.is_async:
-                hook.worker = _Worker(self, hook, queue_depth)
+            self.add(hook)
+
+    def add(self, hook: Hook) -> None:
+        """Append a hook (declaration order); an async one gets its worker thread now."""
+        if hook.config.is_async and hook.worker is None:
+            hook.worker = Worker(self, hook, self.queue_depth)
+        self.hooks.append(hook)
 
     # --- calling one hook ---------------------------------------------------------------------
 
@@ -254,32 +261,6 @@ class HookSet:
                 return hook.name, str(result.payload or "")
         return None
 
-    def agent_loop(self, task: str, cfg: Any, client: Any, tools: Any, trace: Any, history: list | None = None,
-                   workdir: Path | None = None, *, compactor: Any = None) -> LoopOutcome:
-        """`run_agent_loop` with the hook compactor and task reopening wired in (same signature)."""
-        compact = compactor or self.compactor()
-
-        def attempt(text: str, turns_left: int) -> LoopOutcome:
-            return _run_agent_loop(text, dataclasses.replace(cfg, max_turns=turns_left), client, tools, trace,
-                                   history, workdir, compactor=compact)
-
-        out = run_task_with_reopens(task, max_turns=cfg.max_turns, max_task_reopens=cfg.max_task_reopens,
-                                    attempt=attempt, on_task_end=self.on_task_end, trace=trace,
-                                    task_id=self.current_task or "")
-        last = out.last
-        combined = LoopOutcome(
-            exit_status=out.exit_status, result=last.result, turns=out.turns, input_tokens=out.input_tokens,
-            output_tokens=out.output_tokens, tool_calls=out.tool_calls, messages=last.messages, error=last.error,
-            error_code=last.error_code, compactions=sum(a.compactions for a in out.attempts),
-        )
-        combined.reopen_count = out.reopen_count  # type: ignore[attr-defined]  # for task_end's reopen_count
-        if out.exit_status == "reopen_budget_exhausted":
-            combined.error_code = "E-RUN-007"
-            combined.error = (f"agent loop failed: a hook asked to reopen the task again after {out.reopen_count} "
-                              f"reopen(s) (inference.max_task_reopens: {cfg.max_task_reopens}, inference.max_turns: "
-                              f"{cfg.max_turns})")
-        return combined
-
     def on_stage(self, shell_allow: list[str]) -> list[tuple[str, str]]:
         """Run on-stage hooks; write the manifests they return for allow-listed binaries."""
         written: list[tuple[str, str]] = []
@@ -321,13 +302,22 @@ class HookSet:
         except OSError as exc:
             hook.log.line(f"hook '{hook.name}' on-stage: failed to write manifest for {binary}: {exc}")
             return False
-        tool = self.staged.tools.get(binary) if self.staged is not None else None
-        if tool is not None and isinstance(parsed, dict):
-            if isinstance(parsed.get("description"), str):
-                tool.description = parsed["description"]
-            if isinstance(parsed.get("input_schema"), dict):
-                tool.input_schema = parsed["input_schema"]
+        if self.on_manifest is not None and isinstance(parsed, dict):
+            self.on_manifest(binary, parsed)
         return True
+
+    # --- host imports of one hook -------------------------------------------------------------
+
+    def http_recorder(self, name: str) -> Callable[[dict], None]:
+        """The `on_http` of hook `name`'s guest config: a denied request is traced as network_denied."""
+
+        def record(info: dict) -> None:
+            if not info.get("allowed", True):
+                self._trace({"event_type": ev.NETWORK_DENIED, "turn": self.turn, "artifact": name,
+                             "url": info.get("url"), "method": info.get("method"),
+                             "reason": info.get("error") or "not in this hook's capabilities.network.allow"})
+
+        return record
 
     # --- run-inference for hooks --------------------------------------------------------------
 

@@ -5,7 +5,7 @@ the session, so a hook can keep state in memory across lifecycle calls (murmur-h
 the tool calls it saw and scores them at on-session-end). `WasmHost.call_export` gives every call a
 fresh Store, which would lose that state, so hooks get their own long-lived instance here, built
 from the same pieces (`WasmEngine` compile cache, `build_linker` imports, store limits, epoch
-deadlines, the failure classification of mur.wasm.limits).
+deadlines, the failure classification of mur.wasm.limits), through mur.wasm.host.instantiate.
 
 * Every call gets a fresh `deadline_seconds` budget (epoch deadline reset per call) and a fresh
   HTTP deadline; memory/table/instance limits apply to the store as a whole.
@@ -25,19 +25,12 @@ from typing import Any, Callable
 
 from mur.errors import MurError
 from mur.wasm.engine import WasmEngine
-from mur.wasm.host import GuestConfig
+from mur.wasm.host import GuestConfig, LiveInstance, OutputTail, instantiate
 from mur.wasm.http import OutboundHttp
-from mur.wasm.limits import (
-    GuestError,
-    apply_store_limits,
-    classify_call_failure,
-    classify_instantiate_failure,
-    deadline_ticks,
-)
-from mur.wasm.linker import HOOK_LIFECYCLE, LIFECYCLE_FUNCS, CallContext, build_linker
+from mur.wasm.limits import GuestError, classify_call_failure, deadline_ticks
+from mur.wasm.linker import HOOK_LIFECYCLE, LIFECYCLE_FUNCS, CallContext
 
 REQUIRED = ("on-session-start", "on-inference", "on-tool-call", "on-shell", "on-compaction", "on-session-end")
-TAIL_BYTES = 64 * 1024
 MISSING = object()  # an optional export the component does not have
 
 
@@ -47,7 +40,7 @@ class HookLog:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._tail = bytearray()
+        self._tail = OutputTail()
 
     def _append(self, data: bytes) -> None:
         try:
@@ -63,9 +56,7 @@ class HookLog:
 
     def guest(self, data: bytes) -> None:
         with self._lock:
-            self._tail += data
-            if len(self._tail) > TAIL_BYTES:
-                del self._tail[: len(self._tail) - TAIL_BYTES]
+            self._tail.add(data)
             self._append(bytes(data))
 
     def mark(self) -> None:
@@ -74,7 +65,7 @@ class HookLog:
 
     def tail(self) -> str:
         with self._lock:
-            return self._tail.decode("utf-8", errors="replace")
+            return self._tail.text()
 
 
 class HookInstance:
@@ -88,8 +79,7 @@ class HookInstance:
         self.run_inference = run_inference
         self._lock = threading.RLock()
         self._busy = threading.local()
-        self._store: Any = None
-        self._linker: Any = None
+        self._live: LiveInstance | None = None
         self._funcs: dict[str, Any] = {}
         self._http: OutboundHttp | None = None
         self.instantiations = 0
@@ -101,50 +91,24 @@ class HookInstance:
     def start(self) -> None:
         """Instantiate now (session launch), so a broken hook fails the launch, not a later event."""
         with self._lock:
-            if self._store is None:
+            if self._live is None:
                 self._instantiate()
 
     def _instantiate(self) -> None:
-        from wasmtime import Store, Trap, WasiConfig, WasmtimeError
-
         cfg = self.cfg
         component = self.engine.component(Path(cfg.wasm_path), kind="hook", label=cfg.label)
-        self.engine.start_ticker()
         self._http = OutboundHttp(list(cfg.http_allow), on_http=cfg.on_http, transport=cfg.http_transport)
         ctx = CallContext(kind="hook", label=cfg.label, http=self._http, run_inference=self.run_inference)
-        linker = build_linker(self.engine.engine, ctx)
-        store = Store(self.engine.engine)
-        wasi = WasiConfig()
-        wasi.argv = [cfg.label]
-        wasi.env = [(str(k), str(v)) for k, v in cfg.env]
-        if cfg.preopen is not None:
-            wasi.preopen_dir(str(cfg.preopen), ".")
-        wasi.stdout_custom = self.log.guest
-        wasi.stderr_custom = self.log.guest
-        store.set_wasi(wasi)
-        apply_store_limits(store, cfg.limits)
-        store.set_epoch_deadline(deadline_ticks(cfg.limits.deadline_seconds))
-        try:
-            instance = linker.instantiate(store, component)
-        except (WasmtimeError, Trap) as exc:
-            store.close()
-            linker.close()
-            raise classify_instantiate_failure(exc, kind="hook", label=cfg.label, limits=cfg.limits) from exc
-        funcs: dict[str, Any] = {}
-        idx = instance.get_export_index(store, HOOK_LIFECYCLE)
-        for fn in LIFECYCLE_FUNCS:
-            fidx = instance.get_export_index(store, fn, idx) if idx is not None else None
-            func = instance.get_func(store, fidx) if fidx is not None else None
-            if func is not None:
-                funcs[fn] = func
+        live = instantiate(self.engine, component, cfg, ctx, self.log.guest)
+        funcs = {fn: func for fn in LIFECYCLE_FUNCS if (func := live.func(HOOK_LIFECYCLE, fn)) is not None}
         missing = [fn for fn in REQUIRED if fn not in funcs]
         if missing:
-            store.close()
-            linker.close()
-            what = HOOK_LIFECYCLE if idx is None else f"{HOOK_LIFECYCLE}#{missing[0]}"
+            exported = live.instance.get_export_index(live.store, HOOK_LIFECYCLE) is not None
+            live.close()
+            what = f"{HOOK_LIFECYCLE}#{missing[0]}" if exported else HOOK_LIFECYCLE
             raise GuestError("E-RUN-001", f"hook '{cfg.label}' does not export {what}", kind="compile",
                              hint="rebuild the hook against the `hook` world in mur/wasm/wit (docs/hooks.md)")
-        self._store, self._linker, self._funcs = store, linker, funcs
+        self._live, self._funcs = live, funcs
         self.instantiations += 1
 
     def call(self, fn: str, record: Any) -> Any:
@@ -157,7 +121,7 @@ class HookInstance:
             # to a lifecycle call: a component instance cannot be re-entered.
             raise MurError("E-RUN-001", f"hook '{self.name}' cannot be re-entered from its own host call")
         with self._lock:
-            if self._store is None:
+            if self._live is None:
                 self._instantiate()
                 if self.instantiations > 1:
                     self.log.line(f"hook '{self.name}' was instantiated again after a failure; "
@@ -165,7 +129,7 @@ class HookInstance:
             func = self._funcs.get(fn)
             if func is None:
                 return MISSING
-            store = self._store
+            store = self._live.store
             seconds = float(self.cfg.limits.deadline_seconds)
             store.set_epoch_deadline(deadline_ticks(seconds))
             if self._http is not None:
@@ -191,15 +155,13 @@ class HookInstance:
                 self._busy.active = False
 
     def _discard(self) -> None:
-        store, linker = self._store, self._linker
-        self._store = self._linker = None
+        live, self._live = self._live, None
         self._funcs = {}
-        for obj in (store, linker):
-            if obj is not None:
-                try:
-                    obj.close()
-                except Exception:  # noqa: BLE001 - best effort
-                    pass
+        if live is not None:
+            try:
+                live.close()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
 
     def close(self) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ and, with ``dump_summaries``, ``out/compaction-summaries.jsonl``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -83,6 +84,7 @@ class LoopOutcome:
     error_code: str | None = None
     compactions: int = 0
     stopped: bool = False  # ended by should_stop (a cancel): never reopened
+    reopen_count: int = 0  # reopens granted before this outcome (run_reopenable_task; task_end's field)
 
 
 def write_result(workdir: Path, text: str) -> None:
@@ -301,3 +303,36 @@ def run_task_with_reopens(task: str, *, max_turns: int, max_task_reopens: int,
         trace({"event_type": ev.TASK_REOPENED, "task_id": task_id, "hook_name": wish[0],
                "reason": wish[1], "reopen_number": len(feedback)})
         text = build_reopen_task(task, feedback)
+
+
+def run_reopenable_task(task: str, cfg: LoopConfig, client: ModelClient, tools: ToolBox, trace: Trace,
+                        history: list[dict] | None = None, workdir: Path | None = None, *,
+                        compactor: Compactor | None = None,
+                        on_task_end: Callable[[LoopOutcome], tuple[str, str] | None] | None = None,
+                        task_id: str = "") -> LoopOutcome:
+    """`run_agent_loop` attempts under `run_task_with_reopens`, folded into one LoopOutcome.
+
+    The caller supplies the decisions (a session passes its hooks' compactor and on-task-end);
+    the totals are the attempts' sums, the text and messages the last attempt's. An exhausted
+    reopen budget is E-RUN-007, naming both budgets.
+    """
+
+    def attempt(text: str, turns_left: int) -> LoopOutcome:
+        return run_agent_loop(text, dataclasses.replace(cfg, max_turns=turns_left), client, tools, trace,
+                              history, workdir, compactor=compactor)
+
+    out = run_task_with_reopens(task, max_turns=cfg.max_turns, max_task_reopens=cfg.max_task_reopens,
+                                attempt=attempt, on_task_end=on_task_end, trace=trace, task_id=task_id)
+    last = out.last
+    combined = LoopOutcome(
+        exit_status=out.exit_status, result=last.result, turns=out.turns, input_tokens=out.input_tokens,
+        output_tokens=out.output_tokens, tool_calls=out.tool_calls, messages=last.messages, error=last.error,
+        error_code=last.error_code, compactions=sum(a.compactions for a in out.attempts),
+        reopen_count=out.reopen_count,
+    )
+    if out.exit_status == "reopen_budget_exhausted":
+        combined.error_code = "E-RUN-007"
+        combined.error = (f"agent loop failed: a hook asked to reopen the task again after {out.reopen_count} "
+                          f"reopen(s) (inference.max_task_reopens: {cfg.max_task_reopens}, inference.max_turns: "
+                          f"{cfg.max_turns})")
+    return combined

@@ -141,9 +141,9 @@ def run_session(opts: RunOptions) -> None:
         tools = SessionTools(staged, settings, None, shell, trace)
         tools.host = WasmHost(shell=tools.guest_shell)
         _precompile(tools, staged, prep)
-        from mur.hooks.launch import build_hooks
+        from mur.session.hookwiring import session_hooks
 
-        hooks = build_hooks(tools, trace, loaded, wd)  # None without hook artifacts
+        hooks = session_hooks(tools, trace, loaded, wd)  # None without hook artifacts
         if hooks is not None:
             hooks.on_stage(capsule.capabilities.shell_allow)
             trace.listeners.append(hooks.on_event)

@@ -90,7 +90,7 @@ def test_the_runtime_config_shape_parses(tmp_path):
     (tmp_path / "murmur.yaml").write_text(
         "name: c\nversion: '1'\nobservability:\n  eval:\n    dataset_id: ds\n    scorers:\n"
         "      - {type: max_turns, name: t, max: 4}\n      - {type: tool_sequence, name: s, expected: [greet]}\n")
-    env = hook_env(load_capsule(tmp_path / "murmur.yaml"), {"MURMUR_SESSION_ID": "ses_x"}, host_env={})
+    env = hook_env(load_capsule(tmp_path / "murmur.yaml").capsule, {"MURMUR_SESSION_ID": "ses_x"}, host_env={})
     assert env["MURMUR_DATASET_ID"] == "ds"
     assert scoring.parse_scorers(env["MURMUR_EVAL_CONFIG"]) == [
         {"type": "max_turns", "name": "t", "max": 4}, {"type": "tool_sequence", "name": "s", "expected": ["greet"]}]

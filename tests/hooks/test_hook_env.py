@@ -8,7 +8,7 @@ from mur.hooks.launch import hook_env
 
 def load(tmp_path, text):
     (tmp_path / "murmur.yaml").write_text(text)
-    return load_capsule(tmp_path / "murmur.yaml")
+    return load_capsule(tmp_path / "murmur.yaml").capsule
 
 
 BASE = {"MURMUR_SESSION_ID": "ses_1", "MURMUR_CAPSULE_NAME": "c"}
