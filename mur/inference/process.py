@@ -35,13 +35,10 @@ from mur.inference.loop import LoopOutcome, write_result
 from mur.inference.prompts import build_process_system_prompt
 from mur.trace import events as ev
 
-DEFAULT_COMMAND = "claude"
 DEFAULT_TIMEOUT = 600.0
 EXIT_GRACE = 3.0
 STOP_POLL = 0.25  # seconds between should_stop checks while the CLI runs
 STDERR_TAIL = 4096
-INSTALL_HINT = ("install the claude CLI (`npm install -g @anthropic-ai/claude-code`, see "
-                "https://claude.ai/download) or point inference.command at a binary on PATH")
 
 Trace = Callable[[dict[str, Any]], None]
 
@@ -55,16 +52,6 @@ def command_on_path(command: str, path: str | None = None) -> str | None:
         return str(candidate.resolve()) if candidate.is_file() and os.access(candidate, os.X_OK) else None
     found = shutil.which(command, path=path)
     return str(Path(found).resolve()) if found else None
-
-
-def require_command(command: str | None, env: Mapping[str, str] | None = None) -> str:
-    """Pre-flight (before the workdir exists): the resolved CLI path, else E-RUN-006 with an install hint."""
-    name = command or DEFAULT_COMMAND
-    path = (env if env is not None else os.environ).get("PATH")
-    found = command_on_path(name, path)
-    if found is None:
-        raise MurError("E-RUN-006", f"inference.command '{name}' not found on PATH", INSTALL_HINT)
-    return found
 
 
 def process_argv(command: str, model: str, system_prompt: str | None) -> list[str]:
