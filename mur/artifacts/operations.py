@@ -5,7 +5,6 @@ Every function returns data (lines to print, rows) and raises MurError; the CLI 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from mur.artifacts.store import (
     validate_version_segment,
 )
 from mur.errors import MurError
+from mur.paths import home_dir
 from mur.platform import current_platform
 
 MANIFEST_FILENAME = "murmur.yaml"
@@ -56,14 +56,11 @@ def find_project_root(cwd: Path | None = None) -> Path:
 
 
 def display_path(path: Path) -> str:
-    """`~/...` when under $HOME, else the path."""
-    home = os.environ.get("HOME")
-    if home:
-        try:
-            return "~/" + str(Path(path).relative_to(home))
-        except ValueError:
-            pass
-    return str(path)
+    """`~/...` when under the home directory (mur.paths), else the path."""
+    try:
+        return "~/" + str(Path(path).relative_to(home_dir()))
+    except (MurError, ValueError):  # no home directory, or not under it
+        return str(path)
 
 
 # --- publish ----------------------------------------------------------------------------------

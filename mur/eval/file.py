@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
+from mur.paths import MURMUR_DIR
 
 EVAL_FILE = "eval.jsonl"
 RULE = "─" * 37
@@ -58,7 +59,7 @@ def resolve_eval(selector: str | None, workdir: Path) -> Path:
 
 def _candidates(session: Path) -> list[Path]:
     out = [session / EVAL_FILE]
-    if session.parent.name == ".murmur":
+    if session.parent.name == MURMUR_DIR:
         out.append(session.parent.parent / EVAL_FILE)
     return out
 

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from mur.errors import MurError
+from mur.paths import MURMUR_DIR
 
 SESSION_ID = re.compile(r"ses_[0-9a-f]{32}")
 TRACE_FILE = "trace.jsonl"
@@ -26,7 +27,7 @@ MIN_SUFFIX = 4
 def list_sessions(workdir: Path) -> list[Path]:
     """Session directories under `workdir` (and `workdir/.murmur`), oldest first."""
     found: dict[str, Path] = {}
-    for root in (workdir, workdir / ".murmur"):
+    for root in (workdir, workdir / MURMUR_DIR):
         try:
             children = list(root.iterdir())
         except OSError:
