@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
 import pytest
 
-from mur.testing.modelserver import ModelServer
-
 
 @pytest.fixture
-def model_server():
-    """`model_server(replies)` -> a started ModelServer (stopped after the test)."""
-    started: list[ModelServer] = []
-
-    def start(replies: list[Any]) -> ModelServer:
-        server = ModelServer(replies).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+def home(tmp_path, monkeypatch) -> Path:
+    """A clean HOME (tmp_path/home) so the machine's stores and config files never leak into a test."""
+    path = tmp_path / "home"
+    path.mkdir()
+    monkeypatch.setenv("HOME", str(path))
+    return path

@@ -12,19 +12,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def hello(tmp_path_factory) -> Path:
-    """A private copy of examples/hello with its components built."""
-    from mur.wasm.build import build_guest_dir
-
-    src = ROOT / "examples" / "hello"
-    build_guest_dir(src / "greet")
-    build_guest_dir(src)
+def hello(built_hello, tmp_path_factory) -> Path:
+    """A private copy of the built examples/hello, shared by this module's tests."""
     dest = tmp_path_factory.mktemp("a2a") / "hello"
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("workdir", "__pycache__", ".murmur"))
+    shutil.copytree(built_hello, dest, ignore=shutil.ignore_patterns("workdir", "__pycache__", ".murmur"))
     return dest
 
 

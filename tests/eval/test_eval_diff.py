@@ -62,8 +62,8 @@ def workdir(tmp_path: Path) -> Path:
 
 def test_default_compares_at2_with_at1(workdir: Path):
     run = mur("eval", "diff", cwd=workdir.parent)
-    assert (run.returncode, run.stderr) == (0, "")
-    head, table = run.stdout.split("\n\n", 1)
+    assert (run.code, run.err) == (0, "")
+    head, table = run.out.split("\n\n", 1)
     assert head.splitlines() == [f"Run A: {Path('workdir') / sid(2) / 'eval.jsonl'}",
                                  f"Run B: {Path('workdir') / sid(3) / 'eval.jsonl'}"]
     assert table == EXPECTED
@@ -71,8 +71,8 @@ def test_default_compares_at2_with_at1(workdir: Path):
 
 def test_swapped_runs_flip_the_deltas(workdir: Path):
     run = mur("eval", "diff", "0003", sid(2), "--workdir", str(workdir), cwd=workdir.parent.parent)
-    assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
     assert "exit_ok                  100.0%         0.0%           -100.0pp (A better)" in lines
     assert "llm_judge                —              100.0%         (B only)" in lines
     assert "tool_sequence            33.3%          50.0%          +16.7pp (B better)" in lines
@@ -81,8 +81,8 @@ def test_swapped_runs_flip_the_deltas(workdir: Path):
 
 def test_json_is_one_line(workdir: Path):
     run = mur("eval", "diff", "@2", "@1", "--json", cwd=workdir.parent)
-    assert run.returncode == 0 and len(run.stdout.splitlines()) == 1
-    doc = json.loads(run.stdout)
+    assert run.code == 0 and len(run.out.splitlines()) == 1
+    doc = json.loads(run.out)
     assert doc["overall"] == {"a": "fail", "b": "pass", "verdict": "B better"}
     rows = {r["scorer"]: r for r in doc["scorers"]}
     assert list(rows) == ["exit_ok", "llm_judge", "max_tokens", "max_turns", "tool_sequence"]
@@ -95,10 +95,10 @@ def test_json_is_one_line(workdir: Path):
 def test_paths_and_equal_runs(workdir: Path, tmp_path: Path):
     other = write_eval(tmp_path / "elsewhere", "copy", A)
     run = mur("eval", "diff", str(workdir / sid(2) / "eval.jsonl"), str(other), cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
-    rows = run.stdout.split("\n\n")[1].splitlines()[2:]
+    assert run.code == 0, run.err
+    rows = run.out.split("\n\n")[1].splitlines()[2:]
     assert [r.split()[-1] for r in rows] == ["=", "=", "=", "="]
-    assert run.stdout.splitlines()[-1] == "overall                  fail           fail           ="
+    assert run.out.splitlines()[-1] == "overall                  fail           fail           ="
 
 
 def test_no_scores_on_either_side(tmp_path: Path):
@@ -106,9 +106,9 @@ def test_no_scores_on_either_side(tmp_path: Path):
     write_eval(root, sid(1), "")
     write_eval(root, sid(2), [dataset_run("no_scores", {})])
     run = mur("eval", "diff", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
-    assert "(no scored events in either run)" in run.stdout
-    assert run.stdout.splitlines()[-1] == "overall                  no_scores      no_scores      ="
+    assert run.code == 0, run.err
+    assert "(no scored events in either run)" in run.out
+    assert run.out.splitlines()[-1] == "overall                  no_scores      no_scores      ="
 
 
 @pytest.mark.parametrize("args, code, needle", [
@@ -119,18 +119,18 @@ def test_no_scores_on_either_side(tmp_path: Path):
 ])
 def test_bad_addresses(workdir: Path, args: list[str], code: str, needle: str):
     run = mur("eval", "diff", *args, cwd=workdir.parent)
-    assert run.returncode == 1 and run.stdout == ""
-    assert run.stderr.startswith(f"error[{code}]: ") and needle in run.stderr
+    assert run.code == 1 and run.out == ""
+    assert run.err.startswith(f"error[{code}]: ") and needle in run.err
 
 
 def test_a_session_without_eval_file_and_a_malformed_one(workdir: Path):
     (workdir / sid(4)).mkdir()
     run = mur("eval", "diff", "@2", "@1", cwd=workdir.parent)
-    assert run.returncode == 1 and run.stderr.startswith(f"error[E-EVAL-002]: no eval file for session {sid(4)}")
+    assert run.code == 1 and run.err.startswith(f"error[E-EVAL-002]: no eval file for session {sid(4)}")
     write_eval(workdir, sid(4), json.dumps(score("exit_ok", "pass")) + "\n{truncated\n")
     run = mur("eval", "diff", "@2", "@1", cwd=workdir.parent)
-    assert run.returncode == 1 and run.stderr.startswith("error[E-EVAL-001]: ")
-    assert "eval.jsonl:2: not valid JSON" in run.stderr
+    assert run.code == 1 and run.err.startswith("error[E-EVAL-001]: ")
+    assert "eval.jsonl:2: not valid JSON" in run.err
     write_eval(workdir, sid(4), json.dumps({"record_type": "event_score", "scorer": 3, "result": "pass"}) + "\n")
     run = mur("eval", "diff", "@2", "@1", cwd=workdir.parent)
-    assert run.returncode == 1 and "has no string 'scorer'" in run.stderr and "Traceback" not in run.stderr
+    assert run.code == 1 and "has no string 'scorer'" in run.err and "Traceback" not in run.err

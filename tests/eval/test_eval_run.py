@@ -183,9 +183,9 @@ def test_the_case_lines_and_the_summary():
 def test_mur_eval_run_refuses_a_bad_dataset_before_touching_the_capsule(tmp_path):
     ds = write(tmp_path / "d.jsonl", '{"case_id": "a", "task_path": "a.md"}\n{"case_id": ""}\n')
     run = mur("eval", "run", str(tmp_path / "no-capsule"), "--dataset", str(ds), cwd=tmp_path)
-    assert run.returncode == 1
-    assert run.stdout == ""
-    assert run.stderr.splitlines()[0] == (
+    assert run.code == 1
+    assert run.out == ""
+    assert run.err.splitlines()[0] == (
         f"error[E-EVAL-001]: {ds}:2: missing or empty 'case_id' (a non-empty string)")
 
 
@@ -193,9 +193,9 @@ def test_mur_eval_run_refuses_a_capsule_without_the_eval_hook(tmp_path):
     ds = write(tmp_path / "d.jsonl", '{"case_id": "a", "task_path": "a.md"}\n')
     write(tmp_path / "cap" / "murmur.yaml", "name: c\nversion: '0.1.0'\n" + SCORERS % "")
     run = mur("eval", "run", "cap", "--dataset", str(ds), "--json", cwd=tmp_path)
-    assert (run.returncode, run.stdout) == (1, "")
-    assert run.stderr.startswith("error[E-MAN-001]: murmur.yaml: mur eval run needs a 'murmur-hook-eval' artifact")
+    assert (run.code, run.out) == (1, "")
+    assert run.err.startswith("error[E-MAN-001]: murmur.yaml: mur eval run needs a 'murmur-hook-eval' artifact")
     assert not (tmp_path / "cap" / "workdir").exists()
     run = mur("eval", "run", "--dataset", str(ds), cwd=tmp_path)
-    assert run.returncode == 1
-    assert run.stderr.startswith(f"error[E-IO-001]: manifest not found: {tmp_path / 'murmur.yaml'}")
+    assert run.code == 1
+    assert run.err.startswith(f"error[E-IO-001]: manifest not found: {tmp_path / 'murmur.yaml'}")

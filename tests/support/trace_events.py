@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+
+from mur_cli import Result, run_mur
 
 SID = "ses_019f01a940ce7761854e768ecbe3d399"
 T0 = 1_760_000_000_000  # Unix ms
@@ -110,8 +109,6 @@ def write_trace(root, session_id: str, events: list[dict] | str):
     return d
 
 
-def mur(*args: str, cwd) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess (`python -m mur ...`)."""
-    env = {**os.environ, "MUR_DEBUG": ""}
-    return subprocess.run([sys.executable, "-m", "mur", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env=env)
+def mur(*args: str, cwd) -> Result:
+    """Run the real CLI in-process (mur.cli.main.main) in `cwd`, MUR_DEBUG unset."""
+    return run_mur(*args, cwd=cwd, env={"MUR_DEBUG": None})

@@ -64,8 +64,8 @@ def workdir(tmp_path: Path) -> Path:
 
 def test_default_compares_at2_with_at1(workdir: Path):
     run = mur("trace", "diff", cwd=workdir.parent)
-    assert (run.returncode, run.stderr) == (0, ""), run.stderr
-    head, rest = run.stdout.split("\n\n", 1)
+    assert (run.code, run.err) == (0, ""), run.err
+    head, rest = run.out.split("\n\n", 1)
     assert head.splitlines() == [
         f"Run A: {sid(2)}  ({Path('workdir') / sid(2) / 'trace.jsonl'})",
         f"Run B: {sid(3)}  ({Path('workdir') / sid(3) / 'trace.jsonl'})",
@@ -73,13 +73,13 @@ def test_default_compares_at2_with_at1(workdir: Path):
     table, tools = rest.split("\n\n", 1)
     assert table + "\n" == EXPECTED_TABLE
     assert tools == EXPECTED_TOOLS
-    assert "legacy_tool" not in run.stdout
+    assert "legacy_tool" not in run.out
 
 
 def test_explicit_addresses_swap_the_direction(workdir: Path):
     run = mur("trace", "diff", sid(3), "0002", "--workdir", str(workdir), cwd=workdir.parent.parent)
-    assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
     assert "turns                  3                4                +1 (A better)" in lines
     assert "tool success rate      100.0%           66.7%            -33.3pp (A better)" in lines
     assert "bash                   0                2                +2  (added)" in lines
@@ -88,16 +88,16 @@ def test_explicit_addresses_swap_the_direction(workdir: Path):
 
 def test_the_same_session_twice_is_all_equal(workdir: Path):
     run = mur("trace", "diff", "@1", "@1", cwd=workdir.parent)
-    assert run.returncode == 0, run.stderr
-    table = run.stdout.split("\n\n")[1].splitlines()[2:]
+    assert run.code == 0, run.err
+    table = run.out.split("\n\n")[1].splitlines()[2:]
     assert [line.split()[-1] for line in table] == ["="] * 12 + ["—", "=", "="]  # avg shell latency: no shell calls
-    assert run.stdout.splitlines()[-1] == "same sequence (2 calls)"
+    assert run.out.splitlines()[-1] == "same sequence (2 calls)"
 
 
 def test_json_is_one_line(workdir: Path):
     run = mur("trace", "diff", "--json", cwd=workdir.parent)
-    assert run.returncode == 0 and len(run.stdout.splitlines()) == 1
-    doc = json.loads(run.stdout)
+    assert run.code == 0 and len(run.out.splitlines()) == 1
+    doc = json.loads(run.out)
     assert (doc["a"]["session_id"], doc["b"]["session_id"]) == (sid(2), sid(3))
     rows = {r["key"]: r for r in doc["metrics"]}
     assert (rows["turns"]["a"], rows["turns"]["b"], rows["turns"]["delta"], rows["turns"]["verdict"]) == (
@@ -121,19 +121,19 @@ def test_json_is_one_line(workdir: Path):
 ])
 def test_bad_addresses_are_e_trc_002(workdir: Path, args: list[str], needle: str):
     run = mur("trace", "diff", *args, cwd=workdir.parent)
-    assert run.returncode == 1 and run.stdout == ""
-    assert run.stderr.startswith("error[E-TRC-002]: ") and needle in run.stderr
+    assert run.code == 1 and run.out == ""
+    assert run.err.startswith("error[E-TRC-002]: ") and needle in run.err
 
 
 def test_one_session_is_not_enough_for_the_default(tmp_path: Path):
     write_trace(tmp_path / "workdir", sid(1), agent_session(sid(1), T0, []))
     run = mur("trace", "diff", cwd=tmp_path)
-    assert run.returncode == 1
-    assert run.stderr.startswith("error[E-TRC-002]: session address '@2' matched no session")
+    assert run.code == 1
+    assert run.err.startswith("error[E-TRC-002]: session address '@2' matched no session")
 
 
 def test_malformed_traces_are_e_trc_001(workdir: Path):
     (workdir / sid(2) / "trace.jsonl").write_text('{"event_type": "session_start"}\n[1, 2]\n')
     run = mur("trace", "diff", cwd=workdir.parent)
-    assert run.returncode == 1 and run.stderr.startswith("error[E-TRC-001]: ") and "line 2" in run.stderr
-    assert "Traceback" not in run.stderr
+    assert run.code == 1 and run.err.startswith("error[E-TRC-001]: ") and "line 2" in run.err
+    assert "Traceback" not in run.err

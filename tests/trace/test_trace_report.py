@@ -33,9 +33,9 @@ def workdir(tmp_path: Path) -> Path:
 
 def report(workdir: Path, *args: str) -> tuple[dict, str]:
     run = mur("trace", "report", *args, "--json", "--workdir", str(workdir), cwd=workdir.parent)
-    assert run.returncode == 0, run.stderr
-    assert len(run.stdout.splitlines()) == 1
-    return json.loads(run.stdout), run.stderr
+    assert run.code == 0, run.err
+    assert len(run.out.splitlines()) == 1
+    return json.loads(run.out), run.err
 
 
 def ids(doc: dict) -> list[str]:
@@ -64,8 +64,8 @@ def test_all_sessions_by_default_and_the_broken_one_is_skipped(workdir: Path):
 
 def test_human_report(workdir: Path):
     run = mur("trace", "report", cwd=workdir.parent)
-    assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
     assert lines[0] == "Sessions: 4  (workdir)"
     assert [line.split()[0] for line in lines[3:7]] == [sid(1), sid(2), sid(3), sid(4)]
     assert lines[4].split()[3:] == ["failed", "3", "3,300", "180", "2", "1", "2.0s"]
@@ -81,7 +81,7 @@ def test_human_report(workdir: Path):
         "read_file                   2       0        0.0%         10ms         2",
         "write_file                  1       0        0.0%         15ms         1",
     ]
-    assert "skipped" in run.stderr and sid(5) in run.stderr
+    assert "skipped" in run.err and sid(5) in run.err
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -111,18 +111,18 @@ def test_explicit_sessions(workdir: Path):
 
 def test_nothing_left_is_an_error(workdir: Path, tmp_path: Path):
     run = mur("trace", "report", "--since", "5m", cwd=workdir.parent)
-    assert run.returncode == 1
-    assert run.stderr.splitlines()[-2].startswith("error[E-TRC-002]: no session in workdir started within the last 5m")
+    assert run.code == 1
+    assert run.err.splitlines()[-2].startswith("error[E-TRC-002]: no session in workdir started within the last 5m")
     run = mur("trace", "report", "@1", cwd=workdir.parent)
-    assert run.returncode == 1
-    assert "error[E-TRC-001]: none of the 1 selected session(s) has a complete trace" in run.stderr
+    assert run.code == 1
+    assert "error[E-TRC-001]: none of the 1 selected session(s) has a complete trace" in run.err
     (tmp_path / "empty").mkdir()
     for wd in ("empty", "missing"):
         run = mur("trace", "report", "--workdir", wd, cwd=tmp_path)
-        assert run.returncode == 1 and run.stderr.startswith(f"error[E-TRC-002]: no sessions in {wd}")
+        assert run.code == 1 and run.err.startswith(f"error[E-TRC-002]: no sessions in {wd}")
     run = mur("trace", "report", "zzzz", cwd=workdir.parent)
-    assert run.returncode == 1 and run.stderr.startswith("error[E-TRC-002]: session address 'zzzz' matched no session")
-    assert "Traceback" not in run.stderr
+    assert run.code == 1 and run.err.startswith("error[E-TRC-002]: session address 'zzzz' matched no session")
+    assert "Traceback" not in run.err
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -135,5 +135,5 @@ def test_nothing_left_is_an_error(workdir: Path, tmp_path: Path):
 ])
 def test_usage_errors_exit_2(workdir: Path, args: list[str], needle: str):
     run = mur("trace", "report", *args, cwd=workdir.parent)
-    assert run.returncode == 2 and run.stdout == ""
-    assert needle in run.stderr and "Traceback" not in run.stderr
+    assert run.code == 2 and run.out == ""
+    assert needle in run.err and "Traceback" not in run.err

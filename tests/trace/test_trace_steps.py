@@ -53,14 +53,14 @@ def workdir(tmp_path: Path) -> Path:
 
 def test_steps_lists_each_turn_with_its_calls(workdir: Path):
     run = mur("trace", "steps", cwd=workdir.parent)
-    assert (run.returncode, run.stderr) == (0, "")
-    assert run.stdout == EXPECTED
+    assert (run.code, run.err) == (0, "")
+    assert run.out == EXPECTED
 
 
 def test_verbose_adds_inputs_outputs_and_commands(workdir: Path):
     run = mur("trace", "steps", "d399", "--verbose", "--workdir", str(workdir), cwd=workdir.parent.parent)
-    assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
     at = lines.index("    tool_call   bash  ✓ ok  70ms  in 321 B  out 40 B")
     assert lines[at + 1].startswith('      input:  {"command":"ls -la xxx') and lines[at + 1].endswith("x…")
     assert len(lines[at + 1]) == len("      input:  ") + 120
@@ -68,14 +68,14 @@ def test_verbose_adds_inputs_outputs_and_commands(workdir: Path):
     assert lines[at + 3] == "    shell       /usr/bin/bash  exit 0  50ms  stdout 30 B  stderr 0 B"
     assert lines[at + 4].startswith("      $ ls -la xxx") and len(lines[at + 4]) == len("      $ ") + 120
     assert lines[lines.index("    tool_call   nope  ✗ error  1ms  in 2 B  out 50 B") + 1] == "      input:  {}"
-    plain = mur("trace", "steps", "d399", "--workdir", str(workdir), cwd=workdir.parent).stdout
+    plain = mur("trace", "steps", "d399", "--workdir", str(workdir), cwd=workdir.parent).out
     assert "input:" not in plain and "output:" not in plain and "$ ls" not in plain
 
 
 def test_json_is_one_line_with_turns_and_calls(workdir: Path):
     run = mur("trace", "steps", "--json", cwd=workdir.parent)
-    assert run.returncode == 0 and len(run.stdout.splitlines()) == 1
-    doc = json.loads(run.stdout)
+    assert run.code == 0 and len(run.out.splitlines()) == 1
+    doc = json.loads(run.out)
     assert (doc["session_id"], doc["status"], doc["turns"], doc["tasks"]) == (SID, "failed", 3, 2)
     assert doc["trace"] == str(Path("workdir") / SID / "trace.jsonl")
     first, second = doc["attempts"]
@@ -92,35 +92,35 @@ def test_json_is_one_line_with_turns_and_calls(workdir: Path):
     ]
     assert [e["kind"] for e in first["turns"][1]["events"]] == ["compaction", "inference", "call_denied"]
     assert second["turns"][0]["events"][0]["status"] == "error"
-    verbose = json.loads(mur("trace", "steps", "--json", "--verbose", cwd=workdir.parent).stdout)
+    verbose = json.loads(mur("trace", "steps", "--json", "--verbose", cwd=workdir.parent).out)
     call = verbose["attempts"][0]["turns"][0]["events"][0]
     assert call["input"]["command"].startswith("ls -la ") and call["output"] == "total 0\nfoo"
 
 
 def test_an_older_session_by_ordinal(workdir: Path):
     run = mur("trace", "steps", "@2", cwd=workdir.parent)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines()[:3] == [f"Session {sid(1)}  (1 task, 2 turns)  ok  1.0s", "",
+    assert run.code == 0, run.err
+    assert run.out.splitlines()[:3] == [f"Session {sid(1)}  (1 task, 2 turns)  ok  1.0s", "",
                                            "task tsk_cbe30001  (task_md)"]
-    assert "    tool_call   read_file  ✓ ok  10ms  in 13 B  out 100 B" in run.stdout
-    assert "  turn 1  end_turn  in 1,100  out 60" in run.stdout
+    assert "    tool_call   read_file  ✓ ok  10ms  in 13 B  out 100 B" in run.out
+    assert "  turn 1  end_turn  in 1,100  out 60" in run.out
 
 
 @pytest.mark.parametrize("address", ["@3", "@0", "zzzz", "abc", "nope/trace.jsonl"])
 def test_bad_addresses_are_e_trc_002(workdir: Path, address: str):
     run = mur("trace", "steps", address, cwd=workdir.parent)
-    assert run.returncode == 1 and run.stdout == ""
-    assert run.stderr.startswith("error[E-TRC-002]: ") and "Traceback" not in run.stderr
+    assert run.code == 1 and run.out == ""
+    assert run.err.startswith("error[E-TRC-002]: ") and "Traceback" not in run.err
 
 
 def test_malformed_and_incomplete_traces_are_e_trc_001(workdir: Path):
     lines = [json.dumps(e) for e in session_events()]
     write_trace(workdir, sid(2), "\n".join(lines[:3] + ["{not json"] + lines[3:]) + "\n")
     run = mur("trace", "steps", "0002", cwd=workdir.parent)
-    assert run.returncode == 1 and run.stderr.startswith("error[E-TRC-001]: ") and "line 4" in run.stderr
+    assert run.code == 1 and run.err.startswith("error[E-TRC-001]: ") and "line 4" in run.err
     write_trace(workdir, sid(2), [e for e in session_events() if e["event_type"] != "session_end"])
     run = mur("trace", "steps", "0002", cwd=workdir.parent)
-    assert run.returncode == 1 and "has no session_end event" in run.stderr and "Traceback" not in run.stderr
+    assert run.code == 1 and "has no session_end event" in run.err and "Traceback" not in run.err
 
 
 def test_wrongly_typed_fields_do_not_break_it(workdir: Path):
@@ -130,6 +130,6 @@ def test_wrongly_typed_fields_do_not_break_it(workdir: Path):
     next(e for e in events if e["event_type"] == "shell").update(command=["ls", "-l"], exit_code=None)
     write_trace(workdir, sid(3), events)
     run = mur("trace", "steps", "0003", "-v", cwd=workdir.parent)
-    assert run.returncode == 0, run.stderr
-    assert "    tool_call   {'not': 'a name'}  ✗ 5  0ms  in 13 B  out 100 B" in run.stdout
-    assert "      $ ls -l" in run.stdout
+    assert run.code == 0, run.err
+    assert "    tool_call   {'not': 'a name'}  ✗ 5  0ms  in 13 B  out 100 B" in run.out
+    assert "      $ ls -l" in run.out
