@@ -14,8 +14,8 @@ import time
 
 import httpx
 
-from mur.testing.a2a_harness import Gate, message
 from mur.a2a.service import TaskOutcome
+from mur.testing.a2a_harness import Gate, message
 
 BURST = 200
 

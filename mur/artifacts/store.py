@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mur.errors import MurError
-from mur.manifest.yamlio import one_line
 from mur.fsutil import fsync_dir
+from mur.manifest.yamlio import one_line
 from mur.paths import MURMUR_DIR, home_dir, project_murmur_dir
 from mur.platform import current_platform
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur.errors import MurError
-from mur.inference.compaction import INTERNAL_MAX_TOKENS, CompactionRequest, CompactionResult
 from mur.hooks.config import HookConfig, classify_output
 from mur.hooks.instance import MISSING, HookInstance, HookLog
 from mur.hooks.records import (
@@ -33,6 +32,7 @@ from mur.hooks.records import (
     stage_fields,
     to_record,
 )
+from mur.inference.compaction import INTERNAL_MAX_TOKENS, CompactionRequest, CompactionResult
 from mur.trace import events as ev
 
 QUEUE_DEPTH = 1024  # upstream's ASYNC_HOOK_QUEUE_DEPTH

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from mur.hooks.launch import HookArtifact, build_hooks
 from mur.hooks.hookset import HookSet
+from mur.hooks.launch import HookArtifact, build_hooks
 
 
 def describe_staged(staged: Any) -> Callable[[str, dict[str, Any]], None]:

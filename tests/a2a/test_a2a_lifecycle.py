@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from mur.testing.a2a_harness import Gate, message
 from mur.a2a.service import CapsuleService, TaskOutcome
 from mur.a2a.tasks import InputWaitEnded
 from mur.errors import MurError
 from mur.manifest.capsule import Lifecycle
+from mur.testing.a2a_harness import Gate, message
 
 SLEEP_QUEUE = {"task_acceptance": "queue", "after_task": "sleep"}
 

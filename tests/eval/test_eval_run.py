@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from mur.errors import MurError
-from mur.manifest.load import parse_capsule
 from mur.eval.run import (
     CaseResult,
     EvalRun,
@@ -21,6 +20,7 @@ from mur.eval.run import (
     render_case_result,
     render_summary,
 )
+from mur.manifest.load import parse_capsule
 
 from trace_events import mur
 

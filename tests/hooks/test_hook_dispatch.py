@@ -9,11 +9,11 @@ import pytest
 from wasmtime.component import Variant
 
 from mur.errors import MurError
+from mur.hooks.config import HookConfig
+from mur.hooks.hookset import Hook, HookSet
+from mur.hooks.instance import MISSING, HookLog
 from mur.inference.compaction import CompactionRequest
 from mur.inference.loop import LoopConfig, run_reopenable_task
-from mur.hooks.config import HookConfig
-from mur.hooks.instance import MISSING, HookLog
-from mur.hooks.hookset import Hook, HookSet
 from mur.session.hookwiring import describe_staged
 
 NONE = Variant("none")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mur.manifest import load_capsule
 from mur.hooks.launch import hook_env
+from mur.manifest import load_capsule
 
 
 def load(tmp_path, text):

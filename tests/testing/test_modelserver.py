@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from mur.errors import MurError
-from mur.testing.modelserver import EXHAUSTED_MESSAGE, ModelServer
 from mur.testing.model_script import load_script, parse_script
+from mur.testing.modelserver import EXHAUSTED_MESSAGE, ModelServer
 
 REQUEST = {"model": "claude-test", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
 

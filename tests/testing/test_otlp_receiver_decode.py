@@ -8,8 +8,8 @@ import json
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from mur.testing.otlp_receiver import SpanStore, decode, flatten
 from mur.otel.spans import build_spans
+from mur.testing.otlp_receiver import SpanStore, decode, flatten
 
 from trace_events import SID, session_events
 
