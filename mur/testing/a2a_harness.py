@@ -2,13 +2,25 @@
 
 ``run()`` then executes off the main thread, so no SIGTERM handler is installed; tests of the
 signal path run a real process (integration/a2a/test_a2a_sigterm.py).
+
+Standalone, it serves the echo capsule (answers ``echo: <text>``) on 127.0.0.1 until SIGTERM or
+Ctrl-C, to try A2A clients (`mur send`, `mur watch`, the a2a-sdk) without building a capsule; it
+prints one JSON line ``{"url", "pid", "workdir"}``:
+
+    python -m mur.testing.a2a_harness [--port N] [--workdir DIR]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import sys
+import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -185,3 +197,36 @@ class HarnessFactory:
     def close(self) -> None:
         for harness in self._made:
             harness.__exit__(None, None, None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the echo capsule in queue mode until SIGTERM / Ctrl-C."""
+    from mur.errors import MurError
+    from mur.manifest.capsule import Lifecycle
+
+    parser = argparse.ArgumentParser(prog="python -m mur.testing.a2a_harness",
+                                     description="Serve the echo capsule over A2A on 127.0.0.1 (a test tool).")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
+    parser.add_argument("--workdir", type=Path, default=None, help="session workdir (default: a new temp dir)")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mur-a2a-echo-"))
+    service = CapsuleService(card=CARD, lifecycle=Lifecycle(task_acceptance="queue", after_task="sleep"),
+                             executor=echo, trace=lambda event: None, workdir=workdir, port=args.port,
+                             idle_timeout=24 * 3600.0)
+    try:
+        url = service.start()
+    except MurError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+    print(json.dumps({"url": f"http://{url}", "pid": os.getpid(), "workdir": str(workdir)}), flush=True)
+    try:
+        service.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
