@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from mur.a2a.harness import echo, message
+from mur.testing.a2a_harness import echo, message
 
 CONCURRENCY = 16
 
@@ -84,7 +84,7 @@ def round_trip(base: str, n: int) -> float:
 def serve(workdir: str, depth: int) -> None:
     """The capsule process: serve until stdin closes."""
     from mur.a2a.lifecycle import CapsuleService
-    from mur.a2a.harness import CARD
+    from mur.testing.a2a_harness import CARD
     from mur.manifest.capsule import Lifecycle
 
     service = CapsuleService(

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from mur.a2a.guard import EVICT_AFTER
-from mur.a2a.harness import message
+from mur.testing.a2a_harness import message
 
 DEPTH = 4
 LIMITS = {

@@ -322,21 +322,6 @@ def test_serve_refuses_to_start_without_a_key(tmp_path):
     )
 
 
-@pytest.fixture(scope="session")
-def built_hello() -> Path:
-    """examples/hello with its components built (the same cached build integration/session uses)."""
-    if not (REPO / "mur" / "cli" / "run.py").exists():
-        pytest.skip("mur run is not implemented yet")
-    try:
-        from mur.wasm.build import build_guest_dir
-    except ImportError:
-        pytest.skip("mur.wasm.build is not available to build examples/hello")
-    hello = REPO / "examples" / "hello"
-    build_guest_dir(hello / "greet")
-    build_guest_dir(hello)
-    return hello
-
-
 @pytest.mark.slow
 def test_published_tool_runs_from_a_clean_home(tmp_path, request, built_hello, registry, author, user):
     """A tool published to the registry, installed into a clean HOME, runs; a flipped byte then stops it.

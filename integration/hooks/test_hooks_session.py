@@ -1,7 +1,7 @@
 """Hook artifacts in real sessions: real hook components on wasmtime, real capsules, a loopback model.
 
-Driven through hook_harness.run_session, which composes the session like mur/session/runner.py plus
-the hook wiring the runner is to gain (see hook_harness's docstring).
+Driven through hook_harness.run_session, which composes the session like mur/session/runner.py and
+can inject a model client and build_hooks' knobs (see hook_harness's docstring).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def test_eval_hook_scores_a_session(http_capsule, model_server, make_hook, eval_
     assert faults(result) == []
 
     # and `mur eval show` reads it
-    from mur.observability.evalfile import show
+    from mur.eval.file import show
 
     summary, _, path = show(None, result.session.parent)
     assert path == result.session / "eval.jsonl"

@@ -54,6 +54,7 @@ from mur.a2a.tasks import (
     TaskRegistry,
 )
 from mur.errors import MurError
+from mur.trace import events as ev
 
 DEFAULT_IDLE_TIMEOUT = 30.0
 DEFAULT_TERM_GRACE = 5.0
@@ -399,7 +400,7 @@ class CapsuleService:
         if task.source == "a2a":
             self._trace(
                 {
-                    "event_type": "a2a_task_received",
+                    "event_type": ev.A2A_TASK_RECEIVED,
                     "task_id": task.id,
                     "context_id": task.context_id,
                     "message_id": task.message_id,
@@ -408,7 +409,7 @@ class CapsuleService:
             )
         self._trace(
             {
-                "event_type": "task_start",
+                "event_type": ev.TASK_START,
                 "task_id": task.id,
                 "context_id": task.context_id,
                 "source": task.source,
@@ -419,7 +420,7 @@ class CapsuleService:
     def _trace_end(self, task: Task, state: str, outcome: TaskOutcome, started: float) -> None:
         """The task_end trace event (a failed one says why in ``error``), flushed."""
         end: dict[str, Any] = {
-            "event_type": "task_end",
+            "event_type": ev.TASK_END,
             "task_id": task.id,
             "exit_status": "ok" if state == COMPLETED else "failed",
             "duration_ms": int((time.monotonic() - started) * 1000),

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mur.errors import MurError
-from mur.manifest.yamlio import one_line
 from mur.fsutil import fsync_dir
-from mur.paths import home_dir
+from mur.manifest.yamlio import one_line
+from mur.paths import MURMUR_DIR, home_dir, project_murmur_dir
 from mur.platform import current_platform
 
-STORE_SUBDIR = (".murmur", "artifacts")
+STORE_DIR = "artifacts"  # under ~/.murmur and <project>/.murmur
 RUNTIME_TYPES = ("wasm", "native", "static")
 _STALE_TMP_SECONDS = 3600
 
@@ -42,12 +42,12 @@ _STALE_TMP_SECONDS = 3600
 
 def global_store(home: Path | None = None) -> Path:
     """`~/.murmur/artifacts` for `home` (default: $HOME)."""
-    return Path(home if home is not None else home_dir()).joinpath(*STORE_SUBDIR)
+    return Path(home if home is not None else home_dir()) / MURMUR_DIR / STORE_DIR
 
 
 def project_store(project_dir: Path) -> Path:
     """`<project_dir>/.murmur/artifacts`."""
-    return Path(project_dir).joinpath(*STORE_SUBDIR)
+    return project_murmur_dir(project_dir) / STORE_DIR
 
 
 

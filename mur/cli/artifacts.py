@@ -19,8 +19,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Publish an artifact to the local store (default) or a registry."""
         from mur.artifacts.operations import publish as do_publish
+        from mur.cli.progress import transfer_bar
 
-        outcome = do_publish(artifact, registry=registry, platform=platform)
+        outcome = do_publish(artifact, registry=registry, platform=platform, progress=transfer_bar)
         for note in outcome.notes:
             print(note)
         print(f"Published {outcome.artifact_id}", flush=True)
@@ -35,9 +36,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Install artifacts into the project store (pinning murmur.lock) or the global store."""
         from mur.artifacts import operations
+        from mur.cli.progress import transfer_bar
 
         if ref is not None:
-            outcome = operations.install(ref, global_=global_, registry=registry)
+            outcome = operations.install(ref, global_=global_, registry=registry, progress=transfer_bar)
             if outcome.from_file:
                 print(f"Installed {outcome.name}@{outcome.version} from {outcome.source}", flush=True)
             else:
@@ -46,7 +48,7 @@ def register(app: typer.Typer) -> None:
                     flush=True,
                 )
             return
-        report = operations.install_manifest(global_=global_, registry=registry)
+        report = operations.install_manifest(global_=global_, registry=registry, progress=transfer_bar)
         if report.total == 0:
             print("No artifacts in manifest.")
             return

@@ -22,7 +22,7 @@ def _workdir_option() -> Path:
 def _since(value: Optional[str]) -> Optional[str]:
     if value is None:
         return None
-    from mur.observability.report import parse_duration
+    from mur.trace.report import parse_duration
 
     try:
         parse_duration(value)
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Summarize one session's trace and list its events as a timeline."""
         from mur.cli.render import emit
-        from mur.observability.timeline import render, show as show_session
+        from mur.trace.timeline import render, show as show_session
 
         summary = show_session(session, workdir)
         emit(summary, json_out, render)
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show one session turn by turn: each turn's decision and tokens, and the calls it made."""
         from mur.cli.render import emit
-        from mur.observability.steps import render, show as show_steps
+        from mur.trace.steps import render, show as show_steps
 
         result = show_steps(session, workdir, verbose)
         emit(result, json_out, render)
@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compare two sessions: turns, tokens, calls, latency, status, and the tool-call sequence."""
         from mur.cli.render import emit
-        from mur.observability.tracediff import render, show as show_diff
+        from mur.trace.diff import render, show as show_diff
 
         result = show_diff(before, after, workdir)
         emit(result, json_out, render)
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Aggregate several sessions: status breakdown, totals and averages, most used tools."""
         from mur.cli.render import emit, note
-        from mur.observability.report import render, report as build_report
+        from mur.trace.report import render, report as build_report
 
         if sessions and (last is not None or since is not None):
             raise typer.BadParameter("cannot be combined with session addresses",

@@ -7,6 +7,7 @@ import signal
 from dataclasses import dataclass
 
 from mur.errors import MurError
+from mur.trace import events as ev
 
 @dataclass
 class ShellResult:
@@ -40,7 +41,7 @@ def limit_error(result: ShellResult) -> MurError | None:
 def shell_trace_fields(result: ShellResult, turn: int) -> dict:
     """The ``shell`` trace event body (upstream section 3.3) minus session_id/timestamp."""
     event = {
-        "event_type": "shell", "turn": turn, "binary": result.binary, "command": result.command,
+        "event_type": ev.SHELL, "turn": turn, "binary": result.binary, "command": result.command,
         "exit_code": result.exit_code, "stdout_bytes": result.stdout_bytes, "stderr_bytes": result.stderr_bytes,
         "duration_ms": result.duration_ms,
     }

@@ -28,8 +28,8 @@ from mur.session.options import RunOptions
 
 
 @dataclass
-class Prepared:
-    """A capsule that passed every pre-check, with what staging needs."""
+class CheckedRun:
+    """A capsule run that passed every pre-check, with what staging needs."""
 
     loaded: LoadedCapsule
     options: RunOptions
@@ -98,12 +98,12 @@ def explain(opts: RunOptions) -> dict[str, Any]:
     return scope_report(loaded.capsule, floor, host)
 
 
-def prepare(opts: RunOptions) -> Prepared:
+def prepare(opts: RunOptions) -> CheckedRun:
     """Run every pre-check; raises MurError on the first failure, before any workdir exists."""
     loaded, config, floor, host = load_and_scope(opts)
     capsule = loaded.capsule
     achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec)
-    prep = Prepared(loaded, opts, config, floor, host, achieved)
+    prep = CheckedRun(loaded, opts, config, floor, host, achieved)
     from mur.session import resolve
 
     prep.resolved = resolve.resolve_artifacts(loaded)

@@ -4,7 +4,8 @@ Order matters and is the contract users see:
   1. every pre-check (mur.session.prechecks) — nothing exists on disk yet;
   2. the A2A server binds (E-RUN-010 when network.internal_port is taken) — still nothing on disk;
   3. the workdir is created and staged, the shell sandbox starts (cgroups, size watcher);
-  4. the startup line is printed (human, or one JSON line with --json: deploy's contract);
+  4. the reporter gets the startup facts (the CLI prints the line, or one JSON line with --json:
+     deploy's contract);
   5. the lifecycle runs tasks until it ends; SIGTERM finishes or fails the running task;
   6. teardown always runs: sandbox processes killed and cgroups removed, trace closed, server stopped.
 """
@@ -12,12 +13,12 @@ Order matters and is the contract users see:
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 from mur import ids
 from mur.errors import MurError, warn
 from mur.session.options import RunOptions
+from mur.session.reporter import SessionReporter, SilentReporter, Startup
 
 
 def _card(prep: Any, staged: Any) -> dict[str, Any]:
@@ -34,32 +35,12 @@ def _card(prep: Any, staged: Any) -> dict[str, Any]:
     }
 
 
-def _startup(opts: RunOptions, prep: Any, url: str, session_id: str, wd: Any, staged: Any) -> None:
-    from mur.cli.render import emit_json
-
+def _startup(prep: Any, url: str, session_id: str, wd: Any, staged: Any) -> Startup:
     capsule = prep.loaded.capsule
-    if opts.json:
-        emit_json(
-            {
-                "url": url,
-                "pid": os.getpid(),
-                "session_id": session_id,
-                "name": capsule.name,
-                "version": capsule.version,
-                "workdir": str(wd.session),
-            }
-        )
-        return
-    print(f"murmur: url {url}")
-    print(f"session: {session_id}")
-    if opts.verbose:
-        inf = capsule.inference
-        print(f"workdir: {wd.session}")
-        print(f"manifest: {capsule.name} v{capsule.version}")
-        driver = inf.driver_artifact if inf and inf.transport == "http" else (inf.effective_command if inf else None)
-        print(f"driver: {driver or '<none>'}")
-        print(f"skills: {len(staged.by_role('skill'))} installed")
-    sys.stdout.flush()
+    inf = capsule.inference
+    driver = inf.driver_artifact if inf and inf.transport == "http" else (inf.effective_command if inf else None)
+    return Startup(url=url, pid=os.getpid(), session_id=session_id, name=capsule.name, version=capsule.version,
+                   workdir=wd.session, driver=driver, skills=len(staged.by_role("skill")))
 
 
 def _launch_warnings(warnings: list[tuple[str, str]], wd: Any) -> None:
@@ -72,17 +53,19 @@ def _launch_warnings(warnings: list[tuple[str, str]], wd: Any) -> None:
             log.write(f"warning[{code}]: {message}\n")
 
 
-def run_session(opts: RunOptions) -> None:
-    """Run a capsule session; raises MurError for the CLI to render (exit 1) when it did not end ok."""
+def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> None:
+    """Run a capsule session, reporting its startup and final status to `reporter`; raises MurError
+    for the CLI to render (exit 1) when it did not end ok."""
     from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
     from mur.a2a.auth import load_door_auth
     from mur.session import murmur_md
     from mur.session.prechecks import prepare
     from mur.session.staging import stage
     from mur.session.tools import SessionTools
-    from mur.session.trace import TraceWriter
+    from mur.trace.writer import TraceWriter
     from mur.session.workdir import create_workdir, plan_workdir, write_task_input
 
+    reporter = reporter or SilentReporter()
     prep = prepare(opts)
     door_auth = load_door_auth(opts.a2a_token_file, opts.tls_cert, opts.tls_key)
     loaded = prep.loaded
@@ -144,9 +127,9 @@ def run_session(opts: RunOptions) -> None:
         tools = SessionTools(staged, settings, None, shell, trace)
         tools.host = WasmHost(shell=tools.guest_shell)
         _precompile(tools, staged, prep)
-        from mur.session.hooks import build_hooks
+        from mur.session.hookwiring import session_hooks
 
-        hooks = build_hooks(tools, trace, loaded, wd)  # None without hook artifacts
+        hooks = session_hooks(tools, trace, loaded, wd)  # None without hook artifacts
         if hooks is not None:
             hooks.on_stage(capsule.capabilities.shell_allow)
             trace.listeners.append(hooks.on_event)
@@ -169,7 +152,7 @@ def run_session(opts: RunOptions) -> None:
         if shell is not None:
             _launch_warnings(shell.launch_warnings, wd)
         initial = write_task_input(wd, opts.task)
-        _startup(opts, prep, url, session_id, wd, staged)
+        reporter.started(_startup(prep, url, session_id, wd, staged))
         status = service.run(initial)
     finally:
         if hooks is not None:
@@ -187,8 +170,7 @@ def run_session(opts: RunOptions) -> None:
     final = status if service.keeps_serving else executor_box["executor"].status if "executor" in executor_box else "failed"
     if final == "ok" and status != "ok":
         final = "failed"
-    if not opts.json:
-        print(f"status:  {final}")
+    reporter.ended(final)
     error = executor_box["executor"].last_error if "executor" in executor_box else None
     if final != "ok":
         raise error or MurError("E-RUN-007", "agent loop failed: the session did not complete")
@@ -211,7 +193,7 @@ def _otel_exporter(capsule: Any, wd: Any) -> Any:
     endpoint = capsule.observability.otel_endpoint
     if not endpoint:
         return None
-    from mur.observability.otel import OtelExporter
+    from mur.otel.exporter import OtelExporter
 
     return OtelExporter(
         endpoint, service_name=capsule.name, service_version=capsule.version, log_path=wd.logs / "otel.log", timeout=5.0

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from mur.errors import MurError
 from mur.session.staging import Staged, StagedTool
+from mur.trace import events as ev
 
 
 @dataclass
@@ -111,7 +112,7 @@ class SessionTools:
         def record(info: dict) -> None:
             if not info.get("allowed", True):
                 self.trace.emit(
-                    "network_denied",
+                    ev.NETWORK_DENIED,
                     turn=self.turn,
                     artifact=artifact,
                     url=info.get("url"),
@@ -139,7 +140,7 @@ class SessionTools:
         if tool.role == "skill":
             text = tool.text or ""
             self.trace.emit(
-                "skill_call", turn=self.turn, skill_name=name, output_bytes=len(text.encode()),
+                ev.SKILL_CALL, turn=self.turn, skill_name=name, output_bytes=len(text.encode()),
                 duration_ms=_ms(start), status="ok",
             )
             return text, False
@@ -246,7 +247,7 @@ class SessionTools:
         for key, value in (getattr(result, "metadata", None) or []):
             if key in ("state_effect", "resource_id"):
                 event[key] = value
-        self.trace.emit("tool_call", **event)
+        self.trace.emit(ev.TOOL_CALL, **event)
 
     def _record_shell(self, res: Any) -> None:
         self.shell_calls += 1
@@ -261,7 +262,7 @@ class SessionTools:
         }
         if res.resource_limit:
             event["resource_limit"] = res.resource_limit
-        self.trace.emit("shell", **event)
+        self.trace.emit(ev.SHELL, **event)
 
 
 def _ms(start: float) -> int:

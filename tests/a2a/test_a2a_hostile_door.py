@@ -15,7 +15,7 @@ import time
 import pytest
 
 from mur.a2a.guard import EVICT_AFTER, DoorLimits
-from mur.a2a.harness import message
+from mur.testing.a2a_harness import message
 from mur.a2a.lifecycle import TaskOutcome
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}

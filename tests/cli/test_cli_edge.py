@@ -15,6 +15,8 @@ import pytest
 from mur import __version__
 from mur.cli.main import main
 
+from mur_cli import run_mur
+
 HEAVY = ("wasmtime", "paramiko", "docker", "httpx", "starlette", "uvicorn", "opentelemetry")
 
 
@@ -24,12 +26,9 @@ def mur(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
                           capture_output=True, text=True, timeout=60)
 
 
-def in_process(capsys, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
+def in_process(*args: str) -> tuple[int, str, str]:
+    run = run_mur(*args)
+    return run.code, run.out, run.err
 
 
 @pytest.fixture
@@ -97,9 +96,9 @@ def test_a_mur_error_renders_once_with_its_hint_and_exits_1(tmp_path):
     )
 
 
-def test_warnings_precede_the_error_on_stderr(workdir, capsys):
+def test_warnings_precede_the_error_on_stderr(workdir):
     (workdir / "murmur.yaml").write_text('name: c\nversion: "1"\nnmae: typo\ncapabilities:\n  limits:\n    instances: 0\n')
-    code, out, err = in_process(capsys, "run", "--explain-scope", "--json")
+    code, out, err = in_process("run", "--explain-scope", "--json")
     assert (code, out) == (1, "")
     lines = err.splitlines()
     assert lines[0] == (
@@ -111,14 +110,14 @@ def test_warnings_precede_the_error_on_stderr(workdir, capsys):
     assert len(lines) == 2
 
 
-def test_an_unexpected_exception_becomes_e_internal(workdir, capsys, monkeypatch):
+def test_an_unexpected_exception_becomes_e_internal(workdir, monkeypatch):
     from mur.session import prechecks
 
     def boom(opts):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(prechecks, "explain", boom)
-    code, out, err = in_process(capsys, "run", "--explain-scope")
+    code, out, err = in_process("run", "--explain-scope")
     assert (code, out) == (1, "")
     assert err == (
         "error[E-INTERNAL]: unexpected RuntimeError: boom\n"
@@ -149,9 +148,9 @@ GARBAGE = {
 
 
 @pytest.mark.parametrize("name", sorted(GARBAGE))
-def test_garbage_manifests_never_produce_a_traceback(workdir, capsys, name):
+def test_garbage_manifests_never_produce_a_traceback(workdir, name):
     (workdir / "murmur.yaml").write_bytes(GARBAGE[name])
-    code, out, err = in_process(capsys, "run", "--explain-scope", "--json")
+    code, out, err = in_process("run", "--explain-scope", "--json")
     assert "Traceback" not in err and "E-INTERNAL" not in err, err
     if code == 0:  # a few of these are valid manifests (BOM, merge key, ...)
         json.loads(out)
