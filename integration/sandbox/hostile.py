@@ -329,7 +329,7 @@ capabilities:
             results.append(CallResult(call, content, is_error, body if isinstance(body, dict) else None))
         session = Path(info["workdir"]) if isinstance(info.get("workdir"), str) else None
         run = HostileRun(proc.returncode, proc.stdout, proc.stderr, info, session,
-                         _accessible(session, workdir, info), results, requests)
+                         _accessible(session, workdir), results, requests)
         trace = session / "trace.jsonl" if session is not None else None
         if trace is not None and trace.is_file():
             run.trace = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
@@ -353,11 +353,13 @@ def _startup(stdout: str) -> dict[str, Any]:
     return {}
 
 
-def _accessible(session: Path | None, workdir: Path | None, info: dict[str, Any]) -> Path | None:
-    if isinstance(info.get("accessible"), str):
-        return Path(info["accessible"])
+def _accessible(session: Path | None, workdir: Path | None) -> Path | None:
+    """The tools' workdir: --workdir DIR, else the session's work/ (the session dir itself in the
+    layout before the runtime's record moved out of the tools' reach)."""
     if workdir is not None:
         return Path(workdir).resolve()
+    if session is not None and (session / "work").is_dir():
+        return session / "work"
     return session
 
 
