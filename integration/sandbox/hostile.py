@@ -189,7 +189,8 @@ class HostileCapsule:
     """A capsule directory (driver + shell tools) that `run()` drives with a hostile script."""
 
     def __init__(self, root: Path, *, shell_allow: Iterable[str] = DEFAULT_SHELL, capabilities: str = "",
-                 manifest_extra: str = "", user: UnprivilegedUser | None = None, max_turns: int | None = None):
+                 manifest_extra: str = "", user: UnprivilegedUser | None = None, max_turns: int | None = None,
+                 artifacts: Iterable[tuple[str, Path]] = ()):
         if not DRIVER_WASM.is_file():
             raise FileNotFoundError(f"{DRIVER_WASM} is missing: run scripts/build-examples")
         self.root = Path(root)
@@ -198,6 +199,7 @@ class HostileCapsule:
         self.manifest_extra = manifest_extra
         self.user = user
         self.max_turns = max_turns
+        self.artifacts = list(artifacts)  # (name, local source dir) of extra WASM tools, e.g. tool_artifact()
         self.root.mkdir(parents=True, exist_ok=True)
         if user is not None:
             user.chown(self.root)
@@ -213,6 +215,8 @@ class HostileCapsule:
         shell_yaml = yaml.safe_dump({"shell": shell}, sort_keys=False)
         caps = "".join("  " + line + "\n" for line in shell_yaml.splitlines())
         caps += "".join("  " + line + "\n" for line in self.capabilities.splitlines() if line.strip())
+        extra_artifacts = "".join(f"  - name: {name}\n    runtime: tool\n    source: {src}\n    local_source: true\n"
+                                  for name, src in self.artifacts)
         self.manifest.write_text(f"""name: hostile
 version: "0.1.0"
 artifacts:
@@ -220,7 +224,7 @@ artifacts:
     runtime: driver
     source: {DRIVER_DIR}
     local_source: true
-capabilities:
+{extra_artifacts}capabilities:
   network:
     allow: ["http://127.0.0.1:{port}"]
 {caps}inference:
@@ -256,6 +260,8 @@ capabilities:
             env["USER"] = f"u{self.user.uid}"
         else:
             env["MUR_CACHE_DIR"] = os.environ.get("MUR_CACHE_DIR", str(Path.home() / ".murmur" / "cache"))
+        if os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         env.update(extra or {})
         return env
 
@@ -304,6 +310,11 @@ capabilities:
     def run(self, calls: Iterable[CallLike], *, task: str | None = "Run the scripted commands.",
             workdir: Path | None = None, env: dict[str, str] | None = None, timeout: float = 240) -> HostileRun:
         """Drive one `mur run` with `calls`; `task=None` lets mur read task.md / input.txt itself."""
+        return self.start(calls, task=task, workdir=workdir, env=env).finish(timeout)
+
+    def start(self, calls: Iterable[CallLike], *, task: str | None = "Run the scripted commands.",
+              workdir: Path | None = None, env: dict[str, str] | None = None) -> "Running":
+        """Like run(), but returns while `mur run` is still going (kill it, wait for its startup line...)."""
         calls = [as_call(c) for c in calls]
         self._runs += 1
         tag = f"{self._runs}{uuid.uuid4().hex[:6]}"
@@ -312,28 +323,14 @@ capabilities:
         model, url, record = self._start_model(self._script(calls, tag), scratch)
         try:
             self._write_manifest(int(url.rsplit(":", 1)[1]), self.max_turns or len(calls) + 2)
-            proc = subprocess.run(self.command(task, workdir), cwd=self.root, env=self._env(env), capture_output=True,
-                                  text=True, timeout=timeout, preexec_fn=self._join_cgroups if self.user else None)
-        finally:
-            requests = self._stop_model(model, record)
+            proc = subprocess.Popen(self.command(task, workdir), cwd=self.root, env=self._env(env),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    preexec_fn=self._join_cgroups if self.user else None)
+        except BaseException:
+            self._stop_model(model, record)
             shutil.rmtree(scratch, ignore_errors=True)
-        info = _startup(proc.stdout)
-        answers = _tool_results(requests)
-        results = []
-        for i, call in enumerate(calls):
-            content, is_error = answers.get(f"toolu_{tag}_{i:03d}", (None, False))
-            try:
-                body = json.loads(content) if content else None
-            except ValueError:
-                body = None
-            results.append(CallResult(call, content, is_error, body if isinstance(body, dict) else None))
-        session = Path(info["workdir"]) if isinstance(info.get("workdir"), str) else None
-        run = HostileRun(proc.returncode, proc.stdout, proc.stderr, info, session,
-                         _accessible(session, workdir), results, requests)
-        trace = session / "trace.jsonl" if session is not None else None
-        if trace is not None and trace.is_file():
-            run.trace = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
-        return run
+            raise
+        return Running(self, calls, tag, workdir, proc, model, record, scratch)
 
     def _join_cgroups(self) -> None:
         """preexec (still root): enter the cgroups delegated to the user, as a deploy's service does."""
@@ -341,6 +338,61 @@ capabilities:
         for directory in self.user.cgroups:
             with open(os.path.join(directory, "cgroup.procs"), "w") as fh:
                 fh.write(str(os.getpid()))
+
+
+class Running:
+    """A `mur run` started by HostileCapsule.start(); finish() collects it into a HostileRun."""
+
+    def __init__(self, capsule: HostileCapsule, calls: list[Call], tag: str, workdir: Path | None,
+                 proc: subprocess.Popen, model: subprocess.Popen, record: Path, scratch: Path):
+        self.capsule, self.calls, self.tag, self.workdir = capsule, calls, tag, workdir
+        self.proc, self._model, self._record, self._scratch = proc, model, record, scratch
+        self._first = ""
+
+    def startup(self) -> dict[str, Any]:
+        """Wait for the --json startup line (the session is staged and its sandbox started)."""
+        if not self._first and self.proc.stdout is not None:
+            self._first = self.proc.stdout.readline()
+        return _startup(self._first)
+
+    def finish(self, timeout: float = 240) -> HostileRun:
+        try:
+            try:
+                out, err = self.proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                out, err = self.proc.communicate()
+        finally:
+            requests = HostileCapsule._stop_model(self._model, self._record)
+            shutil.rmtree(self._scratch, ignore_errors=True)
+        stdout = self._first + (out or "")
+        info = _startup(stdout)
+        answers = _tool_results(requests)
+        results = []
+        for i, call in enumerate(self.calls):
+            content, is_error = answers.get(f"toolu_{self.tag}_{i:03d}", (None, False))
+            try:
+                body = json.loads(content) if content else None
+            except ValueError:
+                body = None
+            results.append(CallResult(call, content, is_error, body if isinstance(body, dict) else None))
+        session = Path(info["workdir"]) if isinstance(info.get("workdir"), str) else None
+        run = HostileRun(self.proc.returncode, stdout, err or "", info, session,
+                         _accessible(session, self.workdir), results, requests)
+        trace = session / "trace.jsonl" if session is not None else None
+        if trace is not None and trace.is_file():
+            run.trace = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+        return run
+
+
+def tool_artifact(dest: Path, name: str, wasm: Path, description: str = "") -> Path:
+    """A local-source WASM tool directory (murmur.yaml + the component) for ``artifacts=``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(wasm, dest / f"{name}.wasm")
+    (dest / "murmur.yaml").write_text(yaml.safe_dump({
+        "name": name, "version": "0.1.0", "runtime": "tool", "description": description or f"test tool {name}",
+        "requires_files": [f"{name}.wasm"]}, sort_keys=False))
+    return dest
 
 
 def _startup(stdout: str) -> dict[str, Any]:
@@ -408,14 +460,33 @@ V1_DELEGATED = ("memory", "pids", "cpu", "freezer", "blkio")
 TEST_UID_BASE = 47000  # well below the 61184-65519 range systemd (and per-session uids) allocate from
 
 
+def seed_cache(cache_root: Path, wasm: Iterable[Path] = (DRIVER_WASM,)) -> Path:
+    """A fresh MUR_CACHE_DIR holding the compiled components of `wasm` (compiled once into this
+    process's cache, then copied), so a run with its own cache does not compile the driver again."""
+    from mur.fsutil import file_sha256
+    from mur.wasm.engine import WasmEngine
+
+    target = Path(cache_root) / "wasm"
+    target.mkdir(parents=True, exist_ok=True)
+    engine = WasmEngine()
+    try:
+        for path in wasm:
+            engine.component(Path(path))
+            source = engine.cache_path(file_sha256(path))
+            if source.is_file():
+                shutil.copyfile(source, target / source.name)
+    finally:
+        engine.close()
+    os.chmod(cache_root, 0o700)
+    os.chmod(target, 0o700)
+    return Path(cache_root)
+
+
 def make_unprivileged_user() -> UnprivilegedUser | str:
     """A fresh uid (no passwd entry needed) with a HOME it owns under /tmp, the driver's compiled
     component in its cache, and, on a cgroup v1 host, memory/pids/cpu cgroups delegated to it.
     Returns a reason string when this host cannot provide one."""
     import tempfile
-
-    from mur.fsutil import file_sha256
-    from mur.wasm.engine import WasmEngine
 
     if shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed"
@@ -424,16 +495,7 @@ def make_unprivileged_user() -> UnprivilegedUser | str:
         return "no python another uid can execute with this checkout's dependencies"
     uid = TEST_UID_BASE + os.getpid() % 1000
     home = Path(tempfile.mkdtemp(prefix="mur-hostile-home-", dir="/tmp"))
-    cache = home / ".murmur" / "cache" / "wasm"
-    cache.mkdir(parents=True)
-    engine = WasmEngine()
-    try:
-        engine.component(DRIVER_WASM, kind="driver")  # compiled once into root's cache, then copied
-        source = engine.cache_path(file_sha256(DRIVER_WASM))
-        if source.is_file():
-            shutil.copyfile(source, cache / source.name)
-    finally:
-        engine.close()
+    cache = seed_cache(home / ".murmur" / "cache") / "wasm"
     user = UnprivilegedUser(uid, uid, home, mur)
     user.chown(home)
     os.chmod(home, 0o755)

@@ -191,7 +191,8 @@ class WorkdirAccess:
                     old = _get(parent, ACCESS)
                     entries = decode(old) if old else from_mode(st.st_mode)
                     perm = next((p for t, p, i in entries if t == USER and i == self.uid), 0)
-                    if not perm & 1:
+                    mask = next((p for t, p, _i in entries if t == MASK), 7)
+                    if not perm & mask & 1:  # absent, or masked (a concurrent session's undo chmodded it)
                         os.setxattr(parent, ACCESS, encode(with_user(entries, self.uid, perm | 1)))
                         self.ancestors.append((parent, old, stat.S_IMODE(st.st_mode)))
                 except OSError as exc:
