@@ -252,6 +252,14 @@ class Tree:
             os.close(current)
             raise
 
+    def own_dir(self, rel: str | os.PathLike, mode: int = 0o777) -> int:
+        """``makedirs(rel)`` for a name the runtime owns in a tool-writable tree: a link or file a tool
+        put there instead of the directory is removed first (the name, never what it points to)."""
+        st = self.lstat(rel)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            self.unlink(rel)
+        return self.makedirs(rel, mode)
+
     def create(self, rel: str | os.PathLike, mode: int = 0o644, flags: int = os.O_WRONLY, *,
                parents: bool = False) -> int:
         """A new file, created ``O_EXCL`` (never an existing name, never through a link); ``parents``

@@ -107,6 +107,13 @@ def test_removal_removes_links_not_their_targets(tree, host):
     tree.unlink("missing")  # missing is fine
 
 
+def test_own_dir_replaces_a_link_by_the_directory(tree, host):
+    os.symlink(host, tree.path / "tools")
+    os.close(tree.own_dir("tools"))
+    assert (tree.path / "tools").is_dir() and not os.path.islink(tree.path / "tools")
+    assert sorted(os.listdir(host)) == ["secret"]
+
+
 def test_walk_lists_links_without_following_them(tree, host):
     (tree.path / "a").mkdir()
     (tree.path / "a" / "f").write_text("x")

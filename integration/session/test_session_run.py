@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from session_support import read_trace, run_mur, session_dirs
 
 SES = re.compile(r"^ses_[0-9a-f]{32}$")
@@ -86,23 +88,27 @@ def test_workdir_flag_keeps_the_session_directory_out_of_the_tools_reach(hello, 
     assert (session / "out" / "result.txt").read_text().strip() == "Hello, Di!"
 
 
-def test_a_workdir_holding_the_manifest_keeps_the_session_in_murs_home(hello, home):
-    proc = run_mur("run", "--task", "Ed", "--workdir", str(hello), "--json", cwd=hello, home=home)
+def test_a_workdir_holding_the_session_directories_keeps_the_session_in_murs_home(hello, home):
+    target = hello / "workdir"
+    proc = run_mur("run", "--task", "Ed", "--workdir", str(target), "--json", cwd=hello, home=home)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout.splitlines()[0])
     session = home / ".murmur" / "sessions" / info["session_id"]
     assert info["workdir"] == str(session) and (session / "trace.jsonl").is_file()
-    assert (hello / "task.md").read_text() == "Ed"
+    assert (target / "task.md").read_text() == "Ed" and not (target / info["session_id"]).exists()
     shown = run_mur("trace", "show", info["session_id"], cwd=hello, home=home)
     assert shown.returncode == 0 and info["session_id"] in shown.stdout, shown.stderr
 
 
-def test_a_workdir_holding_murs_home_is_refused_before_anything_is_created(hello, home):
-    proc = run_mur("run", "--task", "Fy", "--workdir", str(home.parent), cwd=hello, home=home)
+@pytest.mark.parametrize("what", ["manifest", "home"])
+def test_a_workdir_holding_the_manifest_or_murs_home_is_refused_before_anything_is_created(hello, home, what):
+    target = hello if what == "manifest" else home
+    proc = run_mur("run", "--task", "Fy", "--workdir", str(target), cwd=hello, home=home)
     assert proc.returncode == 1
-    assert "error[E-IO-002]: --workdir" in proc.stderr and "contains mur's home" in proc.stderr
+    expected = "contains the capsule's manifest directory" if what == "manifest" else "contains mur's home"
+    assert "error[E-IO-002]: --workdir" in proc.stderr and expected in proc.stderr, proc.stderr
     assert "hint: " in proc.stderr and "Traceback" not in proc.stderr
-    assert not (hello / "workdir").exists() and not (home.parent / "task.md").exists()
+    assert not (hello / "workdir").exists() and not (target / "task.md").exists()
 
 
 def test_task_from_a_file_is_copied(hello, home, tmp_path):

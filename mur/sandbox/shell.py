@@ -312,7 +312,7 @@ class ShellSandbox:
         with self._lock:
             try:
                 assert self._work is not None
-                os.close(self._work.makedirs(CAPSULE_HOME))
+                os.close(self._work.own_dir(CAPSULE_HOME))
                 return self._run_locked(info, argv, text, run_env, limit, stdin)
             except fsafe.LinkRefused as exc:
                 return self._refused(info, text, 126, f"mur: {exc.filename}: {exc.strerror}: the runtime does not "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from mur.session.workdir import Workdir, refused
 
 PAYLOADS = "payloads"
 LOCK = ".owner.lock"
+UNLOCKED_GRACE = 600.0  # seconds a payload directory may exist before its lock file does
 
 
 @dataclass
@@ -69,8 +71,9 @@ def payload_root() -> Path:
     return paths.cache_root() / PAYLOADS
 
 
-def sweep_payloads(root: Path) -> list[str]:
-    """Remove the payload directories of sessions that are gone (their owner's flock is free)."""
+def sweep_payloads(root: Path, now: float | None = None) -> list[str]:
+    """Remove the payload directories of sessions that are gone: their owner's flock is free (a
+    directory without a lock file counts once it is older than any session's start could take)."""
     swept = []
     try:
         entries = list(os.scandir(root))
@@ -81,8 +84,13 @@ def sweep_payloads(root: Path) -> list[str]:
             continue
         try:
             fd = os.open(os.path.join(entry.path, LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            fd = -1  # killed before it took the lock: nobody can hold it
+        except FileNotFoundError:  # being created right now, or its owner died before locking
+            try:
+                if (now or time.time()) - entry.stat(follow_symlinks=False).st_mtime < UNLOCKED_GRACE:
+                    continue
+            except OSError:
+                continue
+            fd = -1
         except OSError:
             continue
         try:

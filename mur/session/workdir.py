@@ -1,7 +1,8 @@
 """Session directories: the runtime's record, and the workdir the tools live in, never one inside the other.
 
   session dir  S = <manifest dir>/workdir/<session id>
-                   (with --workdir DIR when that would be inside DIR: ~/.murmur/sessions/<session id>)
+                   (with --workdir DIR when that is inside DIR, e.g. DIR = <manifest dir>/workdir:
+                   ~/.murmur/sessions/<session id>)
                trace.jsonl, out/ (result.txt, result_<task>.txt, compaction summaries), contexts/,
                logs/ (bootstrap, tool-*, capsule, hook-*, otel, shell-*): written by the runtime only
   accessible   A = --workdir DIR, else S/work
@@ -11,8 +12,9 @@
 Upstream keeps S inside A (`A/.murmur/<id>`, or A itself without --workdir). Here S is never
 beneath A: Landlock grants tools write access to A and read access to S/logs only, so even a tool
 running as mur's own uid cannot touch the trace, the logs or the results; and the runtime reaches
-into A only through mur.fsafe (no link followed, nothing outside A). A must not contain mur's own
-state (~/.murmur, the compile cache): a tool could rewrite what a later run loads.
+into A only through mur.fsafe (no link followed, nothing outside A). A must not contain the
+manifest directory or mur's own state (~/.murmur, the compile cache): a tool could rewrite what a
+later run loads (its own capabilities, a prompt that is a link to a root-only file...).
 """
 
 from __future__ import annotations
@@ -71,12 +73,15 @@ def plan_workdir(manifest_dir: Path, session_id: str, workdir: Path | None) -> W
     if workdir is None:
         return Workdir(default / WORK, default)
     accessible = Path(workdir).resolve()
-    for what, path in (("mur's home (~/.murmur)", paths.murmur_home()), ("the compile cache", paths.cache_root())):
+    for what, path in (("the capsule's manifest directory", Path(manifest_dir)),
+                       ("mur's home (~/.murmur)", paths.murmur_home()), ("the compile cache", paths.cache_root())):
         if inside(path, accessible):
             raise MurError(
                 "E-IO-002",
-                f"--workdir {accessible} contains {what} at {path}: its tools could rewrite what later runs load",
-                "pass a --workdir that does not contain it (or point HOME / MUR_CACHE_DIR elsewhere)",
+                f"--workdir {accessible} contains {what} at {path}: its tools could rewrite what later runs load "
+                "(murmur.yaml, prompts, artifacts, compiled components)",
+                "pass a --workdir that does not contain it (a directory of its own, or point HOME / MUR_CACHE_DIR "
+                "elsewhere)",
             )
     session = default if not inside(default, accessible) else paths.sessions_dir() / session_id
     return Workdir(accessible, session)
@@ -92,7 +97,7 @@ def create_workdir(wd: Workdir) -> None:
                 os.close(session.makedirs(sub))
         wd.accessible.mkdir(parents=True, exist_ok=True)
         with Tree(wd.accessible) as accessible:
-            os.close(accessible.makedirs("tools"))
+            os.close(accessible.own_dir("tools"))
     except LinkRefused as exc:
         raise refused(exc, wd.accessible) from exc
     except PermissionError as exc:
