@@ -220,7 +220,8 @@ class ShellSandbox:
                 self._prepared = prepare(self.policy, self.cgroup, mountns_fd)
             except OSError as exc:
                 raise MurError("E-RUN-015", f"the shell sandbox could not be prepared: {exc}") from exc
-            self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach)
+            self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach,
+                                       also=self._readonly())  # shell logs grow with what tools print
             self._guard.start()
             atexit.register(self.close)
         except BaseException:
