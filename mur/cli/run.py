@@ -38,6 +38,7 @@ class TerminalReporter:
         print(f"session: {s.session_id}")
         if self.verbose:
             print(f"workdir: {s.workdir}")
+            print(f"tools' workdir: {s.tools_workdir}")
             print(f"manifest: {s.name} v{s.version}")
             print(f"driver: {s.driver or '<none>'}")
             print(f"skills: {s.skills} installed")

@@ -54,7 +54,7 @@ def hook_env(capsule: Any, murmur_vars: dict[str, str], host_env: dict[str, str]
 
 
 def build_hooks(artifacts: list[HookArtifact], capsule: Any, *, engine: Any, emit: Callable[[dict], None],
-                murmur_vars: dict[str, str], grants: dict[str, Any], accessible: Path, limits: Any,
+                murmur_vars: dict[str, str], grants: dict[str, Any], preopen_dir: Callable[[str], Path | None], limits: Any,
                 logs_dir: Path, tools_dir: Path, model_client: Any = None,
                 on_artifact: Callable[[str, str], None] | None = None, on_manifest: OnManifest | None = None,
                 queue_depth: int = QUEUE_DEPTH, drain_timeout: float = DRAIN_TIMEOUT,
@@ -87,11 +87,10 @@ def build_hooks(artifacts: list[HookArtifact], capsule: Any, *, engine: Any, emi
             grant = grants.get(art.name)
             preopen = None
             if grant is not None and grant.preopen == "scope" and grant.scope:
-                preopen = Path(accessible) / grant.scope
-                try:
-                    preopen.mkdir(parents=True, exist_ok=True)
+                try:  # created beneath the tools' workdir without following a link (the session's own helper)
+                    preopen = preopen_dir(grant.scope)
                 except OSError as exc:
-                    raise MurError("E-IO-003", f"cannot create hook '{art.name}' scope {preopen}: {exc}") from exc
+                    raise MurError("E-IO-003", f"cannot create hook '{art.name}' scope {grant.scope}: {exc}") from exc
             env = guest_env([], [], os.environ, {**base_vars, "MURMUR_HOOK_NAME": art.name})
             log = HookLog(Path(logs_dir) / f"hook-{art.name}.log")
             cfg = GuestConfig(wasm_path=art.wasm_path, label=art.name, preopen=preopen, env=env, limits=limits,

@@ -157,11 +157,14 @@ def workdir_access(abi: int, workdir_exec: bool) -> int:
 
 
 def landlock_policy(abi: int, workdir: str, *, workdir_exec: bool, closures: dict[str, tuple[str, ...]],
-                    interpreter_runtime: Iterable[object], tcp: TcpPlan, existing: Callable[[str], bool]) -> LandlockPolicy:
-    """Grants: workdir rw, each binary's closure r+x, fixed devices, interpreter_runtime dirs, TCP ports."""
+                    interpreter_runtime: Iterable[object], tcp: TcpPlan, existing: Callable[[str], bool],
+                    readonly: Iterable[str] = ()) -> LandlockPolicy:
+    """Grants: workdir rw, each binary's closure r+x, fixed devices, interpreter_runtime dirs, TCP ports,
+    and ``readonly`` dirs (the session's logs, outside the workdir) read + list only."""
     handled = ll.fs_rights_for_abi(abi)
     grants: list[PathGrant] = [PathGrant(workdir, workdir_access(abi, workdir_exec) & handled, "workdir")]
-    seen = {workdir}
+    grants += [PathGrant(path, (ll.READ_FILE | ll.READ_DIR) & handled, "session logs (read-only)") for path in readonly]
+    seen = {workdir, *readonly}
     for name, files in closures.items():
         for path in files:
             if path not in seen:
@@ -225,7 +228,8 @@ class ShellPolicy:
 
 def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[str, tuple[str, ...]],
                  tcp: TcpPlan, is_root: bool, nproc_baseline: int, hard_limits: dict[str, int],
-                 existing: Callable[[str], bool], private_mounts: bool = False) -> ShellPolicy:
+                 existing: Callable[[str], bool], private_mounts: bool = False,
+                 readonly: tuple[str, ...] = ()) -> ShellPolicy:
     """Everything the appliers need, derived from the manifest and what was measured on this host."""
     linux = getattr(probe, "os") == "linux"
     shell = getattr(caps, "shell")
@@ -238,7 +242,7 @@ def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[st
         landlock = landlock_policy(
             abi, workdir, workdir_exec=bool(getattr(fs_caps, "workdir_exec", False)), closures=closures,
             interpreter_runtime=getattr(shell, "interpreter_runtime", ()) if shell else (), tcp=tcp,
-            existing=existing,
+            existing=existing, readonly=readonly,
         )
     workdir_exec = bool(getattr(fs_caps, "workdir_exec", False))
     seccomp = seccomp_table(bool(network.unix_sockets), workdir_exec) if linux and getattr(probe, "seccomp") else None

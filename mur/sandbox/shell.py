@@ -19,14 +19,15 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Iterable, Mapping
 
+from mur import fsafe
 from mur.errors import MurError
+from mur.fsafe import Tree
 from mur.sandbox import cgroups, elf, policy as pol, rlimits
 from mur.sandbox.access import WorkdirAccess
 from mur.sandbox.output import OUTPUT_LIMIT, Capture, cut, write_log
@@ -90,20 +91,15 @@ def synthetic_tool_manifest(binary: str) -> dict:
 
 
 def write_synthetic_tool_manifests(tools_dir: Path, allow: Iterable[str]) -> list[Path]:
-    """Write ``<tools_dir>/<bin>/murmur.yaml`` for each binary (atomically); returns the paths."""
+    """Write ``<tools_dir>/<bin>/murmur.yaml`` for each binary (atomically, never through a link);
+    returns the paths."""
     import yaml
 
     written = []
-    for binary in allow:
-        target = Path(tools_dir) / binary / "murmur.yaml"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".murmur.yaml.")
-        with os.fdopen(fd, "w") as fh:
-            yaml.safe_dump(synthetic_tool_manifest(binary), fh, sort_keys=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-        written.append(target)
+    with Tree(tools_dir, create=True) as tools:
+        for binary in allow:
+            tools.write_text(f"{binary}/murmur.yaml", yaml.safe_dump(synthetic_tool_manifest(binary), sort_keys=False))
+            written.append(Path(tools_dir) / binary / "murmur.yaml")
     return written
 
 
@@ -127,9 +123,12 @@ class ShellSandbox:
                  log: Callable[[str], None] | None = None, *,
                  host_env: Mapping[str, str] | None = None,
                  on_workdir_exceeded: Callable[[MurError], None] | None = None,
-                 resolve_host: Callable[[str], bool] | None = None) -> None:
+                 resolve_host: Callable[[str], bool] | None = None, logs_dir: Path | None = None) -> None:
         self.caps = caps
         self.workdir = Path(os.path.realpath(workdir))
+        # Full shell output goes here. mur run passes the session's logs/, outside the workdir, which
+        # the tools may read but not write; standalone, it is <workdir>/logs.
+        self.logs_dir = Path(os.path.abspath(logs_dir)) if logs_dir is not None else None
         self.session_id = session_id
         self.network_allow = list(network_allow)
         self.probe = probe
@@ -150,6 +149,8 @@ class ShellSandbox:
         self._closed = False
         self._children: set[int] = set()
         self._pending_mountns: int | None = None
+        self._work: Tree | None = None  # the workdir, held open: every runtime access goes through it
+        self._logs: Tree | None = None
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -184,6 +185,7 @@ class ShellSandbox:
             except OSError as exc:
                 raise MurError("E-IO-003", f"cannot create the workdir {self.workdir}: {exc.strerror}") from exc
             self.workdir = Path(os.path.realpath(self.workdir))
+            self._open_trees()
             self._resolve_binaries(with_closure=linux and probe.landlock_abi > 0)
             tcp = pol.plan_tcp(self.network_allow, self.resolve_host) if linux and probe.landlock_abi >= 4 \
                 else pol.TcpPlan(())
@@ -199,13 +201,13 @@ class ShellSandbox:
             self.policy = pol.build_policy(
                 self.caps, str(self.workdir), probe,
                 closures={b.name: b.closure for b in self.binaries.values() if b.closure},
-                tcp=tcp, is_root=is_root,
+                tcp=tcp, is_root=is_root, readonly=self._readonly(),
                 nproc_baseline=rlimits.uid_task_count(pol.NOBODY if is_root else os.getuid()),
                 hard_limits=rlimits.inherited_hard_limits(), existing=os.path.exists,
                 private_mounts=mountns_fd is not None,
             )
             if is_root:
-                self._access = WorkdirAccess(str(self.workdir), pol.NOBODY, pol.NOBODY)
+                self._access = WorkdirAccess(str(self.workdir), pol.NOBODY, pol.NOBODY, readonly=self._readonly())
                 try:
                     self._access.grant()
                 except OSError as exc:
@@ -218,7 +220,8 @@ class ShellSandbox:
                 self._prepared = prepare(self.policy, self.cgroup, mountns_fd)
             except OSError as exc:
                 raise MurError("E-RUN-015", f"the shell sandbox could not be prepared: {exc}") from exc
-            self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach)
+            self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach,
+                                       also=self._readonly())  # shell logs grow with what tools print
             self._guard.start()
             atexit.register(self.close)
         except BaseException:
@@ -252,6 +255,26 @@ class ShellSandbox:
                 self._access.revoke()
             except OSError as exc:
                 self.log(f"workdir access cleanup failed: {exc}")
+        for tree in (self._work, self._logs):
+            if tree is not None:
+                tree.close()
+
+    def _open_trees(self) -> None:
+        try:
+            self._work = Tree(self.workdir)
+            if self.logs_dir is None or fsafe.inside(self.logs_dir, self.workdir):
+                self._logs = self._work.subtree(os.path.relpath(self.logs_dir or self.workdir / "logs", self.workdir),
+                                                create=True)
+            else:
+                self._logs = Tree(self.logs_dir, create=True)
+            self.logs_dir = self._logs.path
+        except OSError as exc:
+            raise MurError("E-IO-003", f"cannot open the workdir {self.workdir} or its logs: {exc}") from exc
+
+    def _readonly(self) -> tuple[str, ...]:
+        """The logs directory, when it is outside the workdir: tools may read it, never write it."""
+        logs = str(self.logs_dir)
+        return () if self.logs_dir is None or fsafe.inside(logs, self.workdir) else (logs,)
 
     def __enter__(self) -> "ShellSandbox":
         return self
@@ -289,18 +312,22 @@ class ShellSandbox:
         limit = self.caps.limits.deadline_seconds if timeout is None else timeout
         with self._lock:
             try:
-                (self.workdir / CAPSULE_HOME).mkdir(exist_ok=True)
+                assert self._work is not None
+                os.close(self._work.own_dir(CAPSULE_HOME))
                 return self._run_locked(info, argv, text, run_env, limit, stdin)
+            except fsafe.LinkRefused as exc:
+                return self._refused(info, text, 126, f"mur: {exc.filename}: {exc.strerror}: the runtime does not "
+                                     "follow links it finds in the workdir\n")
             except OSError as exc:  # the workdir itself failing us (deleted, disk full, ...)
                 raise MurError("E-IO-003", f"shell tool '{binary}': {exc}") from exc
 
     def _run_locked(self, info: _Binary, argv: list[str], text: str, env: dict[str, str], timeout: float,
                     stdin: bytes | None) -> ShellResult:
         before = self.cgroup.evidence() if self.cgroup else (0, 0)
-        logs = self.workdir / "logs"
-        logs.mkdir(exist_ok=True)
+        logs = self._logs
+        assert logs is not None
         cap = self.caps.resources.workdir_max_bytes
-        out, err = Capture(str(logs), cap), Capture(str(logs), cap)
+        out, err = Capture(logs, cap), Capture(logs, cap)
         began = time.monotonic()
         try:
             proc = spawn(argv, executable=info.path, env=env, cwd=str(self.workdir), prepared=self._prepared,

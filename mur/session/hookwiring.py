@@ -45,6 +45,6 @@ def session_hooks(tools: Any, trace: Any, loaded: Any, wd: Any, *, model_client:
     if model_client is None:
         model_client = driver_client(tools, loaded.capsule.inference)
     return build_hooks(artifacts, loaded.capsule, engine=tools.host.engine, emit=trace.write,
-                       murmur_vars=settings.murmur_vars, grants=settings.grants, accessible=settings.accessible,
+                       murmur_vars=settings.murmur_vars, grants=settings.grants, preopen_dir=tools.preopen_dir,
                        limits=settings.limits, logs_dir=wd.logs, tools_dir=wd.tools, model_client=model_client,
                        on_manifest=describe_staged(staged), **options)

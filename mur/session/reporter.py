@@ -20,7 +20,8 @@ class Startup:
     session_id: str
     name: str
     version: str
-    workdir: Path
+    workdir: Path  # the session directory (the runtime's record)
+    tools_workdir: Path  # the tree shell tools and guests may write
     driver: str | None  # the driver artifact (transport http) or the process command
     skills: int  # installed skills
 
