@@ -8,7 +8,7 @@ from mur.cli.run import TerminalReporter
 from mur.session.reporter import Startup
 
 START = Startup(url="http://127.0.0.1:7801", pid=4242, session_id="ses_1", name="hello", version="0.1.0",
-                workdir=Path("/w/ses_1"), driver=None, skills=2)
+                workdir=Path("/w/ses_1"), tools_workdir=Path("/w/ses_1/work"), driver=None, skills=2)
 
 
 def test_human_startup_and_status(capsys):
@@ -21,7 +21,7 @@ def test_human_startup_and_status(capsys):
 def test_verbose_startup_names_workdir_manifest_driver_and_skills(capsys):
     TerminalReporter(json_out=False, verbose=True).started(START)
     assert capsys.readouterr().out == (
-        "murmur: url http://127.0.0.1:7801\nsession: ses_1\nworkdir: /w/ses_1\nmanifest: hello v0.1.0\n"
+        "murmur: url http://127.0.0.1:7801\nsession: ses_1\nworkdir: /w/ses_1\ntools' workdir: /w/ses_1/work\nmanifest: hello v0.1.0\n"
         "driver: <none>\nskills: 2 installed\n"
     )
 
