@@ -90,6 +90,7 @@ class Registry:
         if exe is None:
             pytest.skip("Debian's docker-registry is not installed (.ci/run installs it)")
         self.root, self.port = root, free_port()
+        root.mkdir(parents=True, exist_ok=True)
         self.address = f"127.0.0.1:{self.port}"
         storage: dict[str, Any] = {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}}
         if read_only:
@@ -102,7 +103,6 @@ class Registry:
             lines = [f"{u}:{bcrypt.hashpw(p.encode(), bcrypt.gensalt(rounds=4)).decode()}" for u, p in users.items()]
             (root / "htpasswd").write_text("\n".join(lines) + "\n")
             config["auth"] = {"htpasswd": {"realm": "mur-test", "path": str(root / "htpasswd")}}
-        root.mkdir(parents=True, exist_ok=True)
         (root / "config.yml").write_text(json.dumps(config))  # JSON is YAML
         self.log = open(root / "registry.log", "wb")
         self.proc = subprocess.Popen([exe, "serve", str(root / "config.yml")], stdout=self.log,
@@ -141,3 +141,27 @@ def docker_config(directory: Path, registry: str, user: str, password: str) -> P
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     (directory / "config.json").write_text(json.dumps({"auths": {registry: {"auth": token}}}))
     return directory
+
+
+def tiny_image(client, tag: str, content: bytes = b"tiny\n") -> str:
+    """A one-file image with no base (for registry behaviour that does not depend on the image's size)."""
+    import hashlib
+    import io
+
+    from mur.image.archive import Blob, write_archive
+    from mur.image.layer import Layer
+    from mur.image.spec import canonical_json
+
+    layer = Layer()
+    layer.file("tiny.txt", data=content)
+    raw = io.BytesIO()
+    diff = layer.write(raw, 0)
+    path = Path(tempfile.mkdtemp(prefix="mur-tiny-")) / "layer.tar"
+    path.write_bytes(raw.getvalue())
+    config = canonical_json({"architecture": "amd64", "os": "linux", "config": {"Labels": {"dev.mur.test": RUN}},
+                             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff}"]}})
+    archive = io.BytesIO()
+    write_archive(archive, config, [Blob(diff, path.stat().st_size, path=path)], [tag])
+    client.images.load(archive.getvalue())
+    shutil.rmtree(path.parent, ignore_errors=True)
+    return "sha256:" + hashlib.sha256(config).hexdigest()
