@@ -66,6 +66,9 @@ class BuildOptions:
     precompile: bool = True
     verify: bool = True  # run `mur --version` in the new image
     full_archive: bool = False  # hand the engine every layer, never a lean archive
+    # The user the image runs as. The default is the non-root `mur` user; (0, 0) makes an image whose
+    # runtime is root (mur then runs shell tools as other users, with cgroups it creates itself).
+    user: tuple[int, int] = (S.UID, S.GID)
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -87,7 +90,7 @@ def build_image(inputs: Any, tag: str, reporter: Reporter = QUIET, options: Buil
         with reporter.step("capsule layer"):
             layer = Layer()
             ident = _add_runtime(layer, runtime.path, scratch / "runtime")
-            _add_capsule(layer, inputs, lock_bytes, compiled, base, ident)
+            _add_capsule(layer, inputs, lock_bytes, compiled, base, opts.user)
             layer_path = scratch / "layer.tar"
             created = S.source_date_epoch(opts.env)
             with open(layer_path, "wb") as fh:
@@ -98,21 +101,22 @@ def build_image(inputs: Any, tag: str, reporter: Reporter = QUIET, options: Buil
             lock_digest=hashlib.sha256(lock_bytes).hexdigest() if lock_bytes else "",
             base_ref=base.ref, base_id=base.id, base_digest=base.repo_digest, base_config=base.config,
             base_diff_ids=base.diff_ids, layer_diff_id=diff_id, port=inputs.internal_port or S.DEFAULT_PORT,
-            run_args=tuple(inputs.run_args), created=created)
+            run_args=tuple(inputs.run_args), created=created, uid=opts.user[0], gid=opts.user[1])
         config = spec.config_bytes()
         image_id = f"sha256:{hashlib.sha256(config).hexdigest()}"
         unchanged = engine.inspect(image_id) is not None
         if not unchanged:
             with reporter.step(f"load {image_id[:19]} into the engine"):
                 _load(engine, config, base, layer_path, diff_id, created, scratch, opts.full_archive, reporter)
-            if opts.verify:
+        try:
+            if opts.verify and not unchanged:
                 with reporter.step("runtime check inside the image"):
-                    try:
-                        _verify(engine, image_id, runtime.version)
-                    except MurError:
-                        engine.remove(image_id)  # an image that does not run is not left behind
-                        raise
-        engine.tag(image_id, tag)
+                    _verify(engine, image_id, runtime.version, opts.user)
+            engine.tag(image_id, tag)
+        except BaseException:
+            if not unchanged:  # an image that failed its check (or was interrupted) is not left behind
+                engine.remove(image_id)
+            raise
         return BuildResult(
             image=ImageRef(tag, image_id), unchanged=unchanged, labels=spec.labels(), layer_diff_id=diff_id,
             layer_size=layer_path.stat().st_size,
@@ -192,7 +196,8 @@ def _add_runtime(layer: Layer, bundle: Path, scratch: Path) -> str:
     return ident
 
 
-def _add_capsule(layer: Layer, inputs: Any, lock: bytes, compiled: list[Any], base: BaseImage, ident: str) -> None:
+def _add_capsule(layer: Layer, inputs: Any, lock: bytes, compiled: list[Any], base: BaseImage,
+                 user: tuple[int, int]) -> None:
     passwd, group = S.with_user(base.passwd, base.group)
     layer.file("etc/passwd", data=passwd)
     layer.file("etc/group", data=group)
@@ -211,10 +216,11 @@ def _add_capsule(layer: Layer, inputs: Any, lock: bytes, compiled: list[Any], ba
         for f in a.files:
             layer.file(f"{murmur}/artifacts/{a.name}/{a.version}/{f.rel}", src=f.src)
     # The compile cache must be the service user's own, 0700 (mur.wasm.engine refuses it otherwise).
-    layer.dir(f"{murmur}/cache/wasm", 0o700, S.UID, S.GID)
+    uid, gid = user
+    layer.dir(f"{murmur}/cache/wasm", 0o700, uid, gid)
     for f in compiled:
-        layer.file(f"{murmur}/cache/wasm/{f.rel}", src=f.src, mode=0o600, uid=S.UID, gid=S.GID)
-    layer.dir(S.WORKDIR, 0o700, S.UID, S.GID)
+        layer.file(f"{murmur}/cache/wasm/{f.rel}", src=f.src, mode=0o600, uid=uid, gid=gid)
+    layer.dir(S.WORKDIR, 0o700, uid, gid)
 
 
 def capsule_digest(inputs: Any) -> str:
@@ -260,9 +266,9 @@ def _load_archive(engine: Engine, config: bytes, layers: list[Blob], mtime: int,
         path.unlink(missing_ok=True)
 
 
-def _verify(engine: Engine, image_id: str, version: str) -> None:
+def _verify(engine: Engine, image_id: str, version: str, user: tuple[int, int]) -> None:
     status, out = engine.run(image_id, ["--version"], entrypoint=["/usr/local/bin/mur"], network_mode="none",
-                             read_only=True, user=f"{S.UID}:{S.GID}")
+                             read_only=True, user=f"{user[0]}:{user[1]}")
     if status != 0 or version not in out:
         raise MurError("E-IMG-001", f"the runtime in the new image does not run (exit {status}): {out.strip()[-400:]}",
                        "the base image may lack what the runtime needs (glibc, libseccomp2); rebuild it with "

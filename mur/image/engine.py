@@ -180,22 +180,19 @@ class Engine:
         return digest
 
     def push(self, ref: str, note: Note | None = None) -> str:
-        repo, tag = split_ref(ref)
-        try:
-            chunks = self.client.api.push(repo, tag=tag, stream=True, decode=True)
-        except Exception as exc:  # noqa: BLE001
-            text = _explain(exc)
-            raise MurError("E-IMG-002", f"push {ref} failed: {text}", _registry_hint(text)) from exc
-        return self._registry_stream("push", ref, chunks, note)
+        return self._transfer("push", ref, note)
 
     def pull(self, ref: str, note: Note | None = None) -> str:
+        return self._transfer("pull", ref, note)
+
+    def _transfer(self, what: str, ref: str, note: Note | None) -> str:
         repo, tag = split_ref(ref)
         try:
-            chunks = self.client.api.pull(repo, tag=tag, stream=True, decode=True)
+            chunks = getattr(self.client.api, what)(repo, tag=tag, stream=True, decode=True)
         except Exception as exc:  # noqa: BLE001
             text = _explain(exc)
-            raise MurError("E-IMG-002", f"pull {ref} failed: {text}", _registry_hint(text)) from exc
-        return self._registry_stream("pull", ref, chunks, note)
+            raise MurError("E-IMG-002", f"{what} {ref} failed: {text}", _registry_hint(text)) from exc
+        return self._registry_stream(what, ref, chunks, note)
 
     def run(self, image: str, command: list[str], **kwargs: Any) -> tuple[int, str]:
         """Run a throwaway container to completion: (exit status, combined output)."""

@@ -58,6 +58,8 @@ class ImageSpec:
     port: int = DEFAULT_PORT
     run_args: tuple[str, ...] = ()
     created: int = 0
+    uid: int = UID  # who the container runs as (and owns the compile cache and /workdir)
+    gid: int = GID
     extra_labels: dict[str, str] = field(default_factory=dict)
 
     def labels(self) -> dict[str, str]:
@@ -99,7 +101,7 @@ class ImageSpec:
             "created": created,
             "author": "mur",
             "config": {
-                "User": f"{UID}:{GID}",
+                "User": f"{self.uid}:{self.gid}",
                 "Env": self.env(),
                 "Entrypoint": [ENTRYPOINT],
                 "WorkingDir": WORKDIR,

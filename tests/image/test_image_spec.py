@@ -125,3 +125,33 @@ def test_user_is_added_once_to_the_base_files():
 
 def test_spec_is_frozen():
     assert dataclasses.is_dataclass(S.ImageSpec) and S.ImageSpec.__dataclass_params__.frozen
+
+
+def test_a_root_image_owns_its_cache_as_root(tmp_path):
+    """BuildOptions(user=(0, 0)): the compile cache and /workdir belong to the user the image runs as."""
+    import io
+    import tarfile
+    from types import SimpleNamespace
+
+    from mur.deploy.plan import FileRef
+    from mur.image.build import _add_capsule
+    from mur.image.engine import BaseImage
+    from mur.image.layer import Layer
+
+    (tmp_path / "murmur.yaml").write_text("name: x\n")
+    (tmp_path / "c.cwasm").write_bytes(b"code")
+    inputs = SimpleNamespace(manifest=FileRef(str(tmp_path / "murmur.yaml"), "murmur.yaml", ""), files=(),
+                             artifacts=(), run_args=())
+    base = BaseImage("b", "sha256:x", (), {}, "", "root:x:0:0::/root:/bin/sh\n", "root:x:0:\n")
+    compiled = [FileRef(str(tmp_path / "c.cwasm"), "c.cwasm", "")]
+    for user in ((10001, 10001), (0, 0)):
+        layer = Layer()
+        _add_capsule(layer, inputs, b"", compiled, base, user)
+        buf = io.BytesIO()
+        layer.write(buf, 0)
+        with tarfile.open(fileobj=io.BytesIO(buf.getvalue())) as tar:
+            owners = {m.name: (m.uid, m.mode) for m in tar.getmembers()}
+        assert owners["home/mur/.murmur/cache/wasm"] == (user[0], 0o700)
+        assert owners["home/mur/.murmur/cache/wasm/c.cwasm"] == (user[0], 0o600)
+        assert owners["workdir"] == (user[0], 0o700) and owners["capsule/murmur.yaml"] == (0, 0o644)
+    assert make(uid=0, gid=0).config()["config"]["User"] == "0:0"
