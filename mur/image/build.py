@@ -76,7 +76,7 @@ def build_image(inputs: Any, tag: str, reporter: Reporter = QUIET, options: Buil
                 engine: Engine | None = None) -> BuildResult:
     """Build (or find) the image of a gathered capsule (mur.deploy.inputs.CapsuleInputs) and tag it."""
     opts = options or BuildOptions()
-    parse_ref(tag)
+    tag = str(parse_ref(tag))
     engine = engine or Engine()
     notes: list[str] = []
     with reporter.step(f"base image {opts.base_image}"):
@@ -84,6 +84,10 @@ def build_image(inputs: Any, tag: str, reporter: Reporter = QUIET, options: Buil
     plat = platform_tag(str(base.config.get("Os") or "linux"), str(base.config.get("Architecture") or "amd64"))
     runtime = _runtime(inputs, plat, opts, reporter)
     lock_bytes = _lock(inputs, notes)
+    if inputs.needs_subprocess:
+        notes.append("this capsule runs shell tools, which need a cgroup mur can create: a hardened container "
+                     "(non-root, no capabilities) has none, so mur refuses them there (E-RUN-012); "
+                     "docs/image.md, 'Shell tools'")
     compiled = _precompiled(inputs, plat, opts, reporter)
     scratch = Path(tempfile.mkdtemp(prefix="mur-image-", dir=_scratch_root()))
     try:
@@ -96,12 +100,11 @@ def build_image(inputs: Any, tag: str, reporter: Reporter = QUIET, options: Buil
             with open(layer_path, "wb") as fh:
                 diff_id = layer.write(fh, created)
         spec = S.ImageSpec(
-            name=inputs.name, version=inputs.version, mur_version=runtime.version, runtime_id=ident,
-            runtime_sha256=runtime.sha256, capsule_digest=capsule_digest(inputs),
+            name=inputs.name, version=inputs.version, mur_version=runtime.version, runtime_sha256=runtime.sha256, capsule_digest=capsule_digest(inputs),
             lock_digest=hashlib.sha256(lock_bytes).hexdigest() if lock_bytes else "",
             base_ref=base.ref, base_id=base.id, base_digest=base.repo_digest, base_config=base.config,
             base_diff_ids=base.diff_ids, layer_diff_id=diff_id, port=inputs.internal_port or S.DEFAULT_PORT,
-            run_args=tuple(inputs.run_args), created=created, uid=opts.user[0], gid=opts.user[1])
+            created=created, uid=opts.user[0], gid=opts.user[1])
         config = spec.config_bytes()
         image_id = f"sha256:{hashlib.sha256(config).hexdigest()}"
         unchanged = engine.inspect(image_id) is not None

@@ -61,7 +61,7 @@ class Engine:
                 client.ping()
             except Exception as exc:  # noqa: BLE001 - DockerException, transport errors: one message
                 raise MurError("E-IMG-001", f"Docker engine unavailable: {_explain(exc)}",
-                               "start dockerd (docs/image.md) or set DOCKER_HOST") from exc
+                               "start dockerd (docs/deploy.md, Docker) or set DOCKER_HOST") from exc
         self.client = client
 
     def _fail(self, what: str, exc: Exception) -> MurError:

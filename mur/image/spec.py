@@ -45,7 +45,6 @@ class ImageSpec:
     name: str
     version: str
     mur_version: str
-    runtime_id: str
     runtime_sha256: str
     capsule_digest: str
     lock_digest: str  # sha256 of the murmur.lock in the image, "" when the capsule has none
@@ -56,7 +55,6 @@ class ImageSpec:
     base_diff_ids: tuple[str, ...]
     layer_diff_id: str
     port: int = DEFAULT_PORT
-    run_args: tuple[str, ...] = ()
     created: int = 0
     uid: int = UID  # who the container runs as (and owns the compile cache and /workdir)
     gid: int = GID

@@ -92,3 +92,11 @@ def test_push_reports_the_manifest_digest():
     notes = []
     assert engine.push("127.0.0.1:5000/x:0.1", notes.append) == digest
     assert notes == [f"0.1: digest: {digest} size: 1"]  # per-layer progress is not repeated
+
+
+def test_no_engine_is_e_img_001(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
+    with pytest.raises(MurError) as err:
+        Engine()
+    assert err.value.code == "E-IMG-001" and err.value.message.startswith("Docker engine unavailable")
+    assert "DOCKER_HOST" in err.value.hint

@@ -11,8 +11,7 @@ from mur.image import spec as S
 
 
 def make(**kw) -> S.ImageSpec:
-    base = dict(name="hello", version="0.1.0", mur_version="0.1.0", runtime_id="mur-0.1.0-linux-x86_64-abc",
-                runtime_sha256="r" * 64, capsule_digest="c" * 64, lock_digest="", base_ref="mur-base:bookworm",
+    base = dict(name="hello", version="0.1.0", mur_version="0.1.0", runtime_sha256="r" * 64, capsule_digest="c" * 64, lock_digest="", base_ref="mur-base:bookworm",
                 base_id="sha256:" + "b" * 64, base_digest="", base_diff_ids=("sha256:" + "1" * 64,),
                 base_config={"Env": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/root"], "Architecture": "amd64",
                              "Os": "linux"},
