@@ -89,7 +89,7 @@ def _io_error(prefix: str, path: str, exc: OSError) -> MurError:
 def read_build_manifest(source: str) -> tuple[Any, Any, str]:
     """(ArtifactManifest, parsed YAML root, manifest path) for `<source>/murmur.yaml`."""
     from mur.manifest.artifact import parse_artifact_manifest
-    from mur.manifest.yamlio import parse_yaml
+    from mur.manifest.yamlio import naming_file, parse_yaml
 
     path = os.path.join(source, MANIFEST_FILENAME)
     try:
@@ -105,7 +105,10 @@ def read_build_manifest(source: str) -> tuple[Any, Any, str]:
         raise MurError(
             "E-IO-003", f"failed to read {MANIFEST_FILENAME} at {path}: stream did not contain valid UTF-8"
         ) from exc
-    manifest = parse_artifact_manifest(text)  # explicit nulls are wrong types there, as upstream
+    try:
+        manifest = parse_artifact_manifest(text)  # explicit nulls are wrong types there, as upstream
+    except MurError as err:
+        raise naming_file(err, os.path.normpath(path)) from err.__cause__
     return manifest, parse_yaml(text), path
 
 

@@ -27,6 +27,8 @@ from mur.manifest.rules import validate_rules, validate_scopes_and_networks
 from mur.manifest.unknown import unknown_key_messages
 from mur.manifest.yamlio import (
     MANIFEST_FILENAME,
+    invalid_type,
+    naming_file,
     one_line,
     parse_yaml,
     read_manifest_text,
@@ -62,15 +64,26 @@ class LoadedCapsule:
 
 
 def load_capsule(path: str | Path, *, env: Mapping[str, str] | None = None) -> LoadedCapsule:
-    """Read, parse and validate a capsule manifest file."""
-    path = Path(path)
+    """Read, parse and validate a capsule manifest file (a directory means its murmur.yaml).
+
+    Errors name the file as the user gave it (`m.yaml: field ...`), not always `murmur.yaml`."""
+    path = manifest_path(path)
     try:
         text = read_manifest_text(path)
     except MurError as err:  # the path is the user's and may hold a line break
         raise single_line_error(err) from err.__cause__
-    loaded = parse_capsule(text, env=env)
+    try:
+        loaded = parse_capsule(text, env=env)
+    except MurError as err:
+        raise naming_file(err, str(path)) from err.__cause__
     loaded.path = path.resolve()
     return loaded
+
+
+def manifest_path(path: str | Path) -> Path:
+    """`path`, or `path/murmur.yaml` when `path` is a directory (`mur run -m DIR`, as `mur build DIR`)."""
+    path = Path(path)
+    return path / MANIFEST_FILENAME if path.is_dir() else path
 
 
 def parse_capsule(text: str, *, env: Mapping[str, str] | None = None) -> LoadedCapsule:
@@ -222,10 +235,7 @@ def _translate(exc: ValidationError) -> MurError:
     expected = _EXPECTED.get(kind)
     if expected is None:
         return MurError("E-MAN-003", f"{MANIFEST_FILENAME}: field '{path}' is invalid: {err.get('msg', kind)}")
-    return MurError(
-        "E-MAN-003",
-        f"{MANIFEST_FILENAME}: field '{path}' has invalid type (expected {expected}, got {type_name(value)})",
-    )
+    return invalid_type(path, expected, value)
 
 
 def _missing_hint(path: str) -> str | None:
