@@ -1,8 +1,10 @@
-"""Small filesystem helpers: atomic writes (temp file in the same directory, fsync, rename)."""
+"""Small filesystem helpers: atomic writes (temp file in the same directory, fsync, rename), and the
+one translation of a full disk (ENOSPC, EDQUOT) into E-IO-003 naming the path being written."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -10,10 +12,45 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from mur.errors import MurError
+
+# errnos meaning "this filesystem has no room for you": the disk or the user's quota is full.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_error(exc: OSError, path: Path | str | None) -> MurError:
+    """E-IO-003 for a write that found no room, naming `path` (else the path the OSError names)."""
+    where = path if path is not None else (exc.filename or "a file")
+    what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+    return MurError(
+        "E-IO-003",
+        f"{what} writing {where}",
+        "free space on that filesystem (df -h shows it; `mur gc` lists old sessions and compiled "
+        "components to remove), then run the command again",
+    )
+
+
+@contextlib.contextmanager
+def writing(path: Path | str) -> Iterator[None]:
+    """Run a block that writes `path`; a full disk in it becomes E-IO-003 naming `path`."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise disk_full_error(exc, path) from exc
+        raise
+
 
 def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path:
     """Write `data` to `path` so a reader sees the old file or the whole new one, never a part."""
     path = Path(path)
+    with writing(path):
+        _atomic_write(path, data, mode)
+    fsync_dir(path.parent)
+    return path
+
+
+def _atomic_write(path: Path, data: bytes, mode: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -29,8 +66,6 @@ def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path
         except FileNotFoundError:
             pass
         raise
-    fsync_dir(path.parent)
-    return path
 
 
 def file_sha256(path: Path | str) -> str:

@@ -28,6 +28,7 @@ from typing import Any, Iterator
 import yaml
 
 from mur.errors import MurError
+from mur.fsutil import DISK_FULL, disk_full_error
 
 LOCK_VERSION = 1
 LOCK_FILENAME = "murmur.lock"
@@ -185,6 +186,8 @@ def write_lock(path: Path, lock: MurmurLock) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if exc.errno in DISK_FULL:
+            raise disk_full_error(exc, path) from exc
         raise MurError("E-IO-003", f"failed to write murmur.lock at {path}: {exc.strerror or exc}") from exc
     with contextlib.suppress(OSError):
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from mur.errors import MurError
 from mur.manifest.yamlio import one_line
-from mur.fsutil import fsync_dir
+from mur.fsutil import DISK_FULL, disk_full_error, fsync_dir
 from mur.paths import home_dir
 from mur.platform import current_platform
 
@@ -306,15 +306,28 @@ class Store:
 
     @contextlib.contextmanager
     def locked(self, name: str, version: str) -> Iterator[Path]:
-        """Exclusive lock on one name@version directory (created if missing)."""
+        """Exclusive lock on one name@version directory (created if missing).
+
+        A writer that fails in a directory it created removes it again, lock file included (see
+        put): a waiter that then gets the lock holds an unlinked file, sees that and starts over."""
         directory = self.artifact_dir(name, version)
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise MurError("E-IO-003", f"registry I/O error: cannot create {directory}: {exc.strerror or exc}") from exc
-        try:
+        for _ in range(100):
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                continue  # a parent was removed by a failed writer between mkdir and open
+            except OSError as exc:
+                if exc.errno in DISK_FULL:
+                    raise disk_full_error(exc, directory) from exc
+                raise MurError("E-IO-003", f"registry I/O error: cannot create {directory}: {exc.strerror or exc}") from exc
             fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink > 0:
+                break
+            os.close(fd)
+        else:
+            raise MurError("E-IO-003", f"registry I/O error: cannot lock {directory}: it keeps being removed")
+        try:
             yield directory
         finally:
             os.close(fd)
@@ -334,21 +347,38 @@ class Store:
         `src_file` must live on the same filesystem (it is hard-linked, then removed).
         """
         keys: list[str | None] = [f"{o}-{a}" for o, a in meta.platforms] or [None]
-        with self.locked(meta.name, meta.version) as directory:
-            _clean_stale_tmp(directory)
-            if not overwrite:
-                for key in keys:
-                    if self.zip_path(meta.name, meta.version, key).exists():
-                        raise conflict_error(meta.name, meta.version)
-            written = []
-            for key in keys:
-                per = ArtifactMeta(**{**meta.__dict__})
-                per.platforms = [split_platform(key)] if key else []  # type: ignore[list-item]
-                written.append(self._commit(directory, per, key, sha256, data, src_file))
-            fsync_dir(directory)
+        created = _missing_dirs(self.artifact_dir(meta.name, meta.version))
+        try:
+            with self.locked(meta.name, meta.version) as directory:
+                try:
+                    written = self._put_locked(directory, meta, keys, sha256, data, src_file, overwrite)
+                except BaseException:
+                    if directory in created:  # nothing of ours may stay behind: not even the lock file
+                        _remove_lock_dir(directory)
+                    raise
+        except BaseException:
+            for parent in created[1:]:  # store root and name dirs this call created, when still empty
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+            raise
         if src_file is not None:
             with contextlib.suppress(OSError):
                 os.unlink(src_file)
+        return written
+
+    def _put_locked(self, directory: Path, meta: ArtifactMeta, keys: list[str | None], sha256: str, data,
+                    src_file, overwrite: bool) -> list[Path]:
+        _clean_stale_tmp(directory)
+        if not overwrite:
+            for key in keys:
+                if self.zip_path(meta.name, meta.version, key).exists():
+                    raise conflict_error(meta.name, meta.version)
+        written = []
+        for key in keys:
+            per = ArtifactMeta(**{**meta.__dict__})
+            per.platforms = [split_platform(key)] if key else []  # type: ignore[list-item]
+            written.append(self._commit(directory, per, key, sha256, data, src_file))
+        fsync_dir(directory)
         return written
 
     def _commit(self, directory: Path, meta: ArtifactMeta, key: str | None, sha256: str, data, src_file) -> Path:
@@ -376,6 +406,8 @@ class Store:
             for tmp in (tmp_zip, tmp_sha, tmp_meta):
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+            if exc.errno in DISK_FULL:
+                raise disk_full_error(exc, zip_path) from exc
             raise MurError("E-IO-003", f"registry I/O error: writing {zip_path}: {exc.strerror or exc}") from exc
         return zip_path
 
@@ -464,6 +496,23 @@ def _write_synced(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
 
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """`directory` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
+
+
+def _remove_lock_dir(directory: Path) -> None:
+    """Remove a name@version directory holding nothing but its lock file (under that lock)."""
+    with contextlib.suppress(OSError):
+        if [e.name for e in directory.iterdir()] == [".lock"]:
+            (directory / ".lock").unlink()
+            directory.rmdir()
 
 
 def _clean_stale_tmp(directory: Path) -> None:

@@ -166,7 +166,7 @@ def test_lock_conflict_is_refused_and_nothing_is_written(isolated, mur, publishe
         "  hint: if this is an intentional upgrade, remove the stale entry from murmur.lock before installing again\n"
     )
     assert lock_path(project).read_bytes() == before
-    assert not (project / ".murmur/artifacts/greet").exists()
+    assert not (project / ".murmur/artifacts").exists()
 
 
 def test_install_errors(isolated, mur, published):
@@ -187,6 +187,27 @@ def test_install_errors(isolated, mur, published):
     assert result.code == 1 and result.err.startswith("error[E-IO-003]: github sources are not available")
     result = mur("install", "nothing-here", cwd=project)
     assert result.err.startswith("error[E-REG-001]: artifact nothing-here not found in registry\n")
+    # Refusals write nothing: no empty project store, no lock.
+    assert sorted(p.name for p in project.iterdir()) == ["murmur.yaml"]
+
+
+def test_a_failed_store_write_leaves_no_directories(isolated):
+    """A write that fails in name@version directories it created removes them, lock file included."""
+    from mur.artifacts.store import ArtifactMeta, Store
+    from mur.errors import MurError
+
+    store = Store(isolated / "proj" / ".murmur" / "artifacts")
+    (isolated / "proj").mkdir()
+    meta = ArtifactMeta("greet", "0.1.0", "wasm", "")
+    with pytest.raises(MurError) as err:
+        store.put(meta, "0" * 64, src_file=isolated / "missing.mur.zip", overwrite=True)
+    assert err.value.code == "E-IO-003"
+    assert list((isolated / "proj").iterdir()) == []
+    # A version directory that existed before keeps existing (another version's files are not ours).
+    (store.root / "greet" / "0.1.0").mkdir(parents=True)
+    with pytest.raises(MurError):
+        store.put(meta, "0" * 64, src_file=isolated / "missing.mur.zip", overwrite=True)
+    assert (store.root / "greet" / "0.1.0").is_dir()
 
 
 def test_bare_name_installs_the_highest_version(isolated, mur):
