@@ -97,6 +97,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the one place a stray exception becomes an error line
         if os.environ.get("MUR_DEBUG") == "1":
             raise
+        from mur.fsutil import DISK_FULL, disk_full_error
+
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:  # a write no adapter wrapped
+            print(disk_full_error(exc, None).render(), file=sys.stderr)
+            sys.exit(1)
         print(f"error[E-INTERNAL]: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
         print("  hint: rerun with MUR_DEBUG=1 to see the traceback, and report it", file=sys.stderr)
         sys.exit(1)
