@@ -30,6 +30,8 @@ from mur.manifest.yamlio import (
 MAX_NAME_LEN = 100
 EXECUTION_TYPES = ("wasm", "native", "static")
 RESERVED_VERSIONS = ("latest", "stable", "edge")
+# The keys the parser reads; every other key is kept in `extra` (description, input_schema, ...).
+PARSED_FIELDS = ("name", "version", "runtime", "implementation", "execution", "requires_files")
 
 
 @dataclass(frozen=True)
@@ -139,8 +141,7 @@ def _parse_artifact_manifest(text: str) -> ArtifactManifest:
         requires = tuple(files)
     else:
         requires = ("skill.md",) if runtime == "skill" else ()
-    known = {"name", "version", "runtime", "implementation", "execution", "requires_files"}
-    extra = {k: v for k, v in root.items() if k not in known}
+    extra = {k: v for k, v in root.items() if k not in PARSED_FIELDS}
     return ArtifactManifest(
         name=name,
         version=version,

@@ -103,7 +103,7 @@ def _parse_capsule(text: str, env: Mapping[str, str]) -> LoadedCapsule:
             "E-MAN-003",
             f"{MANIFEST_FILENAME}: field '<root>' has invalid type (expected mapping, got {type_name(raw)})",
         )
-    cleaned = _normalize(raw, ())
+    cleaned = normalize(raw)
     for message in unknown_key_messages(cleaned):
         warn("W-MAN-001", one_line(message))
     try:
@@ -123,7 +123,7 @@ def _parse_capsule(text: str, env: Mapping[str, str]) -> LoadedCapsule:
     )
 
 
-def _normalize(value: Any, path: tuple[Any, ...]) -> Any:
+def normalize(value: Any, path: tuple[Any, ...] = ()) -> Any:
     """Treat YAML null and blank strings in mappings as absent (upstream trims and filters them);
     refuse mapping keys that are not strings (no field can be named by a number or a boolean)."""
     if path in _OPAQUE:
@@ -140,10 +140,10 @@ def _normalize(value: Any, path: tuple[Any, ...]) -> Any:
                 )
             if item is None or (isinstance(item, str) and not item.strip()):
                 continue
-            out[key] = _normalize(item, path + (key,))
+            out[key] = normalize(item, path + (key,))
         return out
     if isinstance(value, list):
-        return [_normalize(item, path + (index,)) for index, item in enumerate(value)]
+        return [normalize(item, path + (index,)) for index, item in enumerate(value)]
     return value
 
 
