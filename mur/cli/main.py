@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "mur.cli.trace",
     "mur.cli.eval",
     "mur.cli.config",
+    "mur.cli.schema",
 )
 
 
