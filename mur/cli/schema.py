@@ -10,7 +10,7 @@ KINDS = ("capsule", "artifact")
 def register(app: typer.Typer) -> None:
     @app.command("schema")
     def schema(
-        kind: str = typer.Argument("capsule", metavar="[capsule|artifact]",
+        kind: str = typer.Argument("capsule", metavar="[capsule|artifact]", autocompletion=lambda: list(KINDS),
                                    help="capsule: the murmur.yaml `mur run` reads; artifact: the one `mur build` reads."),
     ) -> None:
         """Print the JSON Schema of a manifest, e.g. `mur schema > murmur.schema.json` for the YAML language server."""
