@@ -41,7 +41,7 @@ def build_app() -> typer.Typer:
         name="mur",
         help="Package AI-agent capsules, run them in isolation, deploy them to Linux VMs and containers.",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, powershell)
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
     )
