@@ -59,6 +59,13 @@ class MurmurLock:
             current.resolved_version = version
             current.sha256 = sha256
 
+    def remove_versions(self, name: str, versions: list[str]) -> bool:
+        """Drop the entries pinning `name` at one of `versions`; whether any was dropped."""
+        kept = [a for a in self.artifacts if not (a.name == name and a.resolved_version in versions)]
+        dropped = len(kept) != len(self.artifacts)
+        self.artifacts = kept
+        return dropped
+
     def validate(self) -> None:
         """E-RUN-003 unless lock_version is 1 and every entry names a version and a hash."""
         if self.lock_version != LOCK_VERSION:

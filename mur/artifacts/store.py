@@ -366,6 +366,37 @@ class Store:
                 os.unlink(src_file)
         return written
 
+    def remove(self, name: str, version: str) -> list[Path]:
+        """Delete name@version (every platform variant) under its lock; returns the zips removed.
+
+        The directory goes too, lock file last: a writer waiting on that lock sees it unlinked and
+        starts over in a fresh directory (see `locked`)."""
+        directory = self.artifact_dir(name, version)
+        if not directory.is_dir():
+            return []
+        with self.locked(name, version):
+            removed = [directory / e for e in sorted(os.listdir(directory)) if e.endswith(".mur.zip")]
+            try:
+                for entry in os.listdir(directory):
+                    if entry != ".lock":
+                        (directory / entry).unlink()
+                (directory / ".lock").unlink()
+                directory.rmdir()
+            except OSError as exc:
+                raise MurError("E-IO-003", f"registry I/O error: cannot remove {directory}: {exc.strerror or exc}") from exc
+        with contextlib.suppress(OSError):
+            directory.parent.rmdir()  # the name's last version
+        return removed
+
+    def versions(self, name: str) -> list[str]:
+        """The version directories of `name` in this store, complete or not, sorted."""
+        _check_segments(name, "0")
+        try:
+            entries = sorted(os.listdir(self.root / name))
+        except OSError:
+            return []
+        return [v for v in entries if not v.startswith(".") and (self.root / name / v).is_dir()]
+
     def _put_locked(self, directory: Path, meta: ArtifactMeta, keys: list[str | None], sha256: str, data,
                     src_file, overwrite: bool) -> list[Path]:
         _clean_stale_tmp(directory)
@@ -412,11 +443,13 @@ class Store:
         return zip_path
 
 
-def conflict_error(name: str, version: str) -> MurError:
+def conflict_error(name: str, version: str, *, remote: bool = False) -> MurError:
+    remove = ("remove it on the registry host" if remote
+              else f"`mur unpublish {name}@{version}` removes the existing one")
     return MurError(
         "E-REG-003",
         f"artifact {name}@{version} already exists in registry",
-        "use a new version string or remove the existing artifact",
+        f"use a new version string, or {remove}",
     )
 
 
