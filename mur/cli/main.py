@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "mur.cli.run",
     "mur.cli.build",
     "mur.cli.artifacts",
+    "mur.cli.uninstall",
     "mur.cli.registry",
     "mur.cli.a2a",
     "mur.cli.deploy",
