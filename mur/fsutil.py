@@ -77,6 +77,14 @@ def file_sha256(path: Path | str) -> str:
     return digest.hexdigest()
 
 
+def mark_used(path: Path | str) -> None:
+    """Set a cache entry's mtime to now (best effort): `mur gc` removes entries unused for a while."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 def fsync_dir(path: Path | str) -> None:
     """fsync a directory so a rename inside it survives a crash (best effort: some filesystems refuse)."""
     try:

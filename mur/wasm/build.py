@@ -29,6 +29,7 @@ from pathlib import Path
 
 from mur.errors import MurError
 from mur.paths import cache_root
+from mur.fsutil import mark_used
 from mur.wasm.engine import file_sha256
 
 WIT_ROOT = Path(__file__).parent / "wit"
@@ -108,6 +109,7 @@ def build_component(src_dir: Path, world: str, *, wit_dir: Path | None = None, m
     out_dir = root / key
     out = out_dir / f"{world}.wasm"
     if out.is_file():
+        mark_used(out)  # used now: `mur gc` removes builds unused for a while (by mtime)
         return out
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / ".lock", "w") as lock:
