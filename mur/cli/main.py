@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "mur.cli.trace",
     "mur.cli.eval",
     "mur.cli.config",
+    "mur.cli.gc",
     "mur.cli.schema",
 )
 
