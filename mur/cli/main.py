@@ -18,6 +18,7 @@ from mur import __version__
 COMMAND_MODULES = (
     "mur.cli.run",
     "mur.cli.build",
+    "mur.cli.new",
     "mur.cli.artifacts",
     "mur.cli.uninstall",
     "mur.cli.registry",
