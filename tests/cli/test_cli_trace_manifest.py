@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from mur.cli.main import main
 
 SID = "ses_019f01a940ce7761854e768ecbe3d399"
 
@@ -28,36 +27,28 @@ def _project(root: Path) -> Path:
     return proj
 
 
-def _mur(capsys, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
-
-
 @pytest.mark.parametrize("given", ["proj/murmur.yaml", "proj"])
-def test_trace_show_finds_the_manifests_workdir(tmp_path, monkeypatch, capsys, given):
+def test_trace_show_finds_the_manifests_workdir(tmp_path, monkeypatch, cli, given):
     _project(tmp_path)
     monkeypatch.chdir(tmp_path)  # no ./workdir here: only -m can find the session
-    code, out, err = _mur(capsys, "trace", "show", "-m", given, "--json")
+    code, out, err = cli("trace", "show", "-m", given, "--json")
     assert (code, err) == (0, "")
     assert json.loads(out)["session_id"] == SID
-    code, out, _ = _mur(capsys, "trace", "report", "-m", given, "--json")
+    code, out, _ = cli("trace", "report", "-m", given, "--json")
     assert code == 0 and json.loads(out)["sessions"][0]["session_id"] == SID
 
 
-def test_trace_without_manifest_still_reads_dot_workdir(tmp_path, monkeypatch, capsys):
+def test_trace_without_manifest_still_reads_dot_workdir(tmp_path, monkeypatch, cli):
     _project(tmp_path)
     monkeypatch.chdir(tmp_path / "proj")
-    code, out, _ = _mur(capsys, "trace", "show", "--json")
+    code, out, _ = cli("trace", "show", "--json")
     assert code == 0 and json.loads(out)["session_id"] == SID
 
 
-def test_trace_manifest_refusals(tmp_path, monkeypatch, capsys):
+def test_trace_manifest_refusals(tmp_path, monkeypatch, cli):
     _project(tmp_path)
     monkeypatch.chdir(tmp_path)
-    code, _, err = _mur(capsys, "trace", "show", "-m", "nope.yaml")
+    code, _, err = cli("trace", "show", "-m", "nope.yaml")
     assert (code, err.splitlines()[0]) == (1, "error[E-IO-001]: manifest not found: nope.yaml")
-    code, _, err = _mur(capsys, "trace", "show", "-m", "proj", "--workdir", "proj/workdir")
+    code, _, err = cli("trace", "show", "-m", "proj", "--workdir", "proj/workdir")
     assert code == 2 and "give --workdir or --manifest, not both" in err

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from mur.cli.main import main
 from mur.housekeeping.gc import open_paths, plan_gc
 from mur.wasm.engine import engine_fingerprint
 
@@ -62,16 +61,8 @@ def world(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _mur(capsys, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
-
-
-def test_dry_run_reports_and_touches_nothing(world, capsys):
-    code, out, err = _mur(capsys, "gc", "--json")
+def test_dry_run_reports_and_touches_nothing(world, cli):
+    code, out, err = cli("gc", "--json")
     assert (code, err) == (0, "")
     result = json.loads(out)
     found = {(i["kind"], Path(i["path"]).name, i["reason"]) for i in result["items"]}
@@ -86,38 +77,38 @@ def test_dry_run_reports_and_touches_nothing(world, capsys):
     assert result["dry_run"] is True and result["removed"] == 0
     assert result["total_bytes"] == 1003 + 100 * 3 + 50
     assert (world / "proj/workdir" / OLD).is_dir()  # nothing removed
-    code, out, _ = _mur(capsys, "gc")
+    code, out, _ = cli("gc")
     assert out.splitlines()[-1].startswith("Would free ") and "run again with --yes" in out
 
 
-def test_yes_removes_exactly_the_report(world, capsys):
-    code, out, _ = _mur(capsys, "gc", "--yes")
+def test_yes_removes_exactly_the_report(world, cli):
+    code, out, _ = cli("gc", "--yes")
     assert code == 0 and out.splitlines()[-1].startswith("Removed 5 items, freed ")
     assert sorted(p.name for p in (world / "proj/workdir").iterdir()) == [NEW]
     left = sorted(p.name for p in (world / "home/.murmur/cache/wasm").iterdir())
     assert left == sorted([f"{'b' * 64}.{engine_fingerprint()}.cwasm", "notes.txt"])
     assert not (world / "home/.murmur/cache/components" / ("1" * 32)).exists()
-    code, out, _ = _mur(capsys, "gc", "--yes")
+    code, out, _ = cli("gc", "--yes")
     assert out == "Nothing to remove (no session or compiled component unused for 7d).\n"
 
 
-def test_older_than_and_manifest_select(world, capsys, monkeypatch):
+def test_older_than_and_manifest_select(world, cli, monkeypatch):
     monkeypatch.chdir(world)  # no ./workdir here: -m names the capsule
-    code, out, _ = _mur(capsys, "gc", "-m", "proj", "--older-than", "12h", "--json")
+    code, out, _ = cli("gc", "-m", "proj", "--older-than", "12h", "--json")
     sessions = sorted(Path(i["path"]).name for i in json.loads(out)["items"] if i["kind"] == "session")
     assert sessions == [OLD, NEW]
-    code, _, err = _mur(capsys, "gc", "--older-than", "soon")
+    code, _, err = cli("gc", "--older-than", "soon")
     assert code == 2 and "is not a duration" in err
 
 
-def test_a_session_a_process_has_open_is_kept(world, capsys):
+def test_a_session_a_process_has_open_is_kept(world, cli):
     held = world / "proj/workdir" / OLD / "trace.jsonl"
     child = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1]); print(1, flush=True); "
                               "time.sleep(60)", str(held)], stdout=subprocess.PIPE)
     try:
         child.stdout.readline()
         assert str(held) in open_paths()
-        code, out, _ = _mur(capsys, "gc", "--yes", "--json")
+        code, out, _ = cli("gc", "--yes", "--json")
         result = json.loads(out)
         assert result["in_use"] == [str(world / "proj/workdir" / OLD)]
         assert (world / "proj/workdir" / OLD).is_dir()

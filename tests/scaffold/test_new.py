@@ -1,28 +1,16 @@
-"""`mur new tool|capsule|agent NAME`: the files it writes, the refusals, and (when componentize-py is
-installed) that each scaffold builds and that the capsule and tool ones run to a result, offline.
-The agent one runs against the loopback model server in integration/cli/test_new_agent.py."""
+"""`mur new tool|capsule|agent NAME`: the files it writes and the refusals. That each scaffold builds
+and runs offline (real componentize-py builds, the loopback model server for the agent) is
+integration/cli/test_new_projects.py."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from mur.cli.main import main
 from mur.scaffold.new import MODEL_SERVER_MODULE
 
-HAS_COMPONENTIZE = shutil.which("componentize-py", path=str(Path(sys.executable).parent)) is not None
-
-
-def _mur(capsys, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 @pytest.fixture
@@ -37,8 +25,8 @@ def here(tmp_path, monkeypatch):
     ("tool", ["app.py", "demo/app.py", "demo/murmur.yaml", "murmur.yaml"]),
     ("agent", ["driver/anthropic_wire.py", "driver/app.py", "driver/murmur.yaml", "murmur.yaml", "replies.yaml"]),
 ])
-def test_new_writes_the_template_with_the_name(here, capsys, kind, files):
-    code, out, err = _mur(capsys, "new", kind, "my-thing", "--json")
+def test_new_writes_the_template_with_the_name(here, cli, kind, files):
+    code, out, err = cli("new", kind, "my-thing", "--json")
     assert (code, err) == (0, "")
     result = json.loads(out)
     root = here / "my-thing"
@@ -54,34 +42,18 @@ def test_new_writes_the_template_with_the_name(here, capsys, kind, files):
         assert (root / "driver" / "app.py").read_bytes() == (
             Path(__file__).resolve().parents[2] / "examples/murmur-driver-anthropic/app.py").read_bytes()
     # What the scaffold writes is valid: the capsule manifest loads, the artifact one parses.
-    code, _, err = _mur(capsys, "run", "-m", str(root / ("demo" if kind == "tool" else "")), "--explain-scope")
+    code, _, err = cli("run", "-m", str(root / ("demo" if kind == "tool" else "")), "--explain-scope")
     assert code == 0, err
 
 
-def test_new_refusals_write_nothing(here, capsys):
-    code, _, err = _mur(capsys, "new", "capsule", "My_Thing")
+def test_new_refusals_write_nothing(here, cli):
+    code, _, err = cli("new", "capsule", "My_Thing")
     assert code == 1 and err.startswith("error[E-BLD-001]: invalid artifact name 'My_Thing'")
     (here / "taken").mkdir()
     (here / "taken" / "keep.txt").write_text("x")
-    code, _, err = _mur(capsys, "new", "tool", "taken")
+    code, _, err = cli("new", "tool", "taken")
     assert code == 1 and err.startswith(f"error[E-IO-003]: {here / 'taken'} already exists")
     assert sorted(p.name for p in (here / "taken").iterdir()) == ["keep.txt"]
-    code, _, err = _mur(capsys, "new", "service", "x")
+    code, _, err = cli("new", "service", "x")
     assert code == 2
     assert sorted(p.name for p in here.iterdir()) == ["taken"]
-
-
-@pytest.mark.skipif(not HAS_COMPONENTIZE, reason="needs componentize-py (pip install 'mur[guest]')")
-@pytest.mark.slow
-def test_the_capsule_and_tool_scaffolds_build_and_run(here, capsys):
-    """Real componentize-py builds (about a minute each, cached by input hash afterwards)."""
-    for kind, run_dir in (("capsule", "c"), ("tool", "t/demo")):
-        name = run_dir.split("/")[0]
-        assert _mur(capsys, "new", kind, name)[0] == 0
-        for target in dict.fromkeys([name, run_dir]):
-            code, _, err = _mur(capsys, "build", target)
-            assert code == 0, err
-        code, out, err = _mur(capsys, "run", "-m", run_dir, "-t", "Ada", "--json")
-        assert code == 0, err
-        result = next((here / run_dir / "workdir").glob("ses_*/out/result.txt")).read_text()
-        assert result == ("c was asked: Ada\n" if kind == "capsule" else "ADA\n")

@@ -16,16 +16,6 @@ from mur.wasm.build import build_guests
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _mur(capsys, *args):
-    from mur.cli.main import main
-
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
-
-
 def _tool(root: Path, source: str) -> Path:
     root.mkdir(parents=True)
     (root / "murmur.yaml").write_text('name: t\nversion: "0.1.0"\nruntime: tool\nrequires_files: [t.wasm]\n')
@@ -33,11 +23,11 @@ def _tool(root: Path, source: str) -> Path:
     return root
 
 
-def test_a_syntax_error_is_reported_before_componentize_runs(tmp_path, monkeypatch, capsys):
+def test_a_syntax_error_is_reported_before_componentize_runs(tmp_path, monkeypatch, cli):
     monkeypatch.chdir(tmp_path)
     _tool(tmp_path / "t", "def run(:\n    pass\n")
     started = time.monotonic()
-    code, out, err = _mur(capsys, "build", "t")
+    code, out, err = cli("build", "t")
     assert time.monotonic() - started < 10  # componentize-py alone takes ~a minute
     assert (code, out) == (1, "")
     assert err == (f"error[E-BLD-010]: {tmp_path}/t/app.py:1:9: SyntaxError: invalid syntax\n"
@@ -45,7 +35,7 @@ def test_a_syntax_error_is_reported_before_componentize_runs(tmp_path, monkeypat
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["app.py", "murmur.yaml"]
 
 
-def test_without_componentize_py_the_hint_names_the_extra(tmp_path, monkeypatch, capsys):
+def test_without_componentize_py_the_hint_names_the_extra(tmp_path, monkeypatch, cli):
     """The lookup is real: no componentize-py beside the interpreter, none on PATH."""
     monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
@@ -61,15 +51,15 @@ def test_without_componentize_py_the_hint_names_the_extra(tmp_path, monkeypatch,
 
 @pytest.mark.skipif(shutil.which("componentize-py", path=str(Path(sys.executable).parent)) is None,
                     reason="needs componentize-py (pip install 'mur[guest]')")
-def test_a_capsule_dir_builds_its_component_and_its_tools(tmp_path, monkeypatch, capsys):
+def test_a_capsule_dir_builds_its_component_and_its_tools(tmp_path, monkeypatch, cli):
     """examples/hello without its .wasm files: `mur build` makes both (from the cache when CI's
     scripts/build-examples ran first, else componentize-py for real)."""
     project = tmp_path / "hello"
     shutil.copytree(EXAMPLES / "hello", project, ignore=shutil.ignore_patterns("*.wasm", "workdir", ".murmur"))
     monkeypatch.chdir(tmp_path)
-    code, out, err = _mur(capsys, "build", "hello")
+    code, out, err = cli("build", "hello")
     assert code == 0, err
     assert out == "Built capsule hello: 2 components (run it with: mur run -m hello)\n"
     assert (project / "capsule.wasm").stat().st_size > 1000 and (project / "greet" / "greet.wasm").is_file()
-    code, out, err = _mur(capsys, "build", "hello/greet")  # an artifact: compiled (cached) and packed
+    code, out, err = cli("build", "hello/greet")  # an artifact: compiled (cached) and packed
     assert (code, out) == (0, "Built artifact: hello/greet/greet-0.1.0.mur.zip\n")

@@ -1,5 +1,6 @@
-"""`mur new agent NAME` builds and runs offline: the scaffold's driver (the examples' first-party
-one), against the real loopback model server replaying the scaffold's replies.yaml."""
+"""`mur new capsule|tool|agent NAME` builds and runs offline: real componentize-py builds (about a
+minute each the first time, cached by input hash after), and the agent's driver (the examples'
+first-party one) against the real loopback model server replaying the scaffold's replies.yaml."""
 
 from __future__ import annotations
 
@@ -48,3 +49,20 @@ def test_the_agent_scaffold_answers_from_the_model_server(tmp_path):
     result = next((project / "workdir").glob("ses_*/out/result.txt")).read_text()
     assert result.startswith("Hello from helper!")
     assert len(server.message_requests()) == 1 and "Say hello" in json.dumps(server.message_requests()[0].body)
+
+
+@pytest.mark.slow
+def test_the_capsule_and_tool_scaffolds_build_and_run(tmp_path):
+    """`mur new`, `mur build`, `mur run` as the printed next steps say; the results are the templates'."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for kind, run_dir in (("capsule", "c"), ("tool", "t/demo")):
+        name = run_dir.split("/")[0]
+        assert _mur("new", kind, name, cwd=tmp_path, home=home).returncode == 0
+        for target in dict.fromkeys([name, run_dir]):
+            build = _mur("build", target, cwd=tmp_path, home=home)
+            assert build.returncode == 0, build.stderr
+        run = _mur("run", "-m", run_dir, "-t", "Ada", "--json", cwd=tmp_path, home=home)
+        assert run.returncode == 0, run.stderr
+        result = next((tmp_path / run_dir / "workdir").glob("ses_*/out/result.txt")).read_text()
+        assert result == ("c was asked: Ada\n" if kind == "capsule" else "ADA\n")
