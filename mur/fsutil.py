@@ -1,15 +1,44 @@
-"""Small filesystem helpers: atomic writes (temp file in the same directory, fsync, rename), digests, locks."""
+"""Small filesystem helpers: atomic writes (temp file in the same directory, fsync, rename), digests,
+locks, and the one translation of a full disk (ENOSPC, EDQUOT) into E-IO-003 naming the path."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
 from pathlib import Path
 from typing import Iterator
 
+from mur.errors import MurError
 from mur.fsafe import write_atomic_at
+
+# errnos meaning "this filesystem has no room for you": the disk or the user's quota is full.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_error(exc: OSError, path: Path | str | None) -> MurError:
+    """E-IO-003 for a write that found no room, naming `path` (else the path the OSError names)."""
+    where = path if path is not None else (exc.filename or "a file")
+    what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+    return MurError(
+        "E-IO-003",
+        f"{what} writing {where}",
+        "free space on that filesystem (df -h shows it; `mur gc` lists old sessions and compiled "
+        "components to remove), then run the command again",
+    )
+
+
+@contextlib.contextmanager
+def writing(path: Path | str) -> Iterator[None]:
+    """Run a block that writes `path`; a full disk in it becomes E-IO-003 naming `path`."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise disk_full_error(exc, path) from exc
+        raise
 
 
 def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path:
@@ -17,13 +46,19 @@ def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path
 
     For paths the runtime alone controls; inside a tool-writable tree use ``mur.fsafe.Tree``."""
     path = Path(path)
+    with writing(path):
+        _atomic_write(path, data, mode)
+    fsync_dir(path.parent)
+    return path
+
+
+def _atomic_write(path: Path, data: bytes, mode: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         write_atomic_at(fd, path.name, data, mode)
     finally:
         os.close(fd)
-    return path
 
 
 def file_sha256(path: Path | str) -> str:
@@ -33,6 +68,14 @@ def file_sha256(path: Path | str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def mark_used(path: Path | str) -> None:
+    """Set a cache entry's mtime to now (best effort): `mur gc` removes entries unused for a while."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
 
 
 def fsync_dir(path: Path | str) -> None:

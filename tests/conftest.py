@@ -14,3 +14,15 @@ def home(tmp_path, monkeypatch) -> Path:
     path.mkdir()
     monkeypatch.setenv("HOME", str(path))
     return path
+
+
+@pytest.fixture
+def cli():
+    """Run the CLI in-process: cli(*args) -> (exit code, stdout, stderr) (tests/support/mur_cli.py)."""
+    from mur_cli import run_mur
+
+    def run(*args: str) -> tuple[int, str, str]:
+        result = run_mur(*args)
+        return result.code, result.out, result.err
+
+    return run

@@ -219,7 +219,7 @@ def test_wrong_key_reserved_and_existing_versions(tmp_path, registry, author, us
     again = publish(zip_path, registry.url, author)
     assert again.err == (
         "error[E-REG-003]: artifact greet@0.1.0 already exists in registry\n"
-        "  hint: use a new version string or remove the existing artifact\n"
+        "  hint: use a new version string, or remove it on the registry host\n"
     )
     project = write_capsule(tmp_path / "project", GREET)
     result = mur(["install", "greet@0.1.0", "--registry", registry.url], cwd=project, home=user, NEXUS_API_KEY="nope")

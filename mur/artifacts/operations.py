@@ -166,14 +166,9 @@ def _target_store(global_: bool, cwd: Path) -> tuple[Store, Path | None]:
     if global_:
         return Store(global_store()), None
     root = find_project_root(cwd)
-    store_path = project_store(root)
-    try:
-        store_path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise MurError(
-            "E-IO-003", f"failed to create project store at {store_path}: {exc.strerror or exc}"
-        ) from exc
-    return Store(store_path), root
+    # Not created here: Store.put makes the directories it writes into, so a refused install
+    # (unknown artifact, registry down, lock conflict) leaves no empty .murmur/artifacts/ behind.
+    return Store(project_store(root)), root
 
 
 def version_key(version: str) -> tuple:

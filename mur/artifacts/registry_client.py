@@ -188,7 +188,7 @@ class RemoteRegistry:
             except (ValueError, KeyError, TypeError) as exc:
                 raise registry_error(f"invalid publish response from {self.url}: {exc}") from exc
         if status == 409:
-            raise conflict_error(meta.name, meta.version)
+            raise conflict_error(meta.name, meta.version, remote=True)
         if status == 422:
             message = _server_error(resp) or "artifact rejected by registry"
             prefix, suffix = "reserved artifact version '", "' is not allowed"

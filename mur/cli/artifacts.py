@@ -97,15 +97,20 @@ def register(app: typer.Typer) -> None:
         registry: Optional[str] = typer.Option(
             None, "--registry", help="'local', a registry URL, or an artifacts-index.json path or URL."
         ),
+        remote: bool = typer.Option(
+            False, "--remote", help="Search the remote index: registry.index_url, else the public default index."
+        ),
         limit: int = typer.Option(10, "--limit", help="Show at most this many results (>= 1)."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON line (a list)."),
     ) -> None:
-        """Search an artifact index: NAME VERSION RUNTIME DESCRIPTION."""
+        """Search artifacts: NAME VERSION RUNTIME DESCRIPTION (the local stores unless a remote is configured)."""
         if limit < 1:
             _usage_error(ctx, f"invalid value '{limit}' for '--limit': must be at least 1")
+        if remote and registry is not None:
+            _usage_error(ctx, "the argument '--remote' cannot be used with '--registry'")
         from mur.artifacts import search as searching
 
-        hits = searching.search(query, registry=registry, limit=limit)
+        hits = searching.search(query, registry=registry, remote=remote, limit=limit)
         if json_:
             from mur.cli.render import emit_json
 
@@ -114,7 +119,11 @@ def register(app: typer.Typer) -> None:
         if not hits:
             from mur.manifest.yamlio import one_line
 
-            print(f"No artifacts match '{one_line(query)}'.", flush=True)
+            if searching.searches_local_only(registry, remote=remote):
+                print(f"No artifacts match '{one_line(query)}' in the local stores.", flush=True)
+                print("  hint: search a remote index with --remote, or --registry URL|PATH", file=sys.stderr)
+            else:
+                print(f"No artifacts match '{one_line(query)}'.", flush=True)
             return
         print(searching.render_table(hits), flush=True)
 

@@ -50,7 +50,7 @@ class TerminalReporter:
 
 
 def run(
-    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest."),
+    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest: a file, or a directory holding murmur.yaml."),
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task: a file path (copied) or literal text."),
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="Override the system prompt."),
     lifecycle_task_acceptance: Optional[str] = typer.Option(

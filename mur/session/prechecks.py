@@ -22,6 +22,7 @@ from typing import Any
 from mur import __version__
 from mur.errors import MurError, warn
 from mur.manifest import LoadedCapsule, load_capsule
+from mur.manifest.load import manifest_path
 from mur.manifest.config import MurConfig, load_config
 from mur.manifest.containment import Floor, check_floor, effective_floor, scope_report
 from mur.session.options import RunOptions
@@ -73,7 +74,7 @@ def probe():
 
 def load_and_scope(opts: RunOptions) -> tuple[LoadedCapsule, MurConfig, Floor, Any]:
     """Steps 1-2: parse + validate the manifest, merge config, compute the declared floor, probe."""
-    manifest = Path(opts.manifest)
+    manifest = manifest_path(opts.manifest)  # `-m DIR` means DIR/murmur.yaml, as for `mur build DIR`
     if not opts.no_env_file:
         load_env_file(manifest)
     loaded = load_capsule(manifest)

@@ -159,8 +159,31 @@ def test_garbage_manifests_never_produce_a_traceback(workdir, name):
         assert err.splitlines()[-1].startswith("error[E-") or "  hint: " in err.splitlines()[-1]
 
 
-def test_a_directory_as_manifest_is_an_error_not_a_crash(tmp_path):
+def test_a_directory_as_manifest_means_its_murmur_yaml(tmp_path):
+    """`mur run -m DIR` reads DIR/murmur.yaml, as `mur build DIR` does; a DIR without one is E-IO-001."""
     (tmp_path / "dir.yaml").mkdir()
     run = mur("run", "--manifest", "dir.yaml", "--explain-scope", cwd=tmp_path)
     assert run.returncode == 1
-    assert run.stderr.startswith("error[E-IO-001]: manifest not found: dir.yaml is a directory")
+    assert run.stderr.startswith("error[E-IO-001]: manifest not found: dir.yaml/murmur.yaml\n")
+    (tmp_path / "dir.yaml" / "murmur.yaml").write_text('name: d\nversion: "1"\n')
+    run = mur("run", "--manifest", "dir.yaml", "--explain-scope", "--json", cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert json.loads(run.stdout)["containment"]["declared"] == "advisory"
+
+
+def test_errors_name_the_manifest_file_given(tmp_path):
+    """`-m conf/m.yaml` errors say `conf/m.yaml:`; the hint names the YAML slip (unquoted number, yes/no)."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "m.yaml").write_text("name: x\nversion: 1.0\n")
+    run = mur("run", "-m", "conf/m.yaml", "--explain-scope", cwd=tmp_path)
+    assert (run.returncode, run.stdout) == (1, "")
+    assert run.stderr == (
+        "error[E-MAN-003]: conf/m.yaml: field 'version' has invalid type (expected string, got number)\n"
+        '  hint: quote it, e.g. version: "1.0" (unquoted, YAML reads 1.0 as a number)\n'
+    )
+    (tmp_path / "murmur.yaml").write_text('name: x\nversion: "1"\ncapabilities:\n  filesystem:\n    workdir_exec: no\n')
+    run = mur("run", "--explain-scope", cwd=tmp_path)
+    assert run.stderr == (
+        "error[E-MAN-003]: murmur.yaml: field 'capabilities.filesystem.workdir_exec' has invalid type (expected boolean, got string)\n"
+        "  hint: write workdir_exec: false (mur reads YAML 1.2, where only true and false are booleans)\n"
+    )
