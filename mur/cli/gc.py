@@ -15,7 +15,7 @@ DEFAULT_AGE = "7d"
 
 
 def _older_than(value: str) -> str:
-    from mur.observability.report import parse_duration
+    from mur.trace.report import parse_duration
 
     try:
         parse_duration(value)
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         """Report old sessions and unused compiled components (~/.murmur/cache); remove them with --yes."""
         from mur.cli.render import emit
         from mur.housekeeping.gc import apply_gc, plan_gc
-        from mur.observability.report import parse_duration
+        from mur.trace.report import parse_duration
         from mur.paths import cache_root
         from mur.wasm.engine import engine_fingerprint
 

@@ -23,7 +23,7 @@ from mur.errors import MurError
 KINDS = ("capsule", "tool", "agent")
 TEMPLATES = Path(__file__).parent / "templates"
 # The loopback Anthropic-Messages server the agent scaffold runs against (one place to change it).
-MODEL_SERVER_MODULE = "mur.inference.modelserver"
+MODEL_SERVER_MODULE = "mur.testing.modelserver"
 MODEL_SERVER_PORT = 8765
 
 
