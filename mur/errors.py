@@ -42,6 +42,11 @@ CATALOGUE: dict[str, str] = {
     "E-DEPLOY-009": "(mur) SSH host key unknown or changed",
     "E-DEPLOY-010": "(mur) Docker engine unavailable or container operation failed",
     "E-DEPLOY-011": "(mur) nothing to roll back to",
+    # provisioning and local VMs
+    "E-PROV-001": "(mur) host prepare refused: unsupported distribution, architecture or init system",
+    "E-PROV-002": "(mur) host prepare failed (no root, a change failed, the host did not come back)",
+    "E-VM-001": "(mur) VM image build failed or cannot run here (tools, root, mirror)",
+    "E-VM-002": "(mur) VM boot failed, or no such VM",
     # io
     "E-IO-001": "file not found (manifest, source, HOME, ...)",
     "E-IO-002": "permission denied on the host",

@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "mur.cli.registry",
     "mur.cli.a2a",
     "mur.cli.deploy",
+    "mur.cli.host",
+    "mur.cli.vm",
     "mur.cli.probe",
     "mur.cli.trace",
     "mur.cli.eval",
