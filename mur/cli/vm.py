@@ -82,14 +82,7 @@ def register(app: typer.Typer) -> None:
         m = machines.get(name)
         if not m.running():
             raise MurError("E-VM-002", f"{name} is not running", f"mur vm destroy {name} && mur vm create --name {name}")
-        argv = m.ssh_argv("root" if root else None, list(ctx.args))
-        if root:
-            argv[argv.index("-i") + 1] = m.extra.get("root_key", str(m.key))
-        if not ctx.args:
-            argv.remove("BatchMode=yes")
-            argv.pop(argv.index("-o", argv.index("StrictHostKeyChecking=yes")))  # the -o before BatchMode
-            argv.insert(1, "-t")
-        os.execvp("ssh", argv)
+        os.execvp("ssh", m.ssh_argv("root" if root else None, list(ctx.args), batch=bool(ctx.args)))
 
     @group.command("destroy")
     def destroy(name: str = typer.Argument(..., metavar="NAME"),

@@ -20,7 +20,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from mur.errors import MurError
 from mur.provision import qemu
@@ -78,15 +78,24 @@ class Machine:
             return False
         return str(self.dir).encode() in cmdline and b"qemu-system" in cmdline
 
-    def ssh_argv(self, user: str | None = None, command: list[str] | None = None) -> list[str]:
-        """The system ssh client's argv for this VM, host key pinned."""
-        return ["ssh", "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-                "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-i", str(self.key), "-p", str(self.port),
-                f"{user or self.login}@127.0.0.1", *(command or [])]
+    @property
+    def root_key(self) -> Path:
+        """Root logs in with the image's key (the deploy user with the VM's own)."""
+        return Path(self.extra.get("root_key") or self.key)
 
-    def ssh(self, command: str, user: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(self.ssh_argv(user, [command]), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+    def ssh_argv(self, user: str | None = None, command: list[str] | None = None, *, batch: bool = True,
+                 key: Path | None = None) -> list[str]:
+        """The system ssh client's argv for this VM, host key pinned."""
+        user = user or self.login
+        key = key or (self.root_key if user == "root" else self.key)
+        return ["ssh", "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                *(["-o", "BatchMode=yes"] if batch else ["-t"]), "-o", "LogLevel=ERROR", "-i", str(key),
+                "-p", str(self.port), f"{user}@127.0.0.1", *(command or [])]
+
+    def ssh(self, command: str, user: str | None = None, timeout: float = 300,
+            key: Path | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(self.ssh_argv(user, [command], key=key), capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
 
     def deploy_args(self) -> list[str]:
         return ["--host", "127.0.0.1", "--ssh-port", str(self.port), "--ssh-user", self.login,
@@ -114,6 +123,9 @@ class CreateRequest:
     cpus: int = 2
     accel: str = "auto"
     boot_timeout: float = 600.0
+    # How the user-data is rendered (default mur.provision.userdata.render; the terraform module is
+    # the other renderer of the same template, and a test boots its output through this seam).
+    render_user_data: Callable[[UserDataInputs], str] | None = None
 
 
 def _check_name(name: str) -> str:
@@ -160,7 +172,7 @@ def _boot(req: CreateRequest, name: str, vdir: Path, image: Image, reporter: Rep
         inputs = UserDataInputs(ssh_authorized_keys=(client, *req.authorized_keys), deploy_user=req.deploy_user,
                                 kernel="keep", ssh_host_key_public=host_pub,
                                 ssh_host_key_private=(vdir / "host_ed25519").read_text())
-        user_data = render(inputs)
+        user_data = (req.render_user_data or render)(inputs)
         (vdir / "user-data").write_text(user_data)
         os.chmod(vdir / "user-data", 0o600)
         # root keeps the image's key; the VM's own client key is added for it too (for `mur vm ssh --root`)

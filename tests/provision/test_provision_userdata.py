@@ -16,9 +16,9 @@ from mur import __version__
 from mur.errors import MurError
 from mur.provision import assets
 from mur.provision.userdata import UserDataInputs, render, tf_json
+from tf_render import MODULE, terraform_user_data, tf as _tf
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "terraform" / "modules" / "mur-host"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHRlc3RrZXl0ZXN0a2V5dGVzdGtleXRlc3RrZXkx ci@mur"
 HOST_PUB = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGhvc3RrZXlob3N0a2V5aG9zdGtleWhvc3RrZXkx"
 HOST_PRIV = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
@@ -98,33 +98,6 @@ def test_cloud_init_schema_would_catch_a_broken_template(tmp_path):
 
 needs_terraform = pytest.mark.skipif(shutil.which("terraform") is None,
                                      reason="terraform is not on PATH (no Debian/PyPI/npm package carries it)")
-
-
-def _tf(args: list[str], cwd: Path, data: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_DATA_DIR": str(data), "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1",
-           "TF_CLI_CONFIG_FILE": "/dev/null"}
-    return subprocess.run(["terraform", *args, "-no-color"], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
-
-
-def terraform_user_data(tmp_path: Path, **variables) -> str:
-    """Render through the real module: a root config calling it, `terraform apply` on local state."""
-    root = tmp_path / "root"
-    root.mkdir()
-    args = "\n".join(f"  {k} = {json.dumps(v)}" for k, v in variables.items())
-    # a relative source, as a checkout or a git source (//terraform/modules/mur-host) gives: terraform
-    # copies an absolute-path module alone, without the deploy/ folder its template lives in
-    source = os.path.relpath(MODULE, root)
-    (root / "main.tf").write_text(f'module "h" {{\n  source = "{source}"\n{args}\n}}\n'
-                                  'output "user_data" {\n  value = module.h.user_data\n  sensitive = true\n}\n')
-    data = tmp_path / "tfdata"
-    for cmd in (["init", "-backend=false", "-input=false"], ["apply", "-auto-approve", "-input=false",
-                                                            f"-state={tmp_path / 'tf.state'}"]):
-        proc = _tf(cmd, root, data)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = _tf(["output", "-raw", f"-state={tmp_path / 'tf.state'}", "user_data"], root, data)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 @needs_terraform
