@@ -1,6 +1,7 @@
 """`mur vm`: local Debian 12 VMs under qemu, prepared as mur deploy hosts by deploy/'s user-data.
 
     mur vm create [--name N] [--kernel 6.1|6.12] [--deploy-user U] [--bare] [--json]
+    mur vm image [--kernel 6.1|6.12]               build (or reuse) the cached image only
     mur vm ls [--json] | mur vm ssh NAME [--root] [-- CMD...] | mur vm destroy NAME
 """
 
@@ -64,6 +65,19 @@ def register(app: typer.Typer) -> None:
                                                    authorized_keys=keys, prepare=not bare, memory_mb=memory, cpus=cpus,
                                                    accel=accel, boot_timeout=boot_timeout), reporter())
         emit(m.to_dict(), json_out, _human_vm)
+
+    @group.command("image")
+    def image_cmd(kernel: str = typer.Option("6.1", "--kernel", help="6.1 or 6.12."),
+                  json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
+        """Build (or find cached) the VM image for a kernel; prints its directory."""
+        from mur.cli.host import reporter
+        from mur.provision import image
+
+        if kernel not in image.KERNELS:
+            raise typer.BadParameter(f"'{kernel}' is not one of: {', '.join(image.KERNELS)}", param_hint="--kernel")
+        img = image.ensure_image(image.ImageSpec(kernel=kernel), reporter())
+        emit({"dir": str(img.dir), "kernel": kernel, "kernel_release": img.kernel_release,
+              "landlock_abi": img.landlock_abi, "key": img.spec.key()}, json_out, lambda r: r["dir"] + "\n")
 
     @group.command("ls")
     def ls(json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:

@@ -316,15 +316,14 @@ def _stop_pid(pid: int, grace: float) -> None:
         time.sleep(0.1)
 
 
-def stop(m: Machine, grace: float = 30.0) -> None:
-    """Power the guest off (as root through the login user), then kill qemu if it lingers."""
+def stop(m: Machine, grace: float = 5.0) -> None:
+    """Stop the VM's qemu (SIGTERM, then SIGKILL after `grace`); its overlay disk is all it leaves."""
     if not m.running():
         return
-    cmd = "systemctl poweroff" if m.login == "root" else "sudo -n sh -c 'systemctl poweroff'"
     try:
-        m.ssh(cmd, timeout=20)
-    except (subprocess.TimeoutExpired, OSError):
-        pass
+        os.kill(m.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
     _stop_pid(m.pid, grace)
 
 

@@ -21,7 +21,7 @@ def tf(args: list[str], cwd: Path, data: Path) -> subprocess.CompletedProcess:
 def terraform_user_data(tmp_path: Path, **variables) -> str:
     """Render through the real module: a root config calling it, `terraform apply` on local state."""
     root = tmp_path / "root"
-    root.mkdir()
+    root.mkdir(parents=True)
     args = "\n".join(f"  {k} = {json.dumps(v)}" for k, v in variables.items())
     # a relative source, as a checkout or a git source (//terraform/modules/mur-host) gives: terraform
     # copies an absolute-path module alone, without the deploy/ folder its template lives in
