@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from deploy_support import FORK_40, READ_OUTSIDE, a2a_send, mur, mur_json, shell_task
-from vm_suite import record, run_escape_suite
+from vm_suite import expected_failures, record, run_escape_suite
 from vmboot import DEPLOY_USER, build_vm, boot_vm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "provision"))
@@ -52,7 +52,8 @@ def _deploy_args(machine, user: str) -> list[str]:
 
 def _matrix_row(kernel: str, machine, suite: dict, deployed: bool) -> None:
     row = {"kernel": kernel, "release": machine.extra.get("kernel_release"), "landlock_abi": suite["abi"],
-           "escape_passed": suite["passed"], "escape_failed": suite["failed"], "deploy": deployed}
+           "escape_passed": suite["passed"], "escape_failed": suite["failed"], "failed_names": suite["failed_names"],
+           "deploy": deployed}
     record(row)
     print(f"\n[kernel-matrix] {json.dumps(row)}")
 
@@ -129,8 +130,10 @@ def test_non_root_deploy_with_shell_limits_on_the_cloud_init_host(tf_vm, home, r
 def test_escape_suite_on_kernel_6_1(tf_vm):
     suite = run_escape_suite(tf_vm)
     _matrix_row("6.1", tf_vm, suite, bool(tf_vm.extra.get("deployed")))
-    assert suite["rc"] == 0 and suite["failed"] == 0 and suite["passed"] > 0, suite["tail"]
-    assert suite["abi"] == 2
+    assert suite["abi"] == 2 and suite["passed"] >= 16, suite["tail"]
+    # exactly the escapes ABI 2 cannot stop (vm_suite.KNOWN_GAPS), nothing else
+    assert suite["failed_names"] == expected_failures(2) == ["test_connect_to_a_tcp_port_not_allowed",
+                                                             "test_signal_a_process_outside"], suite["tail"]
 
 
 # --- 2. a bare VM, prepared by mur host prepare -------------------------------------------------
@@ -164,6 +167,23 @@ def test_host_prepare_twice_then_deploy_preflight(bare_vm, home, runtime_bundle)
     # the prepared host is in the cloud-init host's state: same files, same sudo
     r = bare_vm.ssh("sudo -n true && echo sudo-ok; cat /etc/mur/host.json", user=DEPLOY_USER)
     assert "sudo-ok" in r.stdout and '"deploy_user":"deployer"' in r.stdout
+
+
+def test_a_pending_reboot_is_made_and_waited_for(bare_vm, home):
+    """A kernel change leaves /run/mur-reboot-required (mur-host.sh apply); prepare reboots the host,
+    waits for SSH with a new boot id, and checks again (/run is empty after the boot)."""
+    m = bare_vm.machine
+    before = bare_vm.ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    assert bare_vm.ssh("touch /run/mur-reboot-required").returncode == 0
+    args = ["host", "prepare", *_deploy_args(m, "root"), "--deploy-user", DEPLOY_USER,
+            "--authorized-key", str(Path(str(m.root_key) + ".pub")), "--json"]
+    res = mur(*args, "--no-preflight", home=home, timeout=1200)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["applied"] == ["reboot"] and out["rebooted"] and out["reboot"], out
+    assert "reboot 127.0.0.1 and wait for it" in res.stderr
+    after = bare_vm.ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    assert after and after != before
+    assert mur(*args, "--check", home=home, check=False, timeout=600).returncode == 0
 
 
 def test_an_unsupported_distribution_is_refused(bare_vm, home):
@@ -216,8 +236,8 @@ def test_deploy_and_escape_suite_on_kernel_6_12(vm612, runtime_bundle, shell_cap
     assert report["probe"]["landlock_abi"] >= 6
     suite = run_escape_suite(m)
     _matrix_row("6.12", m, suite, True)
-    assert suite["rc"] == 0 and suite["failed"] == 0 and suite["passed"] > 0, suite["tail"]
-    assert suite["abi"] >= 6
+    assert suite["abi"] >= 6 and expected_failures(suite["abi"]) == []
+    assert suite["rc"] == 0 and suite["failed"] == 0 and suite["passed"] >= 18, suite["tail"]
 
 
 def test_vm_ssh_and_destroy(vm612):
