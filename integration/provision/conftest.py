@@ -21,6 +21,8 @@ _deploy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_deploy)
 bundle_cache, runtime_bundle, home, shell_capsule = (_deploy.bundle_cache, _deploy.runtime_bundle, _deploy.home,
                                                      _deploy.shell_capsule)
+docker_client, base_image, sshd_vm_image, sshd_vm = (_deploy.docker_client, _deploy.base_image, _deploy.sshd_vm_image,
+                                                     _deploy.sshd_vm)
 
 
 @pytest.fixture(scope="session")

@@ -274,7 +274,8 @@ def _build(spec: ImageSpec, base: Path, root: Path, reporter: Reporter) -> Image
             os.replace(disk, out / "disk.img")
         meta = {"spec": asdict(spec), "key": spec.key(), "kernel_package": pkg, "kernel_release": release,
                 "landlock_abi": abi, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        (out / "image.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (out / "image.json.tmp").write_text(json.dumps(meta, indent=2) + "\n")
+        os.replace(out / "image.json.tmp", out / "image.json")  # last: it marks the image complete
         return Image(out, spec, release)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
