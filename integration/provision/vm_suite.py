@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shlex
 import subprocess
 import tarfile
 from pathlib import Path
@@ -38,22 +39,41 @@ def payload() -> bytes:
     return buf.getvalue()
 
 
+def _pytest(machine, select: str, timeout: float) -> dict:
+    cmd = ("cd /root/mur-suite/src && PYTHONPATH=/root/mur-suite/src:/root/mur-suite/site "
+           "python3 -c 'from mur.sandbox.probe import probe_host; print(\"abi\", probe_host().landlock_abi)' && "
+           f"PYTHONPATH=/root/mur-suite/src:/root/mur-suite/site python3 -m pytest -q -p no:cacheprovider {SUITE} "
+           f"{select} 2>&1")
+    res = machine.ssh(cmd, user="root", timeout=timeout)
+    out = res.stdout + res.stderr
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", last)}
+    abi = re.search(r"^abi (\d+)", out, re.M)
+    return {"rc": res.returncode, "passed": counts.get("passed", 0), "failed": counts.get("failed", 0),
+            "skipped": counts.get("skipped", 0), "abi": int(abi.group(1)) if abi else None,
+            "failed_names": sorted(set(re.findall(r"^(?:FAILED|ERROR) \S+::(\w+)", out, re.M))), "tail": out[-3000:]}
+
+
 def run_escape_suite(machine, timeout: float = 1500) -> dict:
-    """Copy and run the suite as root in the VM; returns {passed, failed, skipped, rc, tail, abi}."""
+    """Copy and run the suite as root in the VM: {passed, failed, failed_names, flaky, abi, tail}.
+
+    Some escape tests bound wall-clock time (a fork bomb must be stopped within seconds); on an
+    emulated CPU shared with other work they can miss that bound. A test that fails beyond the
+    kernel's known gaps runs once more on its own: one that then passes is reported as `flaky`,
+    one that fails again stays failed.
+    """
     argv = machine.ssh_argv("root", ["rm -rf /root/mur-suite && mkdir -p /root/mur-suite && "
                                      "tar -xz -C /root/mur-suite"])
     subprocess.run(argv, input=payload(), check=True, timeout=300, capture_output=True)
-    cmd = ("cd /root/mur-suite/src && PYTHONPATH=/root/mur-suite/src:/root/mur-suite/site "
-           "python3 -c 'from mur.sandbox.probe import probe_host; print(\"abi\", probe_host().landlock_abi)' && "
-           f"PYTHONPATH=/root/mur-suite/src:/root/mur-suite/site python3 -m pytest -q -p no:cacheprovider {SUITE} 2>&1")
-    res = machine.ssh(cmd, user="root", timeout=timeout)
-    out = res.stdout + res.stderr
-    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", out.splitlines()[-1] if out else "")}
-    abi = re.search(r"^abi (\d+)", out, re.M)
-    failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) \S+::(\w+)", out, re.M)))
-    return {"rc": res.returncode, "passed": counts.get("passed", 0), "failed": counts.get("failed", 0),
-            "skipped": counts.get("skipped", 0), "failed_names": failed, "abi": int(abi.group(1)) if abi else None,
-            "tail": out[-3000:]}
+    first = _pytest(machine, "", timeout)
+    retry = [n for n in first["failed_names"] if n not in expected_failures(first["abi"] or 0)]
+    first["flaky"] = []
+    if retry:
+        again = _pytest(machine, "-k " + shlex.quote(" or ".join(retry)), timeout)
+        first["flaky"] = sorted(set(retry) - set(again["failed_names"]))
+        first["failed_names"] = sorted(set(first["failed_names"]) - set(first["flaky"]))
+        first["tail"] += "\n--- rerun of " + ", ".join(retry) + " ---\n" + again["tail"]
+    return first
 
 
 # Escapes the kernel matrix found on older Landlock ABIs (reported to the sandbox's owner): the test
