@@ -59,10 +59,10 @@ def read_state(target, user: str) -> HostState:
     return parse_state(res.stdout)
 
 
-def _apply(target, change: Change, inp: UserDataInputs, state: HostState) -> None:
+def _apply(target, change: Change, inp: UserDataInputs) -> None:
     q = shlex.quote
     user = inp.deploy_user
-    if change.id in ("packages",) or change.id.startswith("kernel-") or change.id in ("cmdline", "reboot"):
+    if change.id in ("packages", "cmdline", "reboot") or change.id.startswith("kernel-"):
         # the script may not be installed yet (packages come first): feed it on stdin
         script = assets.read_text("host/mur-host.sh")
         if change.id == "packages":
@@ -121,13 +121,12 @@ def prepare(req: PrepareRequest, reporter: Reporter = QUIET) -> PrepareResult:
             raise MurError("E-PROV-001", f"{coords.host}: {the_plan.refused}",
                            "mur host prepare supports Debian 12 (bookworm) on x86_64 with systemd")
         reporter.plan(the_plan)
-        if req.check_only or not the_plan.changes:
+        if req.check_only:
             result.elapsed = time.monotonic() - t0
-            if req.check_only:
-                return result
+            return result
         for change in the_plan.changes:
             with reporter.step(change.what):
-                _apply(target, change, inp, state)
+                _apply(target, change, inp)
             result.applied.append(change.id)
         if the_plan.reboot:
             with reporter.step(f"reboot {coords.host} and wait for it"):
