@@ -52,11 +52,12 @@ def _processes_in(workdir: str) -> list[int]:
 
 
 def assert_nothing_left(sb: ShellSandbox) -> None:
-    """No cgroup, no process, no ACL entry for the sandbox uid after close()."""
+    """No cgroup, no process, no ACL entry for the session uid, no uid lease after close()."""
     if sb.cgroup is not None:
         leftovers = [d for d in sb.cgroup.dirs.values() if os.path.exists(d)]
         assert leftovers == [], f"cgroups left behind: {leftovers}"
     assert _processes_in(str(sb.workdir)) == [], "processes left running in the workdir"
+    uid = sb.policy.run_as[0] if sb.policy is not None and sb.policy.run_as else 65534
     for root, dirs, files in os.walk(sb.workdir):
         for name in dirs + files + ["."]:
             path = os.path.join(root, name)
@@ -67,4 +68,6 @@ def assert_nothing_left(sb: ShellSandbox) -> None:
                     entries = access.decode(os.getxattr(path, attr))
                 except OSError:
                     continue
-                assert not any(t == access.USER and i == 65534 for t, _p, i in entries), f"ACL left on {path}"
+                assert not any(t == access.USER and i == uid for t, _p, i in entries), f"ACL left on {path}"
+    if sb.policy is not None and sb.policy.run_as is not None:
+        assert not os.path.exists(f"/run/mur/uids/{uid}"), "uid lease left behind"

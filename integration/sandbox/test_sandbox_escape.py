@@ -156,19 +156,7 @@ def test_open_netlink_and_packet_sockets(sandbox, record_escape):
     record_escape("open netlink / packet sockets", "EACCES, EACCES", "root opens netlink")
 
 
-def test_connect_to_a_tcp_port_not_allowed(sandbox, tcp_listeners, record_escape):
-    allowed, denied = tcp_listeners
-    sb = sandbox(network_allow=[f"127.0.0.1:{allowed}", "unresolvable-host.invalid:1"])
-    read = "exec 3<>/dev/tcp/127.0.0.1/{port} && head_line=$(timeout_read=1; read -r l <&3; echo \"$l\") && echo \"$head_line\""
-    ok = sb.run("bash", command=read.format(port=allowed))
-    assert ok.exit_code == 0 and ok.stdout == "hello\n"
-    r = sb.run("bash", command=read.format(port=denied))
-    assert r.exit_code != 0 and "Permission denied" in r.stderr and "hello" not in r.stdout
-    bind = sb.run("python3", args=["-c", "import socket; socket.create_server(('127.0.0.1', 0))"])
-    assert bind.exit_code != 0 and "Permission denied" in bind.stderr
-    control = bare(["bash", "-c", read.format(port=denied)])
-    assert control.returncode == 0 and control.stdout == "hello\n"
-    record_escape("connect to a TCP port not allowed (+ bind)", f"rc {r.exit_code}: Permission denied", "connects")
+# TCP ports, hosts and the egress proxy: test_sandbox_network.py; other families: test_sandbox_sockets.py.
 
 
 # --- resources -------------------------------------------------------------------------------
