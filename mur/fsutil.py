@@ -1,4 +1,4 @@
-"""Small filesystem helpers: atomic writes (temp file in the same directory, fsync, rename)."""
+"""Small filesystem helpers: atomic writes (temp file in the same directory, fsync, rename), digests, locks."""
 
 from __future__ import annotations
 
@@ -6,30 +6,23 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from mur.fsafe import write_atomic_at
+
 
 def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path:
-    """Write `data` to `path` so a reader sees the old file or the whole new one, never a part."""
+    """Write `data` to `path` so a reader sees the old file or the whole new one, never a part.
+
+    For paths the runtime alone controls; inside a tool-writable tree use ``mur.fsafe.Tree``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(path.parent)
+        write_atomic_at(fd, path.name, data, mode)
+    finally:
+        os.close(fd)
     return path
 
 

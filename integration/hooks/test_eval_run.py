@@ -81,11 +81,12 @@ def test_eval_run_scores_each_case_in_its_own_session(http_capsule, model_server
                                       ("Greet Ada\n", "Say hi to Bob\n", "")):
         case_dir = root / case_id
         assert (case_dir / "task.md").read_text() == task
-        assert (case_dir / ".murmur" / session / "trace.jsonl").is_file()
+        assert (capsule / "workdir" / session / "trace.jsonl").is_file()  # the runtime's record: not in the case dir
+        assert not (case_dir / ".murmur").exists()
         run = eval_lines(case_dir / "eval.jsonl")[-1]
         assert run["record_type"] == "dataset_run"
         assert (run["case_id"], run["dataset_id"]) == (case_id, "smoke")
-    trace_file = root / "broken" / ".murmur" / sessions[2] / "trace.jsonl"
+    trace_file = capsule / "workdir" / sessions[2] / "trace.jsonl"
     trace = [json.loads(x) for x in trace_file.read_text().splitlines()]
     assert [e["exit_status"] for e in trace if e["event_type"] == "session_end"] == ["failed"]
 
@@ -164,3 +165,4 @@ def test_eval_run_reports_a_case_that_could_not_start_as_stage_failed(hello_caps
     [case] = doc["cases"]
     assert (case["result"], case["session_id"], case["scores"]) == ("stage_failed", None, {})
     assert not list(Path(case["workdir"]).glob(".murmur/ses_*"))
+    assert not list((manifest.parent / "workdir").glob("ses_*"))

@@ -21,6 +21,7 @@ from mur.manifest.network import parse_allow_list
 from mur.sandbox.probe import probe_host
 from mur.sandbox.shell import ShellSandbox
 from sbx_support import ESCAPES, HOST_ENV, assert_nothing_left, capabilities
+from hostile import HostileCapsule, make_unprivileged_user, remove_unprivileged_user
 
 
 @pytest.fixture(autouse=True)
@@ -96,6 +97,33 @@ def tcp_listeners():
         t.join(timeout=2)
     for s in servers:
         s.close()
+
+
+@pytest.fixture
+def unprivileged_user():
+    """A uid with its own HOME (and v1 cgroups delegated to it) to run `mur run` as non-root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to set up another uid")
+    user = make_unprivileged_user()
+    if isinstance(user, str):
+        pytest.skip(user)
+    yield user
+    remove_unprivileged_user(user)
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    """``hostile(user=None, shell_allow=..., capabilities="", ...)`` -> a HostileCapsule to drive.
+
+    With ``user`` the capsule lives in that user's HOME (tmp_path is not reachable by other uids)."""
+    count = [0]
+
+    def make(user=None, **kw) -> HostileCapsule:
+        count[0] += 1
+        base = user.home if user is not None else tmp_path
+        return HostileCapsule(base / f"capsule{count[0]}", user=user, **kw)
+
+    return make
 
 
 @pytest.fixture

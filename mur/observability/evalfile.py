@@ -9,9 +9,9 @@ Records, one JSON object per line, told apart by `record_type`:
 A line that is not such a record is E-EVAL-001 (`<path>:<line>: <why>`). Sessions are addressed like
 `mur trace` (mur.observability.sessions: full id, 4+ char suffix, @N, or a path); a session with no
 eval.jsonl is E-EVAL-002. The hook writes eval.jsonl into the directory its grant preopens; with the
-usual grant (`filesystem.scope: .`) and the default layout that is the session workdir. With
-`mur run --workdir DIR` the hook's `.` is DIR itself, so DIR/eval.jsonl is the fallback for a
-session kept in DIR/.murmur/<session>.
+usual grant (`filesystem.scope: .`) that is the tools' workdir: the session directory's work/ by
+default (the session directory itself in older runs), DIR with `mur run --workdir DIR` (name the
+file by path then: `mur eval show DIR/eval.jsonl`; older runs kept the session in DIR/.murmur/).
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ def resolve_eval(selector: str | None, workdir: Path) -> Path:
             return candidate
     raise MurError(
         "E-EVAL-002",
-        f"no eval file for session {session.name} (expected {session / EVAL_FILE})",
+        f"no eval file for session {session.name} (expected {session / 'work' / EVAL_FILE})",
         "declare the murmur-hook-eval hook with a filesystem grant (capabilities: {filesystem: {scope: .}}) "
         "and observability.eval.scorers in murmur.yaml (docs/hooks.md)",
     )
 
 
 def _candidates(session: Path) -> list[Path]:
-    out = [session / EVAL_FILE]
+    out = [session / "work" / EVAL_FILE, session / EVAL_FILE]
     if session.parent.name == ".murmur":
         out.append(session.parent.parent / EVAL_FILE)
     return out

@@ -24,6 +24,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from mur.fsafe import append_text
 from mur.observability.spans import build_spans, group_attempts, traces_url
 
 __all__ = ["OtelExporter", "build_spans", "traces_url"]
@@ -195,7 +196,6 @@ class OtelExporter:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "a", encoding="utf-8") as fh:
-                fh.write(f"{stamp}Z {message}\n")
+            append_text(self.log_path, f"{stamp}Z {message}\n")
         except OSError:
             pass

@@ -1,7 +1,8 @@
 """Session addresses for `mur trace` (upstream cli.md "Session addresses").
 
 A session is named four ways, resolved against the `ses_*` directories of a workdir (`./workdir` by
-default; `mur run --workdir DIR` keeps them in `DIR/.murmur/`, which is searched too):
+default), of its `.murmur/` (where runs before the session directory left the tools' reach kept
+them with --workdir) and of `~/.murmur/sessions/` (--workdir runs whose manifest is inside the workdir):
 
   full id   ses_<32 hex>              that session
   suffix    d399 (4+ chars)           the one session whose id ends with it (case-insensitive)
@@ -24,9 +25,15 @@ MIN_SUFFIX = 4
 
 
 def list_sessions(workdir: Path) -> list[Path]:
-    """Session directories under `workdir` (and `workdir/.murmur`), oldest first."""
+    """Session directories under `workdir`, `workdir/.murmur` and `~/.murmur/sessions`, oldest first."""
+    from mur.paths import sessions_dir
+
     found: dict[str, Path] = {}
-    for root in (workdir, workdir / ".murmur"):
+    try:
+        shared = [sessions_dir()]
+    except MurError:  # no home directory: nothing kept there
+        shared = []
+    for root in (workdir, workdir / ".murmur", *shared):
         try:
             children = list(root.iterdir())
         except OSError:

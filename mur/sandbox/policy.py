@@ -355,12 +355,14 @@ def workdir_access(abi: int, workdir_exec: bool) -> int:
 
 def landlock_policy(abi: int, workdir: str, *, workdir_exec: bool, closures: dict[str, tuple[str, ...]],
                     interpreter_runtime: Iterable[object], network: NetworkPlan,
-                    existing: Callable[[str], bool]) -> LandlockPolicy:
+                    existing: Callable[[str], bool], readonly: Iterable[str] = ()) -> LandlockPolicy:
     """Grants: workdir rw, each binary's closure r+x, fixed devices, interpreter_runtime dirs, the
-    TLS trust store (with a network grant), TCP ports."""
+    TLS trust store (with a network grant), TCP ports, and ``readonly`` dirs (the session's logs,
+    outside the workdir) read + list only."""
     handled = ll.fs_rights_for_abi(abi)
     grants: list[PathGrant] = [PathGrant(workdir, workdir_access(abi, workdir_exec) & handled, "workdir")]
-    seen = {workdir}
+    grants += [PathGrant(path, (ll.READ_FILE | ll.READ_DIR) & handled, "session logs (read-only)") for path in readonly]
+    seen = {workdir, *readonly}
     for name, files in closures.items():
         for path in files:
             if path not in seen:
@@ -440,11 +442,13 @@ class ShellPolicy:
 
 def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[str, tuple[str, ...]],
                  network: NetworkPlan, run_as: tuple[int, int] | None, namespaces: Iterable[str],
-                 nproc_baseline: int, hard_limits: dict[str, int], existing: Callable[[str], bool]) -> ShellPolicy:
+                 nproc_baseline: int, hard_limits: dict[str, int], existing: Callable[[str], bool],
+                 readonly: tuple[str, ...] = ()) -> ShellPolicy:
     """Everything the appliers need, derived from the manifest and what was measured on this host.
 
     ``run_as`` is the session uid leased for this session (root only); ``namespaces`` the private
-    namespaces actually created for it; ``network`` the plan_network() result for them.
+    namespaces actually created for it; ``network`` the plan_network() result for them;
+    ``readonly`` the session's logs directory when it is outside the workdir.
     """
     linux = getattr(probe, "os") == "linux"
     shell = getattr(caps, "shell")
@@ -459,7 +463,7 @@ def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[st
         landlock = landlock_policy(
             abi, workdir, workdir_exec=workdir_exec, closures=closures,
             interpreter_runtime=getattr(shell, "interpreter_runtime", ()) if shell else (), network=network,
-            existing=existing,
+            existing=existing, readonly=readonly,
         )
     run_as = run_as if linux else None
     sockets = socket_grant(unix=unix, inet=network.inet, private_net="net" in namespaces)

@@ -19,14 +19,15 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Iterable, Mapping
 
+from mur import fsafe
 from mur.errors import MurError
+from mur.fsafe import Tree
 from mur.sandbox import cgroups, elf, namespaces, policy as pol, rlimits, uids
 from mur.sandbox.access import WorkdirAccess
 from mur.sandbox.egress import EgressProxy
@@ -92,20 +93,15 @@ def synthetic_tool_manifest(binary: str) -> dict:
 
 
 def write_synthetic_tool_manifests(tools_dir: Path, allow: Iterable[str]) -> list[Path]:
-    """Write ``<tools_dir>/<bin>/murmur.yaml`` for each binary (atomically); returns the paths."""
+    """Write ``<tools_dir>/<bin>/murmur.yaml`` for each binary (atomically, never through a link);
+    returns the paths."""
     import yaml
 
     written = []
-    for binary in allow:
-        target = Path(tools_dir) / binary / "murmur.yaml"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".murmur.yaml.")
-        with os.fdopen(fd, "w") as fh:
-            yaml.safe_dump(synthetic_tool_manifest(binary), fh, sort_keys=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-        written.append(target)
+    with Tree(tools_dir, create=True) as tools:
+        for binary in allow:
+            tools.write_text(f"{binary}/murmur.yaml", yaml.safe_dump(synthetic_tool_manifest(binary), sort_keys=False))
+            written.append(Path(tools_dir) / binary / "murmur.yaml")
     return written
 
 
@@ -135,9 +131,12 @@ class ShellSandbox:
                  log: Callable[[str], None] | None = None, *,
                  host_env: Mapping[str, str] | None = None,
                  on_workdir_exceeded: Callable[[MurError], None] | None = None,
-                 resolve: Callable[[str], list[str]] | None = None) -> None:
+                 resolve: Callable[[str], list[str]] | None = None, logs_dir: Path | None = None) -> None:
         self.caps = caps
         self.workdir = Path(os.path.realpath(workdir))
+        # Full shell output goes here. mur run passes the session's logs/, outside the workdir, which
+        # the tools may read but not write; standalone, it is <workdir>/logs.
+        self.logs_dir = Path(os.path.abspath(logs_dir)) if logs_dir is not None else None
         self.session_id = session_id
         self.network_allow = list(network_allow)
         self.probe = probe
@@ -160,6 +159,8 @@ class ShellSandbox:
         self._lease: uids.UidLease | None = None
         self.namespaces: namespaces.SessionNamespaces | None = None
         self.proxy: EgressProxy | None = None
+        self._work: Tree | None = None  # the workdir, held open: every runtime access goes through it
+        self._logs: Tree | None = None
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -194,6 +195,7 @@ class ShellSandbox:
             except OSError as exc:
                 raise MurError("E-IO-003", f"cannot create the workdir {self.workdir}: {exc.strerror}") from exc
             self.workdir = Path(os.path.realpath(self.workdir))
+            self._open_trees()
             self._resolve_binaries(with_closure=linux and probe.landlock_abi > 0)
             is_root = linux and os.geteuid() == 0
             run_as = self._lease_uid() if is_root else None
@@ -203,7 +205,7 @@ class ShellSandbox:
             self.policy = pol.build_policy(
                 self.caps, str(self.workdir), probe,
                 closures={b.name: b.closure for b in self.binaries.values() if b.closure},
-                network=network, run_as=run_as, namespaces=joined,
+                network=network, run_as=run_as, namespaces=joined, readonly=self._readonly(),
                 # a fresh session uid, or a user namespace of our own, starts from no tasks at all
                 nproc_baseline=0 if run_as or "user" in joined else rlimits.uid_task_count(os.getuid()),
                 hard_limits=rlimits.inherited_hard_limits(), existing=os.path.exists,
@@ -211,7 +213,7 @@ class ShellSandbox:
             self.log(f"shell sandbox: network {network.mechanism}, processes {self.policy.processes}, "
                      f"namespaces {'+'.join(joined) or 'none'}")
             if run_as is not None:
-                self._access = WorkdirAccess(str(self.workdir), *run_as)
+                self._access = WorkdirAccess(str(self.workdir), *run_as, readonly=self._readonly())
                 try:
                     self._access.grant()
                 except OSError as exc:
@@ -263,6 +265,26 @@ class ShellSandbox:
                 self.log(f"workdir access cleanup failed: {exc}")
         if self._lease is not None:
             self._lease.release()
+        for tree in (self._work, self._logs):
+            if tree is not None:
+                tree.close()
+
+    def _open_trees(self) -> None:
+        try:
+            self._work = Tree(self.workdir)
+            if self.logs_dir is None or fsafe.inside(self.logs_dir, self.workdir):
+                self._logs = self._work.subtree(os.path.relpath(self.logs_dir or self.workdir / "logs", self.workdir),
+                                                create=True)
+            else:
+                self._logs = Tree(self.logs_dir, create=True)
+            self.logs_dir = self._logs.path
+        except OSError as exc:
+            raise MurError("E-IO-003", f"cannot open the workdir {self.workdir} or its logs: {exc}") from exc
+
+    def _readonly(self) -> tuple[str, ...]:
+        """The logs directory, when it is outside the workdir: tools may read it, never write it."""
+        logs = str(self.logs_dir)
+        return () if self.logs_dir is None or fsafe.inside(logs, self.workdir) else (logs,)
 
     def __enter__(self) -> "ShellSandbox":
         return self
@@ -304,18 +326,22 @@ class ShellSandbox:
         limit = self.caps.limits.deadline_seconds if timeout is None else timeout
         with self._lock:
             try:
-                (self.workdir / CAPSULE_HOME).mkdir(exist_ok=True)
+                assert self._work is not None
+                os.close(self._work.own_dir(CAPSULE_HOME))
                 return self._run_locked(info, argv, text, run_env, limit, stdin)
+            except fsafe.LinkRefused as exc:
+                return self._refused(info, text, 126, f"mur: {exc.filename}: {exc.strerror}: the runtime does not "
+                                     "follow links it finds in the workdir\n")
             except OSError as exc:  # the workdir itself failing us (deleted, disk full, ...)
                 raise MurError("E-IO-003", f"shell tool '{binary}': {exc}") from exc
 
     def _run_locked(self, info: _Binary, argv: list[str], text: str, env: dict[str, str], timeout: float,
                     stdin: bytes | None) -> ShellResult:
         before = self.cgroup.evidence() if self.cgroup else (0, 0)
-        logs = self.workdir / "logs"
-        logs.mkdir(exist_ok=True)
+        logs = self._logs
+        assert logs is not None
         cap = self.caps.resources.workdir_max_bytes
-        out, err = Capture(str(logs), cap), Capture(str(logs), cap)
+        out, err = Capture(logs, cap), Capture(logs, cap)
         began = time.monotonic()
         try:
             proc = spawn(argv, executable=info.path, env=env, cwd=str(self.workdir), prepared=self._prepared,

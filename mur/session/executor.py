@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from mur.errors import MurError
+from mur.fsafe import LinkRefused, Tree
 from mur.session.trace import TraceWriter
 
 
@@ -124,17 +125,24 @@ class TaskExecutor:
         capsule_tool = _CapsuleTool(self.prep.capsule_wasm)
         cfg = tools.guest_config(capsule_tool)
         host = WasmHost(shell=tools.guest_shell, request_input=context.request_input, engine=tools.host.engine)
-        result_path = (cfg.preopen or self.wd.accessible) / "out" / "result.txt"
-        try:
-            result_path.unlink()
-        except OSError:
-            pass
-        host.run_capsule(cfg, tools.invoke)
-        if not result_path.is_file():
-            message = "the capsule component finished without writing out/result.txt"
-            self.last_error = MurError("E-RUN-007", f"capsule run failed: {message}")
-            return "failed", f"error: {message}", {"turns": 0}, None
-        text = result_path.read_text(encoding="utf-8", errors="replace")
+        result = "/".join(p for p in ((tools.scope_of(capsule_tool) or ""), "out", "result.txt") if p)
+        with Tree(self.wd.accessible) as accessible:
+            try:
+                accessible.unlink(result)
+            except OSError:
+                pass
+            host.run_capsule(cfg, tools.invoke)
+            if accessible.lstat(result) is None:
+                message = "the capsule component finished without writing out/result.txt"
+                self.last_error = MurError("E-RUN-007", f"capsule run failed: {message}")
+                return "failed", f"error: {message}", {"turns": 0}, None
+            try:  # a regular file, read without following a link (a shell tool may have swapped it)
+                text = accessible.read_text(result)
+            except OSError as exc:
+                message = f"cannot read the capsule's out/result.txt: {exc.strerror or exc}"
+                self.last_error = MurError("E-IO-002" if isinstance(exc, LinkRefused) else "E-IO-003",
+                                           f"capsule run failed: {message}")
+                return "failed", f"error: {message}", {"turns": 0}, None
         if text.startswith("error:"):
             self.last_error = MurError("E-RUN-007", f"capsule run failed: {text.strip()[len('error:'):].strip()}")
             return "failed", text, {"turns": 0}, None

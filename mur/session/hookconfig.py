@@ -117,9 +117,13 @@ def read_hook_config(manifest: Path, label: str | None = None) -> HookConfig:
     """Read and validate a staged hook's murmur.yaml (E-IO-001 / E-MAN-002 / E-MAN-003)."""
     import yaml
 
+    from mur.fsafe import Tree
+
     where = label or str(manifest)
-    try:
-        text = Path(manifest).read_text(encoding="utf-8")
+    manifest = Path(manifest)
+    try:  # staged into the tools' workdir: read without following a link
+        with Tree(manifest.parent) as tree:
+            text = tree.read_text(manifest.name)
     except FileNotFoundError as exc:
         raise MurError("E-IO-001", f"hook manifest not found: {manifest}") from exc
     except OSError as exc:

@@ -18,12 +18,14 @@ deadlines, the failure classification of mur.wasm.limits).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from mur.errors import MurError
+from mur.fsafe import open_append
 from mur.wasm.engine import WasmEngine
 from mur.wasm.host import GuestConfig
 from mur.wasm.http import OutboundHttp
@@ -52,7 +54,7 @@ class HookLog:
     def _append(self, data: bytes) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "ab") as fh:
+            with os.fdopen(open_append(self.path), "ab") as fh:  # never through a link
                 fh.write(data)
         except OSError:
             pass  # a log we cannot write must never break the session

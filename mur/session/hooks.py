@@ -110,11 +110,10 @@ def build_hooks(tools: Any, trace: Any, loaded: Any, wd: Any, *, model_client: A
             grant = settings.grants.get(tool.name)
             preopen = None
             if grant is not None and grant.preopen == "scope" and grant.scope:
-                preopen = Path(settings.accessible) / grant.scope
                 try:
-                    preopen.mkdir(parents=True, exist_ok=True)
+                    preopen = tools.preopen_dir(grant.scope)
                 except OSError as exc:
-                    raise MurError("E-IO-003", f"cannot create hook '{tool.name}' scope {preopen}: {exc}") from exc
+                    raise MurError("E-IO-003", f"cannot create hook '{tool.name}' scope {grant.scope}: {exc}") from exc
             env = guest_env([], [], os.environ, {**base_vars, "MURMUR_HOOK_NAME": tool.name})
             log = HookLog(Path(wd.logs) / f"hook-{tool.name}.log")
             cfg = GuestConfig(wasm_path=tool.wasm_path, label=tool.name, preopen=preopen, env=env,

@@ -10,7 +10,6 @@ never raised — except at on-compaction, where it fails the session (upstream's
 from __future__ import annotations
 
 import dataclasses
-import os
 import queue
 import threading
 import time
@@ -311,12 +310,11 @@ class HookSet:
             return False
         if self.tools_dir is None:
             return False
-        target = self.tools_dir / binary / "murmur.yaml"
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".murmur.yaml.{os.getpid()}.tmp")
-            tmp.write_text(content, encoding="utf-8")
-            os.replace(tmp, target)
+        from mur.fsafe import Tree
+
+        try:  # tools/ is in the tools' workdir: written by rename, never through a link
+            with Tree(self.tools_dir, create=True) as tools:
+                tools.write_text(f"{binary}/murmur.yaml", content)
         except OSError as exc:
             hook.log.line(f"hook '{hook.name}' on-stage: failed to write manifest for {binary}: {exc}")
             return False

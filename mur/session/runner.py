@@ -55,6 +55,7 @@ def _startup(opts: RunOptions, prep: Any, url: str, session_id: str, wd: Any, st
     if opts.verbose:
         inf = capsule.inference
         print(f"workdir: {wd.session}")
+        print(f"tools' workdir: {wd.accessible}")
         print(f"manifest: {capsule.name} v{capsule.version}")
         driver = inf.driver_artifact if inf and inf.transport == "http" else (inf.effective_command if inf else None)
         print(f"driver: {driver or '<none>'}")
@@ -66,10 +67,9 @@ def _launch_warnings(warnings: list[tuple[str, str]], wd: Any) -> None:
     """W-SEC-001/002/005/010 go to stderr and to logs/bootstrap.log (upstream's rule)."""
     if not warnings:
         return
-    with open(wd.bootstrap_log, "a", encoding="utf-8") as log:
-        for code, message in warnings:
-            warn(code, message)
-            log.write(f"warning[{code}]: {message}\n")
+    for code, message in warnings:
+        warn(code, message)
+    _bootstrap_logger(wd)("".join(f"warning[{code}]: {message}\n" for code, message in warnings))
 
 
 def run_session(opts: RunOptions) -> None:
@@ -124,9 +124,10 @@ def run_session(opts: RunOptions) -> None:
     url = service.start()
     loaded.emit_stage_warnings()
     _native_grant_warnings(prep)
-    staged = shell = trace = otel = hooks = None
+    staged = shell = trace = otel = hooks = tools = None
     try:
         create_workdir(wd)
+        initial = write_task_input(wd, opts.task)  # before any tool can touch the workdir
         trace = TraceWriter(wd.trace, session_id, wd.bootstrap_log)
         trace_box["writer"] = trace
         otel = _otel_exporter(capsule, wd)
@@ -162,10 +163,9 @@ def run_session(opts: RunOptions) -> None:
             tools=[murmur_md.ToolEntry(t.name, t.version, t.kind, t.description) for t in tools.visible() if t.role != "skill"],
             skills=[murmur_md.ToolEntry(t.name, t.version, t.kind) for t in staged.by_role("skill")],
         )
-        (wd.session / "MURMUR.md").write_text(murmur_md.render(inventory), encoding="utf-8")
+        murmur_md.write(wd, inventory)
         if shell is not None:
             _launch_warnings(shell.launch_warnings, wd)
-        initial = write_task_input(wd, opts.task)
         _startup(opts, prep, url, session_id, wd, staged)
         status = service.run(initial)
     finally:
@@ -175,6 +175,8 @@ def run_session(opts: RunOptions) -> None:
             shell.close()
         if staged is not None:
             staged.cleanup()
+        if tools is not None:
+            tools.close()
         service.stop()
         if trace is not None:
             trace.close()
@@ -224,17 +226,18 @@ def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any) -> Any:
 
     shell = ShellSandbox(
         prep.loaded.capsule.capabilities, wd.accessible, session_id, loaded.network_allow, probe=prep.probe,
-        log=_bootstrap_logger(wd),
+        log=_bootstrap_logger(wd), logs_dir=wd.logs,
     )
     shell.launch_warnings = shell.start()
     return shell
 
 
 def _bootstrap_logger(wd: Any):
+    from mur.fsafe import append_text
+
     def log(message: str) -> None:
         try:
-            with open(wd.bootstrap_log, "a", encoding="utf-8") as fh:
-                fh.write(message.rstrip("\n") + "\n")
+            append_text(wd.bootstrap_log, message.rstrip("\n") + "\n")
         except OSError:
             pass
 

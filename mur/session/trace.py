@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur.errors import MurError
+from mur.fsafe import append_text, open_append
 
 Listener = Callable[[dict[str, Any]], None]
 
@@ -34,7 +35,7 @@ class TraceWriter:
         self.listeners: list[Listener] = []
         self._lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self._fd = open_append(self.path)  # never through a link
 
     def emit(self, event_type: str, **fields: Any) -> dict[str, Any]:
         """Write one event; returns the full record."""
@@ -69,8 +70,7 @@ class TraceWriter:
         if self.bootstrap_log is None:
             return
         try:
-            with open(self.bootstrap_log, "a", encoding="utf-8") as fh:
-                fh.write(message + "\n")
+            append_text(self.bootstrap_log, message + "\n")
         except OSError:
             pass
 

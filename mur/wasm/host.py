@@ -14,6 +14,7 @@ Failures become one of:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur.errors import MurError
+from mur.fsafe import open_append
 from mur.wasm.engine import WasmEngine, default_engine
 from mur.wasm.http import OutboundHttp
 from mur.wasm.limits import (
@@ -61,7 +63,7 @@ class _Output:
         if log_path is not None:
             try:
                 log_path.parent.mkdir(parents=True, exist_ok=True)
-                self._log = open(log_path, "ab")
+                self._log = os.fdopen(open_append(log_path), "ab")  # never through a link
             except OSError:
                 self._log = None
 
