@@ -53,20 +53,28 @@ def outside():
 
 @pytest.fixture
 def sandbox(workdir, request):
-    """``sandbox(caps, network_allow=[], host_env=None)`` -> a started ShellSandbox, closed and leak-checked."""
+    """``sandbox(caps, network_allow=[], host_env=None, own_workdir=False, **ShellSandbox kwargs)`` -> a started
+    ShellSandbox, closed and leak-checked (``own_workdir``: not the test's shared workdir, for a second session)."""
     made: list[ShellSandbox] = []
 
-    def make(caps: Capabilities | None = None, network_allow=(), host_env=None, **kw) -> ShellSandbox:
-        sb = ShellSandbox(caps or capabilities(), workdir, f"ses_test{os.getpid()}_{len(made)}_{request.node.name[-20:]}",
+    def make(caps: Capabilities | None = None, network_allow=(), host_env=None, own_workdir=False,
+             **kw) -> ShellSandbox:
+        where = Path(tempfile.mkdtemp(prefix="mur-sbx-")) if own_workdir else workdir  # a second session's own
+        extra.extend([where] if own_workdir else [])
+        sb = ShellSandbox(caps or capabilities(), where, f"ses_test{os.getpid()}_{len(made)}_{request.node.name[-20:]}",
                           parse_allow_list(list(network_allow)), host_env=host_env or HOST_ENV, **kw)
         made.append(sb)
         sb.warnings = sb.start()
         return sb
 
+    extra: list[Path] = []
     yield make
-    for sb in made:
+    for sb in reversed(made):  # later sessions may hold victims of earlier ones' attacks
         sb.close()
+    for sb in made:
         assert_nothing_left(sb)
+    for path in extra:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -204,3 +204,32 @@ def test_hosts_that_do_not_resolve_are_skipped(sandbox, servers):
     assert any("nowhere.test" in n and "did not resolve" in n for n in notes)
     r = sb.run("curl", command="curl -sS -m 5 -k https://nowhere.test/")
     assert r.exit_code != 0 and "403" in r.stderr
+
+
+def test_as_another_user_the_proxy_is_the_only_way_out(unprivileged_user, servers, record_escape):
+    """A non-root mur: an unprivileged user namespace carries the network namespace and the proxy."""
+    from asuser import run_sessions  # type: ignore[import-not-found]
+
+    tls, plain, ca = servers
+    caps = {"shell": {"allow": ["bash", "curl"]}}
+    out = run_sessions(unprivileged_user, {
+        "names": NAMES,
+        "sessions": [{"caps": caps, "network_allow": [f"https://allowed.test:{tls}"]}],
+        "calls": [
+            [0, {"binary": "bash", "args": ["-c", 'printf "%s" "$1" > ca.pem', "x", ca.read_text()]}],
+            [0, {"binary": "curl", "command": f"curl -sS -m 10 --cacert ca.pem https://allowed.test:{tls}/"}],
+            [0, {"binary": "curl", "command": f"curl -sS -m 10 --cacert ca.pem https://other.test:{tls}/"}],
+            [0, {"binary": "bash", "command": f"exec 3<>/dev/tcp/127.0.0.1/{tls} && echo connected"}],
+            [0, {"binary": "curl", "command": f"curl -sS -m 5 --noproxy '*' -k https://127.0.0.1:{tls}/"}],
+        ],
+    })
+    session = out["sessions"][0]
+    assert session["network"] == "proxy" and "user" in session["namespaces"]
+    ok, other, raw, noproxy = session["results"][1:]
+    assert ok["exit_code"] == 0 and ok["stdout"] == f"hello allowed.test:{tls}\n", ok["stderr"]
+    assert other["exit_code"] != 0 and "403" in other["stderr"]
+    assert raw["exit_code"] != 0 and "connected" not in raw["stdout"]
+    assert noproxy["exit_code"] != 0 and "hello" not in noproxy["stdout"]
+    control = bare_curl("-k", f"https://127.0.0.1:{tls}/")
+    assert control.returncode == 0 and "hello" in control.stdout
+    record_escape("non-root: other host / raw connect", "403 / refused (user+net namespace)", "bare curl works")

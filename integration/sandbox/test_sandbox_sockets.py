@@ -187,3 +187,25 @@ def test_connecting_or_listening_around_landlock_is_refused(sandbox, listener, r
         time.sleep(0.05)
     assert got_bytes.count(b"fastopen\n") == 2  # the bare sendto/sendmsg really connected and delivered
     record_escape(f"fastopen/listen/bind/io_uring ({mode})", "EACCES / EPERM", "connects, listens on 0.0.0.0")
+
+
+def test_as_another_user_the_socket_allowlist_holds(unprivileged_user, listener, record_escape):
+    from asuser import bare_as, run_sessions  # type: ignore[import-not-found]
+    from sbx_support import python_stdlib  # type: ignore[import-not-found]
+
+    port, got_bytes = listener
+    caps = {"shell": {"allow": ["python3"], "interpreter_runtime": [
+        {"binary": "python3", "dirs": [{"path": python_stdlib(), "list_dir": True}]}]}}
+    out = run_sessions(unprivileged_user, {"names": {"api.example.com": ["127.0.0.1"]}, "sessions": [
+        {"caps": caps, "network_allow": ["https://api.example.com"]}],
+        "calls": [[0, {"binary": "python3", "args": ["-c", ATTEMPTS, str(port)]}]]})
+    got = json.loads(out["sessions"][0]["results"][0]["stdout"])
+    assert got["tcp"] == "ok:opened"
+    for name in ("mptcp", "udp", "vsock", "xdp", "unix", "socketpair", "sendto_fastopen", "sendmsg_fastopen",
+                 "listen_autobind", "bind"):
+        assert got[name] == "EACCES", (name, got[name])
+    assert got["io_uring"] == "EPERM" and got_bytes == []
+    control = json.loads(bare_as(unprivileged_user, [SYSTEM_PYTHON, "-c", ATTEMPTS, str(port)]).stdout)
+    for name in ("mptcp", "udp", "vsock", "unix", "socketpair", "sendto_fastopen", "listen_autobind", "bind"):
+        assert control[name].startswith("ok:"), (name, control[name])
+    record_escape("non-root: MPTCP/UDP/vsock/fastopen/listen", "EACCES", "the same uid opens them bare")
