@@ -15,7 +15,6 @@ import socket
 import ssl
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -157,7 +156,7 @@ def test_a_tunnel_to_an_allowed_host_cannot_front_another_name(sandbox, servers,
     sb = net_sandbox(sandbox, [f"https://allowed.test:{tls}", f"allowed.test:{plain}"])
     shutil.copy(ca, sb.workdir / "ca.pem")
     honest = json.loads(sb.run("python3", args=["-c", SPOOF, str(tls), "allowed.test", "allowed.test"]).stdout)
-    assert honest == {"connect": "HTTP/1.1 200 Connection established", "reply": f"hello allowed.test\n"}
+    assert honest == {"connect": "HTTP/1.1 200 Connection established", "reply": "hello allowed.test\n"}
     fronted = json.loads(sb.run("python3", args=["-c", SPOOF, str(tls), "other.test", "other.test"]).stdout)
     assert fronted["connect"].endswith("200 Connection established") and "hello" not in fronted["reply"]
     assert any("SNI 'other.test' differs" in d[1] for d in sb.proxy.decisions)

@@ -17,38 +17,10 @@ import time
 
 import pytest
 
-from sbx_support import HOST_ENV, SYSTEM_PYTHON, capabilities  # type: ignore[import-not-found]
+from escape_scripts import ATTACK, CHANGES, VICTIM  # type: ignore[import-not-found]
+from sbx_support import HOST_ENV, SYSTEM_PYTHON  # type: ignore[import-not-found]
 
 pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
-
-ATTACK = r'''
-import ctypes, errno, json, os, resource, signal, sys
-pid = int(sys.argv[1])
-libc = ctypes.CDLL(None, use_errno=True)
-out = {}
-def attempt(name, fn):
-    try:
-        fn(); out[name] = "ok"
-    except OSError as e:
-        out[name] = errno.errorcode.get(e.errno, str(e.errno))
-def raw(nr, *args):
-    if libc.syscall(nr, *[ctypes.c_long(a) for a in args]) < 0:
-        raise OSError(ctypes.get_errno(), "")
-attempt("kill0", lambda: os.kill(pid, 0))
-attempt("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, pid, 19))
-attempt("prlimit", lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (7, 7)))
-attempt("affinity", lambda: os.sched_setaffinity(pid, {0}))
-attempt("scheduler", lambda: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)))
-attempt("ioprio", lambda: raw(251, 1, pid, 3 << 13))
-attempt("process_madvise", lambda: raw(440, os.pidfd_open(pid), 0, 0, 0, 0))
-attempt("pidfd_signal", lambda: signal.pidfd_send_signal(os.pidfd_open(pid), signal.SIGTERM))
-attempt("kill_term", lambda: os.kill(pid, signal.SIGTERM))
-if len(sys.argv) < 3:  # not in the controls: a bare tracer's attach would hold the victim's exit from its parent
-    attempt("ptrace", lambda: raw(101, 16, pid, 0, 0))
-print(json.dumps(out))
-'''
-CHANGES = ("kill0", "setpriority", "prlimit", "affinity", "scheduler", "ioprio", "pidfd_signal")
-VICTIM = "import os, time\nopen('victim.pid', 'w').write(str(os.getpid()))\ntime.sleep(60)"
 
 
 def nice_affinity_nofile(pid: int) -> tuple[int, list[int], str]:

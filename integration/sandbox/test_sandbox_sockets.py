@@ -15,74 +15,11 @@ import time
 
 import pytest
 
-from sbx_support import HOST_ENV, SYSTEM_PYTHON, capabilities  # type: ignore[import-not-found]
+from escape_scripts import ATTEMPTS  # type: ignore[import-not-found]
+from sbx_support import HOST_ENV, SYSTEM_PYTHON  # type: ignore[import-not-found]
 from mur.sandbox.probe import classify, probe_host
 
 pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
-
-ATTEMPTS = r'''
-import ctypes, errno, json, socket, sys
-port = int(sys.argv[1])
-out = {}
-def attempt(name, fn):
-    try:
-        out[name] = "ok:" + str(fn())
-    except OSError as e:
-        out[name] = errno.errorcode.get(e.errno, str(e.errno))
-def sock(fam, typ, proto=0):
-    s = socket.socket(fam, typ, proto); s.close(); return "opened"
-attempt("tcp", lambda: sock(2, 1))
-attempt("tcp6", lambda: sock(10, 1, 6))
-attempt("mptcp", lambda: sock(2, 1, 262))
-attempt("sctp", lambda: sock(2, 5, 132))
-attempt("sctp_stream", lambda: sock(2, 1, 132))
-attempt("smc_proto", lambda: sock(2, 1, 256))
-attempt("udp", lambda: sock(2, 2))
-attempt("icmp_raw", lambda: sock(2, 3, 1))
-attempt("vsock", lambda: sock(40, 1))
-attempt("xdp", lambda: sock(44, 3))
-attempt("netlink", lambda: sock(16, 3))
-attempt("packet", lambda: sock(17, 3))
-attempt("alg", lambda: sock(38, 5))
-attempt("bluetooth", lambda: sock(31, 1))
-attempt("unix", lambda: sock(1, 1))
-attempt("socketpair", lambda: socket.socketpair() and "opened")
-def fastopen():  # blocking: sendto() itself connects (no cookie yet: SYN, then the data)
-    s = socket.socket(2, 1)
-    s.sendto(b"fastopen\n", 0x20000000, ("127.0.0.1", port))
-    return "sent"
-attempt("sendto_fastopen", fastopen)
-def sendmsg_fastopen():
-    s = socket.socket(2, 1)
-    s.sendmsg([b"fastopen\n"], [], 0x20000000, ("127.0.0.1", port))
-    return "sent"
-attempt("sendmsg_fastopen", sendmsg_fastopen)
-def fastopen_connect():
-    s = socket.socket(2, 1)
-    s.setsockopt(6, 30, 1)  # TCP_FASTOPEN_CONNECT: connect() returns before the SYN
-    s.settimeout(3)
-    s.connect(("127.0.0.1", port)); s.sendall(b"x\n"); return "connected"
-attempt("fastopen_connect", fastopen_connect)
-def v4mapped():
-    s = socket.socket(10, 1); s.settimeout(3); s.connect(("::ffff:127.0.0.1", port)); return "connected"
-attempt("v4mapped_connect", v4mapped)
-def listen_autobind():
-    s = socket.socket(2, 1); s.listen(1); return s.getsockname()
-attempt("listen_autobind", listen_autobind)
-def bind_any():
-    s = socket.socket(2, 1); s.bind(("0.0.0.0", 0)); return s.getsockname()
-attempt("bind", bind_any)
-libc = ctypes.CDLL(None, use_errno=True)
-class Params(ctypes.Structure):
-    _fields_ = [("pad", ctypes.c_uint32 * 30)]
-def uring():
-    fd = libc.syscall(425, 4, ctypes.byref(Params()))
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), "io_uring_setup")
-    return "ring"
-attempt("io_uring", uring)
-print(json.dumps(out))
-'''
 
 
 @pytest.fixture

@@ -10,33 +10,10 @@ import subprocess
 
 import pytest
 
+from escape_scripts import INT80, LEGIT, LEGIT_OUT, PY, TOOLS, UNLISTED  # type: ignore[import-not-found]
 from sbx_support import HOST_ENV, SYSTEM_PYTHON, capabilities  # type: ignore[import-not-found]
 
 pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
-
-UNLISTED = r'''
-import ctypes, errno, json, os
-libc = ctypes.CDLL(None, use_errno=True)
-open("f", "w").close()
-out = {}
-for name, nr, args in (("fchmodat2", 452, (-100, b"f", 0o600, 0)), ("cachestat", 451, (-1, 0, 0, 0)),
-                       ("lsm_list_modules", 461, (0, 0, 0)), ("mbind_unknown_999", 999, ()),
-                       ("modify_ldt", 154, (0, 0, 0)), ("move_pages", 279, (0, 0, 0, 0, 0, 0))):
-    ctypes.set_errno(0)
-    r = libc.syscall(nr, *args)
-    out[name] = "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
-print(json.dumps(out))
-'''
-
-# i386 `int 0x80` (getpid = 20) from 64-bit code: the seccomp arch check must not let it around the table
-INT80 = r'''
-import ctypes, mmap
-code = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])  # mov eax, 20; int 0x80; ret
-buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-buf.write(code)
-addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-print(ctypes.CFUNCTYPE(ctypes.c_int)(addr)())
-'''
 
 
 def bare_python(code: str, cwd) -> subprocess.CompletedProcess:
@@ -62,38 +39,6 @@ def test_a_foreign_architecture_syscall_kills_the_tool(sandbox, tmp_path, record
     control = bare_python(INT80, tmp_path)
     assert control.returncode == 0 and int(control.stdout) > 1  # the i386 getpid answered
     record_escape("i386 int 0x80 from a 64-bit tool", "killed (SIGSYS)", "returns the pid")
-
-
-LEGIT = (
-    "set -euo pipefail\n"
-    "printf 'b\\na\\nc\\n' > in.txt\n"
-    "sort in.txt | tr a-z A-Z | head -2 | wc -l\n"
-    "echo \"$(cat in.txt | sort -r | head -1)\"\n"
-    "( cd .; echo subshell $(( 6 * 7 )) )\n"
-    "diff <(sort in.txt) <(printf 'a\\nb\\nc\\n') && echo same\n"
-    "cat <<EOF | sed 's/x/y/'\nxx here-doc\nEOF\n"
-    "echo '{\"a\": [1, 2, 3]}' | jq -c '.a | map(. * 2)'\n"
-    "sha256sum in.txt | cut -c1-16\n"
-    "tar cf a.tar in.txt && gzip -c a.tar > a.tgz && gzip -dc a.tgz | tar tf -\n"
-    "find . -name 'in.*' | xargs grep -c a\n"
-    "awk '{ s = s $1 } END { print s }' in.txt\n"
-    "date -u -d @0 +%Y\n"
-    "git init -q repo && cd repo && git config user.email t@t && git config user.name t\n"
-    "echo hi > f && git add f && git commit -qm one && git log --oneline | wc -l\n"
-    "cd .. && python3 py.py\n"
-)
-PY = (
-    "import hashlib, json, sqlite3, subprocess, tempfile, threading\n"
-    "db = sqlite3.connect(':memory:'); db.execute('create table t(x)'); db.execute('insert into t values (1)')\n"
-    "out = []\nt = threading.Thread(target=lambda: out.append(hashlib.sha256(b'x').hexdigest()[:8])); t.start(); t.join()\n"
-    "with tempfile.NamedTemporaryFile(dir='.') as f: f.write(b'tmp')\n"
-    "sub = subprocess.run(['sort'], input='z\\ny\\n', capture_output=True, text=True).stdout.split()\n"
-    "print(json.dumps([db.execute('select x from t').fetchone()[0], out[0], sub]))\n"
-)
-LEGIT_OUT = ("2\nc\nsubshell 42\nsame\nyx here-doc\n[2,4,6]\n"
-             + "{sha}\nin.txt\n1\nbac\n1970\n1\n[1, \"2d711642\", [\"y\", \"z\"]]\n")
-TOOLS = ("bash", "cat", "python3", "sort", "tr", "head", "wc", "diff", "sed", "jq", "sha256sum", "cut", "tar", "gzip",
-         "find", "xargs", "grep", "awk", "date", "git")
 
 
 def test_legitimate_tools_still_work(sandbox, tmp_path):

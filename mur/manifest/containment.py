@@ -71,7 +71,7 @@ NETWORK_TEXT = {
 }
 PROCESS_TEXT = {
     "session-uid": "tools run as a uid leased for the session",
-    "pid-namespace": "tools run in the session's own pid namespace",
+    "pid-namespace": "tools run in the session's own pid namespace; calls naming another pid refused by seccomp",
     "landlock-scope+seccomp": "tools share mur's uid; signals scoped by Landlock, pid-targeting calls by seccomp",
     "seccomp-only": "tools share mur's uid; only kill(-1) and pid-targeting calls are refused",
     "unenforced": "no kernel enforcement on this host",

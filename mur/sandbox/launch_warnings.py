@@ -37,7 +37,7 @@ def process_text(policy: ShellPolicy) -> str:
         assert policy.run_as is not None
         return f"tools run as uid {policy.run_as[0]}, leased for this session only"
     if policy.processes == "pid-namespace":
-        return "tools run in the session's own pid namespace"
+        return "tools run in the session's own pid namespace (and may not name another pid)"
     if policy.processes == "landlock-scope+seccomp":
         return "tools share mur's uid: signals are scoped by Landlock, other pid-targeting calls refused by seccomp"
     return ("tools share mur's uid and this host scopes no signals (Landlock ABI < 6, no user namespaces): a tool "

@@ -138,8 +138,8 @@ def socket_rules(grant: SocketGrant) -> list[ArgRule]:
 
 def process_rules() -> list[ArgRule]:
     """Calls that act on another process by pid, confined to the caller (pid 0) and its process
-    group: for tools that share a uid with processes outside their session and have no pid
-    namespace of their own (kill(2) itself is Landlock's signal scope; kill(-1) is refused here)."""
+    group: for tools that share a uid with processes outside their session -- mur, and in a pid
+    namespace its init -- (kill(2) itself is Landlock's signal scope; kill(-1) is refused here)."""
     deny = errno.EPERM
     rules = [ArgRule(name, deny, ((0, "ne", 0, 0),)) for name in PID_FIRST]
     rules += [
@@ -467,7 +467,9 @@ def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[st
         )
     run_as = run_as if linux else None
     sockets = socket_grant(unix=unix, inet=network.inet, private_net="net" in namespaces)
-    confine = run_as is None and "pid" not in namespaces
+    # Tools sharing mur's uid are confined to pid 0 even in their pid namespace: its init (the
+    # reaper) has their uid too, and a prlimit(1, RLIMIT_CPU, 0) would take the namespace down.
+    confine = run_as is None
     seccomp = seccomp_table(sockets, workdir_exec=workdir_exec, confine_pids=confine) \
         if linux and getattr(probe, "seccomp") else None
     cgroup = None

@@ -9,7 +9,6 @@ JSON line (the deploy helper runs that on remote targets).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import platform
