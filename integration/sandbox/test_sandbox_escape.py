@@ -296,3 +296,24 @@ def test_namespaces_ptrace_and_mount_are_refused(sandbox, record_escape):
         "libc.mount(b'none', b'.', b'tmpfs', 0, None)", "0")])
     assert control.stdout.split("\n")[0] == "unshare 0 0"  # root may create a user namespace bare
     record_escape("unshare(CLONE_NEWUSER) / mount / ptrace", "EPERM x3", "root unshares")
+
+
+def test_as_another_user_a_copied_binary_cannot_run_through_the_loader(unprivileged_user, record_escape):
+    """Without root the noexec workdir comes from the user namespace's mount namespace."""
+    from asuser import run_sessions  # type: ignore[import-not-found]
+
+    out = run_sessions(unprivileged_user, {"sessions": [{"caps": {"shell": {"allow": ["bash", "cat"]}}}], "calls": [
+        [0, {"binary": "cat", "command": "cat /usr/bin/cat"}],
+        [0, {"binary": "bash", "command": "echo note > note.txt; /lib64/ld-linux-x86-64.so.2 /usr/bin/cat note.txt"}],
+    ]})
+    session = out["sessions"][0]
+    assert "mnt" in session["namespaces"]
+    # the loader maps the real cat fine (control), then is refused a copy in the (noexec) workdir
+    copy = run_sessions(unprivileged_user, {"sessions": [{"caps": {"shell": {"allow": ["bash", "cp", "chmod"]}}}],
+                                            "calls": [[0, {"binary": "bash", "command": (
+                                                "cp /usr/bin/cat ./mycat 2>&1 || exit 9; echo note > note.txt; "
+                                                "/lib64/ld-linux-x86-64.so.2 ./mycat note.txt; echo rc=$?")}]]})
+    loader = copy["sessions"][0]["results"][0]
+    assert "rc=" in loader["stdout"] and "rc=0" not in loader["stdout"] and "note" not in loader["stdout"], loader
+    assert session["results"][1]["stdout"] == "note\n"
+    record_escape("ld.so ./copied-binary as non-root", "refused (noexec mount, user namespace)", "ld.so runs cat")

@@ -153,3 +153,28 @@ def test_as_another_user_sessions_and_mur_are_out_of_reach(unprivileged_user, re
         victim.kill()
         victim.wait()
     record_escape("another session / mur, same uid (non-root)", "ESRCH (pid namespace)", "same uid changes it all")
+
+
+SYSV = ("import ctypes, errno, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "shm = libc.shmget(int(sys.argv[1]), 0, 0)\nprint('found' if shm >= 0 else errno.errorcode[ctypes.get_errno()])")
+
+
+def test_the_hosts_system_v_ipc_is_out_of_reach(sandbox, record_escape):
+    """A world-accessible SysV segment (what a careless daemon leaves): another IPC namespace."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = 0x6D750000 + os.getpid() % 0xFFFF
+    shm = libc.shmget(key, 4096, 0o1666)  # IPC_CREAT | 0666
+    assert shm >= 0
+    try:
+        sb = sandbox()
+        assert "ipc" in sb.policy.namespaces
+        r = sb.run("python3", args=["-c", SYSV, str(key)])
+        assert r.stdout == "ENOENT\n", r.stdout + r.stderr
+        control = subprocess.run([SYSTEM_PYTHON, "-c", SYSV, str(key)], capture_output=True, text=True, timeout=30,
+                                 user=65534, group=65534, extra_groups=[])
+        assert control.stdout == "found\n"
+    finally:
+        libc.shmctl(shm, 0, None)  # IPC_RMID
+    record_escape("a host SysV shared memory segment (0666)", "ENOENT (own IPC namespace)", "uid 65534 finds it")

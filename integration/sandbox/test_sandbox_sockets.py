@@ -8,6 +8,7 @@ bare (as root: the control for families only root may open, and for everything e
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import threading
@@ -146,3 +147,45 @@ def test_as_another_user_the_socket_allowlist_holds(unprivileged_user, listener,
     for name in ("mptcp", "udp", "vsock", "unix", "socketpair", "sendto_fastopen", "listen_autobind", "bind"):
         assert control[name].startswith("ok:"), (name, control[name])
     record_escape("non-root: MPTCP/UDP/vsock/fastopen/listen", "EACCES", "the same uid opens them bare")
+
+
+ABSTRACT_CLIENT = ("import errno, socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n"
+                   "    s.connect(sys.argv[1].encode().replace(b'@', b'\\0', 1)); print(s.recv(10).decode().strip())\n"
+                   "except OSError as e:\n    print(errno.errorcode[e.errno])")
+
+
+def test_a_hosts_abstract_unix_socket_is_out_of_reach_even_with_unix_sockets(sandbox, record_escape):
+    """Abstract sockets have no file for Landlock to guard: the network namespace (and Landlock's
+    ABI 6 scope) keep a tool with unix_sockets: true from the host's (X11, containerd, dbus ...)."""
+    name = f"@mur-test-abstract-{os.getpid()}"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(name.replace("@", "\0", 1).encode())
+    srv.listen(4)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"pong\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        from sbx_support import capabilities  # type: ignore[import-not-found]
+
+        sb = sandbox(capabilities(network={"unix_sockets": True}))
+        r = sb.run("python3", args=["-c", ABSTRACT_CLIENT, name])
+        assert r.stdout.strip() in ("ECONNREFUSED", "EPERM"), r.stdout + r.stderr
+        control = subprocess.run([SYSTEM_PYTHON, "-c", ABSTRACT_CLIENT, name], capture_output=True, text=True,
+                                 timeout=30, user=65534, group=65534, extra_groups=[])
+        assert control.stdout == "pong\n"
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        srv.close()
+    record_escape("a host abstract unix socket (unix_sockets: true)", r.stdout.strip(), "uid 65534 gets pong")
