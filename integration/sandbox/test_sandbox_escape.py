@@ -309,7 +309,7 @@ def test_as_another_user_a_copied_binary_cannot_run_through_the_loader(unprivile
     session = out["sessions"][0]
     assert "mnt" in session["namespaces"]
     # the loader maps the real cat fine (control), then is refused a copy in the (noexec) workdir
-    copy = run_sessions(unprivileged_user, {"sessions": [{"caps": {"shell": {"allow": ["bash", "cp", "chmod"]}}}],
+    copy = run_sessions(unprivileged_user, {"sessions": [{"caps": {"shell": {"allow": ["bash", "cp", "cat"]}}}],
                                             "calls": [[0, {"binary": "bash", "command": (
                                                 "cp /usr/bin/cat ./mycat 2>&1 || exit 9; echo note > note.txt; "
                                                 "/lib64/ld-linux-x86-64.so.2 ./mycat note.txt; echo rc=$?")}]]})
