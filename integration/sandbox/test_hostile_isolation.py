@@ -69,10 +69,11 @@ def who(request):
     return request.getfixturevalue("unprivileged_user")
 
 
-def bare(user, argv: list[str]) -> subprocess.CompletedProcess:
+def bare(user, argv: list[str], home=None) -> subprocess.CompletedProcess:
     prefix = [] if user is None else ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
+    home = str(home or (user.home if user is not None else "/root"))
     return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+                          env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": home})
 
 
 class WebCapsule(HostileCapsule):
@@ -174,3 +175,28 @@ def test_syscalls_and_legitimate_tools_end_to_end(hostile, who, tmp_path, record
     assert stdout == LEGIT_OUT.format(sha=sha), run.results[2].data
     record_escape(f"mur run: off-allowlist syscalls, int 0x80 ({'root' if who is None else 'non-root'})",
                   "ENOSYS / killed; the tools still work", "bare: they run")
+
+
+def test_explain_scope_states_the_mechanisms_in_force(who, tmp_path):
+    """`mur run --explain-scope --json` (and the human report) on this host, as root and not."""
+    from hostile import python_for_others  # type: ignore[import-not-found]
+
+    base = who.home if who is not None else tmp_path
+    project = base / "explain"
+    project.mkdir()
+    (project / "murmur.yaml").write_text(
+        'name: c\nversion: "1"\ncapabilities:\n  containment: scoped\n  network:\n'
+        "    allow: [https://api.example.com]\n  shell:\n    allow: [curl]\n")
+    if who is not None:
+        who.chown(project)
+    mur = list(who.mur) if who is not None else list(python_for_others() or ())
+    out = {}
+    for flags in (["--json"], []):
+        r = bare(who, [*mur, "run", "--explain-scope", "--no-env-file", "-m", str(project / "murmur.yaml"), *flags],
+                 home=base)  # no config of the machine's own
+        assert r.returncode == 0, r.stderr
+        out[bool(flags)] = r.stdout
+    c = json.loads(out[True])["containment"]
+    assert (c["achieved"], c["floor_met"], c["network"]) == ("scoped", True, "netns+egress-proxy")
+    assert c["processes"] == ("session-uid" if who is None else "pid-namespace")
+    assert "  network:   netns+egress-proxy (shell tools reach exactly the allowed hosts" in out[False]
