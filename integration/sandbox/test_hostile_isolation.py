@@ -18,6 +18,7 @@ import threading
 import pytest
 
 from escape_scripts import ATTACK, ATTEMPTS, INT80, LEGIT, LEGIT_OUT, PY, TOOLS, UNLISTED  # type: ignore[import-not-found]
+from sbx_support import HelloHandler  # type: ignore[import-not-found]
 from hostile import DEFAULT_SHELL, FINAL_TEXT, SYSTEM_PYTHON, HostileCapsule, HostileRun  # type: ignore[import-not-found]
 
 pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
@@ -41,19 +42,7 @@ def assert_ok(run: HostileRun) -> None:
 @pytest.fixture
 def web():
     """Two loopback HTTP servers: (the one a capsule allows, one nobody allows)."""
-
-    class Hello(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            body = b"hello\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello) for _ in range(2)]
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloHandler) for _ in range(2)]
     for srv in servers:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield tuple(srv.server_address[1] for srv in servers)
@@ -113,12 +102,12 @@ def test_sockets_and_hosts_end_to_end(who, web, tmp_path, record_escape):
         assert got[name] == "EACCES", (name, got[name])
     assert got["io_uring"] == "EPERM"
     assert run.results[1].data.strip() == "http://127.0.0.1:3128"
-    assert run.results[2].data == "hello\n", run.results[2].data
+    assert run.results[2].data == f"hello 127.0.0.1:{allowed}\n", run.results[2].data
     assert [r.data.strip() for r in run.results[3:5]] == ["403", "403"]
     for r in run.results[5:]:
         assert "connected" not in r.data and "hello" not in r.data
     for url in (f"http://localhost:{allowed}/", f"http://127.0.0.1:{other}/"):
-        assert bare(who, ["curl", "-s", "-m", "10", url]).stdout == "hello\n"
+        assert bare(who, ["curl", "-s", "-m", "10", url]).stdout.startswith("hello ")
     sockets = json.loads(bare(who, [SYSTEM_PYTHON, "-c", ATTEMPTS, str(other)]).stdout)
     assert sockets["mptcp"].startswith("ok:") and sockets["sendto_fastopen"].startswith("ok:")
     tag = "root" if who is None else "non-root"

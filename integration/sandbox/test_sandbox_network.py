@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from sbx_support import HOST_ENV, SYSTEM_PYTHON, capabilities  # type: ignore[import-not-found]
+from sbx_support import HOST_ENV, SYSTEM_PYTHON, HelloHandler, capabilities  # type: ignore[import-not-found]
 
 pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
 
@@ -26,16 +26,6 @@ NAMES = {"allowed.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}
 CURL = shutil.which("curl")
 
 
-class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        body = f"hello {self.headers.get('Host')}\n".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +39,9 @@ def servers(tmp_path_factory):
     shutil.copy(cert, ca)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
-    https = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    https = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloHandler)
     https.socket = ctx.wrap_socket(https.socket, server_side=True)
-    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloHandler)
     for srv in (https, plain):
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield https.server_address[1], plain.server_address[1], ca

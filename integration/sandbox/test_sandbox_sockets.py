@@ -11,13 +11,12 @@ import json
 import os
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
 
 from escape_scripts import ATTEMPTS  # type: ignore[import-not-found]
-from sbx_support import HOST_ENV, SYSTEM_PYTHON  # type: ignore[import-not-found]
+from sbx_support import HOST_ENV, SYSTEM_PYTHON, capabilities, serving  # type: ignore[import-not-found]
 from mur.sandbox.probe import classify, probe_host
 
 pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
@@ -25,31 +24,15 @@ pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
 
 @pytest.fixture
 def listener():
-    """A loopback TCP listener that counts the connections it accepted (and what they sent)."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    srv.settimeout(0.2)
+    """A loopback TCP listener that keeps what each connection sent."""
     got: list[bytes] = []
-    stop = threading.Event()
 
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.settimeout(1)
-                try:
-                    got.append(conn.recv(100))
-                except OSError:
-                    got.append(b"")
+    def keep(conn):
+        conn.settimeout(1)
+        got.append(conn.recv(100))
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield srv.getsockname()[1], got
-    stop.set()
-    thread.join(timeout=2)
-    srv.close()
+    with serving(socket.create_server(("127.0.0.1", 0)), keep) as srv:
+        yield srv.getsockname()[1], got
 
 
 def run_attempts(sb, port: int) -> dict[str, str]:
@@ -161,31 +144,11 @@ def test_a_hosts_abstract_unix_socket_is_out_of_reach_even_with_unix_sockets(san
     srv = socket.socket(socket.AF_UNIX)
     srv.bind(name.replace("@", "\0", 1).encode())
     srv.listen(4)
-    srv.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.sendall(b"pong\n")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        from sbx_support import capabilities  # type: ignore[import-not-found]
-
+    with serving(srv, lambda conn: conn.sendall(b"pong\n")):
         sb = sandbox(capabilities(network={"unix_sockets": True}))
         r = sb.run("python3", args=["-c", ABSTRACT_CLIENT, name])
         assert r.stdout.strip() in ("ECONNREFUSED", "EPERM"), r.stdout + r.stderr
         control = subprocess.run([SYSTEM_PYTHON, "-c", ABSTRACT_CLIENT, name], capture_output=True, text=True,
                                  timeout=30, user=65534, group=65534, extra_groups=[])
         assert control.stdout == "pong\n"
-    finally:
-        stop.set()
-        thread.join(timeout=2)
-        srv.close()
     record_escape("a host abstract unix socket (unix_sockets: true)", r.stdout.strip(), "uid 65534 gets pong")
