@@ -167,8 +167,13 @@ def _response(status: int, reason: str) -> bytes:
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
-def _system_resolve(host: str) -> list[str]:
-    return list(dict.fromkeys(info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)))
+def system_resolve(host: str) -> list[str]:
+    """The addresses ``host`` resolves to (getaddrinfo) right now; [] when it does not."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 class EgressProxy:
@@ -179,7 +184,7 @@ class EgressProxy:
                  max_connections: int = 64) -> None:
         self.listener = listener
         self.allow = tuple(allow)
-        self.resolve = resolve or _system_resolve
+        self.resolve = resolve or system_resolve
         self._log = log or (lambda _m: None)
         self.max_connections = max_connections
         self.decisions: deque[tuple[str, str]] = deque(maxlen=1000)  # (target, "allowed ..." | "refused ...")

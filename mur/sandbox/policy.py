@@ -1,10 +1,13 @@
 """The shell sandbox policy as data: capabilities + workdir + host probe -> ``ShellPolicy``.
 
 Pure: no syscalls, no filesystem access. Everything measured on the host (the probe, the binaries'
-resolved closures, the resolved network ports, the uid's process count, the inherited hard limits)
-comes in as arguments, so the whole policy can be asserted in unit tests and printed by
-``--explain-scope``. The thin appliers (landlock.py, seccomp.py, rlimits.py, cgroups.py, spawn.py)
-turn it into kernel state.
+resolved closures, which network.allow hosts resolve, the session uid, the namespaces created, the
+uid's process count, the inherited hard limits) comes in as arguments, so the whole policy can be
+asserted in unit tests and printed by ``--explain-scope``. This is the one place that decides: the
+seccomp allowlist and its argument rules (socket families/types/protocols, pid-targeting calls),
+the Landlock grants, which network mechanism carries network.allow and what the egress proxy
+admits, which namespaces a session gets. The thin appliers (landlock.py, seccomp.py, rlimits.py,
+cgroups.py, namespaces.py, egress.py, spawn.py) turn it into kernel state.
 """
 
 from __future__ import annotations
@@ -88,10 +91,6 @@ class SocketGrant:
     families: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]
     bind: bool  # bind() (TCP bind is still refused by Landlock; this is for AF_UNIX)
     listen: bool  # listen(); never while an inet socket could autobind on a host interface
-
-    def family_names(self) -> list[str]:
-        names = {socket.AF_UNIX: "AF_UNIX", socket.AF_INET: "AF_INET", socket.AF_INET6: "AF_INET6"}
-        return [names.get(f, str(f)) for f, _t, _p in self.families]
 
 
 def socket_grant(*, unix: bool, inet: bool, private_net: bool) -> SocketGrant:

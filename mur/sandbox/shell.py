@@ -17,7 +17,6 @@ import selectors
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -30,7 +29,7 @@ from mur.errors import MurError
 from mur.fsafe import Tree
 from mur.sandbox import cgroups, elf, namespaces, policy as pol, rlimits, uids
 from mur.sandbox.access import WorkdirAccess
-from mur.sandbox.egress import EgressProxy
+from mur.sandbox.egress import EgressProxy, system_resolve
 from mur.sandbox.launch_warnings import launch_warnings
 from mur.sandbox.output import OUTPUT_LIMIT, Capture, cut, write_log
 from mur.sandbox.probe import HostProbe, probe_host
@@ -143,7 +142,7 @@ class ShellSandbox:
         self.log = log or (lambda _msg: None)
         self.host_env = dict(os.environ if host_env is None else host_env)
         self.on_workdir_exceeded = on_workdir_exceeded
-        self.resolve = resolve or _addresses
+        self.resolve = resolve or system_resolve
         self.policy: pol.ShellPolicy | None = None
         self.cgroup: cgroups.SessionCgroup | None = None
         self.binaries: dict[str, _Binary] = {}
@@ -576,11 +575,3 @@ def _killpg(pgid: int) -> None:
     except (ProcessLookupError, PermissionError):
         pass
 
-
-def _addresses(host: str) -> list[str]:
-    """The addresses ``host`` resolves to (getaddrinfo) right now; [] when it does not."""
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        return []
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
