@@ -185,3 +185,21 @@ def test_spawn_only_capsules_get_the_aggregate_bound_too(workdir):
     finally:
         sb.close()
     assert all(not os.path.exists(d) for d in sb.cgroup.dirs.values())
+
+
+def test_a_namespace_the_probe_promised_but_launch_cannot_make_is_refused(sandbox, monkeypatch):
+    """Never a silent fallback to port rules: E-CAP-005 when network.allow needs the namespace."""
+    from mur.sandbox import namespaces
+
+    def fail(*_a, **_kw):
+        raise OSError("cannot create the session namespaces (net+ipc+mnt): simulated")
+
+    monkeypatch.setattr(namespaces, "create", fail)
+    with pytest.raises(MurError) as info:
+        sandbox(network_allow=["https://api.example.com"], resolve=lambda h: ["127.0.0.1"])
+    assert info.value.code == "E-CAP-005" and "simulated" in info.value.message
+    notes: list[str] = []
+    sb = sandbox(log=notes.append)  # no network grant: the namespaces are defence in depth, logged
+    assert sb.policy.namespaces == () and sb.policy.network.mode == "none"
+    assert any("could not be created" in n for n in notes)
+    assert sb.run("bash", command="echo ok").stdout == "ok\n"
