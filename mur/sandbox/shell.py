@@ -505,9 +505,18 @@ class ShellSandbox:
                                    landlock_abi=probe.landlock_abi if linux else 0)
         if not names:
             return network, ()
+        port = pol.PROXY_PORT if network.proxy else None
         try:
-            self.namespaces = namespaces.create(names, workdir=str(self.workdir),
-                                                proxy_port=pol.PROXY_PORT if network.proxy else None)
+            try:
+                self.namespaces = namespaces.create(names, workdir=str(self.workdir), proxy_port=port)
+            except OSError as exc:
+                if "mnt" not in names:
+                    raise
+                # e.g. a workdir on a filesystem that refuses a bind mount here: keep the rest
+                names = tuple(n for n in names if n != "mnt")
+                self.namespaces = namespaces.create(names, workdir=str(self.workdir), proxy_port=port)
+                self.log(f"the workdir could not be re-mounted noexec ({exc}): the ELF loader could still map "
+                         "a binary copied into the workdir")
         except OSError as exc:
             if network.proxy:
                 raise MurError("E-CAP-005", f"cannot create the network namespace that carries network.allow for "
