@@ -517,25 +517,29 @@ def make_unprivileged_user() -> UnprivilegedUser | str:
     return UnprivilegedUser(uid, uid, home, mur, tuple(groups))
 
 
-def remove_unprivileged_user(user: UnprivilegedUser) -> None:
-    """Kill what is left in the delegated cgroups, remove them (children first) and the HOME."""
+def remove_cgroup(top: str) -> None:
+    """SIGKILL every process in the cgroup `top` and below, then remove the directories (children first)."""
     import time
 
+    for _ in range(100):
+        if not os.path.exists(top):
+            return
+        for d in sorted((d for d, _s, _f in os.walk(top)), key=len, reverse=True):
+            try:
+                with open(os.path.join(d, "cgroup.procs")) as fh:
+                    for pid in fh.read().split():
+                        try:
+                            os.kill(int(pid), signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                os.rmdir(d)
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
+def remove_unprivileged_user(user: UnprivilegedUser) -> None:
+    """Kill what is left in the delegated cgroups, remove them and the HOME."""
     for top in user.cgroups:
-        for _ in range(100):
-            dirs = sorted((d for d, _s, _f in os.walk(top)), key=len, reverse=True)
-            for d in dirs:
-                try:
-                    with open(os.path.join(d, "cgroup.procs")) as fh:
-                        for pid in fh.read().split():
-                            try:
-                                os.kill(int(pid), signal.SIGKILL)
-                            except ProcessLookupError:
-                                pass
-                    os.rmdir(d)
-                except OSError:
-                    pass
-            if not os.path.exists(top):
-                break
-            time.sleep(0.05)
+        remove_cgroup(top)
     shutil.rmtree(user.home, ignore_errors=True)

@@ -11,7 +11,6 @@ is allowed.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile import DEFAULT_SHELL, FINAL_TEXT, HostileRun, cgroup_v1_roots, seed_cache, tool_artifact
+from hostile import DEFAULT_SHELL, FINAL_TEXT, HostileRun, cgroup_v1_roots, remove_cgroup, seed_cache, tool_artifact
 from mur.sandbox import access
 
 pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
@@ -367,24 +366,8 @@ def test_payloads_of_a_killed_run_are_swept_by_the_next(hostile, tmp_path, recor
 
 def _reap_session_cgroups(session_id: str) -> None:
     """A killed mur leaves its session cgroups and their processes: kill and remove them."""
-    import time
-
     for root in {*cgroup_v1_roots().values(), "/sys/fs/cgroup/unified", "/sys/fs/cgroup"}:
-        path = os.path.join(root, "mur", session_id)
-        for _ in range(200):
-            try:
-                with open(os.path.join(path, "cgroup.procs")) as fh:
-                    for pid in fh.read().split():
-                        try:
-                            os.kill(int(pid), signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
-                os.rmdir(path)
-                break
-            except OSError as exc:
-                if exc.errno == errno.ENOENT:
-                    break
-                time.sleep(0.05)
+        remove_cgroup(os.path.join(root, "mur", session_id))
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -273,16 +272,17 @@ def read_case_eval(case_dir: Path, session_dir: Path | None, scope: str,
 def run_case(manifest: Path, case: Case, case_dir: Path, scope: str, env: dict[str, str],
              note: Callable[[str], None]) -> CaseResult:
     """Run one case as a `mur run` subprocess and read its score."""
-    try:
-        case_dir.mkdir(parents=True, exist_ok=True)
-        task = case_dir / "task.md"
+    from mur.fsafe import Tree
+
+    try:  # the case directory becomes a tools' workdir (and may be one from an earlier run): no link followed
+        text = b""
         if case.task_path is not None and case.task_path.is_file():
-            shutil.copyfile(case.task_path, task)
-        else:
-            if case.task_path is not None:
-                note(f"    warning: task_path '{case.task_ref}' not found ({case.task_path}); "
-                     "running the case with an empty task")
-            task.write_text("", encoding="utf-8")
+            text = case.task_path.read_bytes()
+        elif case.task_path is not None:
+            note(f"    warning: task_path '{case.task_ref}' not found ({case.task_path}); "
+                 "running the case with an empty task")
+        with Tree(case_dir, create=True) as tree:
+            tree.write_bytes("task.md", text)
     except OSError as exc:
         error = f"error[E-IO-003]: cannot prepare case workdir {case_dir}: {exc.strerror or exc}"
         return CaseResult(case.case_id, "stage_failed", case_dir, error=error)

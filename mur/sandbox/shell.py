@@ -227,7 +227,8 @@ class ShellSandbox:
             if network.proxy and self.namespaces is not None and self.namespaces.listener is not None:
                 self.proxy = EgressProxy(self.namespaces.listener, network.allow, resolve=self.resolve, log=self.log)
                 self.proxy.start()
-            self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach)
+            self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach,
+                                       also=self._readonly())  # shell logs grow with what tools print
             self._guard.start()
             atexit.register(self.close)
         except BaseException:

@@ -48,8 +48,9 @@ class WorkdirGuard:
     """A daemon thread polling the workdir size; calls ``on_exceeded(size)`` once on breach."""
 
     def __init__(self, root: str, limit: int, on_exceeded: Callable[[int], None],
-                 interval: float = POLL_SECONDS) -> None:
+                 interval: float = POLL_SECONDS, also: tuple[str, ...] = ()) -> None:
         self.root = root
+        self.also = also  # more trees the tools fill (the session's shell logs), counted in the same total
         self.limit = limit
         self.interval = interval
         self.on_exceeded = on_exceeded
@@ -59,7 +60,11 @@ class WorkdirGuard:
 
     def check(self) -> int | None:
         """One poll now; returns the size when over the limit (and fires the callback once)."""
-        size = tree_size(self.root, stop_above=self.limit)
+        size = 0
+        for root in (self.root, *self.also):
+            if size > self.limit:
+                break
+            size += tree_size(root, stop_above=self.limit - size)
         if size > self.limit:
             if self.exceeded_size is None:
                 self.exceeded_size = size

@@ -132,17 +132,17 @@ class TaskExecutor:
             except OSError:
                 pass
             host.run_capsule(cfg, tools.invoke)
-            if accessible.lstat(result) is None:
-                message = "the capsule component finished without writing out/result.txt"
-                self.last_error = MurError("E-RUN-007", f"capsule run failed: {message}")
-                return "failed", f"error: {message}", {"turns": 0}, None
             try:  # a regular file, read without following a link (a shell tool may have swapped it)
-                text = accessible.read_text(result)
+                text = accessible.read_text(result) if accessible.lstat(result) is not None else None
             except OSError as exc:
                 message = f"cannot read the capsule's out/result.txt: {exc.strerror or exc}"
                 self.last_error = MurError("E-IO-002" if isinstance(exc, LinkRefused) else "E-IO-003",
                                            f"capsule run failed: {message}")
                 return "failed", f"error: {message}", {"turns": 0}, None
+        if text is None:
+            message = "the capsule component finished without writing out/result.txt"
+            self.last_error = MurError("E-RUN-007", f"capsule run failed: {message}")
+            return "failed", f"error: {message}", {"turns": 0}, None
         if text.startswith("error:"):
             self.last_error = MurError("E-RUN-007", f"capsule run failed: {text.strip()[len('error:'):].strip()}")
             return "failed", text, {"turns": 0}, None

@@ -110,9 +110,14 @@ def render(inv: Inventory) -> str:
 
 def write(wd: Any, inv: Inventory) -> None:
     """MURMUR.md into the tools' workdir, by rename (never through a link a tool may have left)."""
+    from mur.errors import MurError
     from mur.fsafe import Tree
 
     if inv.logs_dir is None:
         inv.logs_dir = str(wd.logs)
-    with Tree(wd.accessible) as tree:
-        tree.write_text("MURMUR.md", render(inv))
+    try:
+        with Tree(wd.accessible) as tree:
+            tree.write_text("MURMUR.md", render(inv))
+    except OSError as exc:  # e.g. a directory an earlier run's tools left under that name
+        raise MurError("E-IO-003", f"cannot write {wd.murmur_md}: {exc.strerror or exc}",
+                       "remove what is in the way; the runtime owns that name") from exc

@@ -97,6 +97,18 @@ def test_guard_fires_once_within_a_poll(tmp_path):
         guard.stop()
 
 
+def test_guard_counts_the_session_logs_with_the_workdir(tmp_path):
+    work, logs = tmp_path / "work", tmp_path / "logs"
+    work.mkdir()
+    logs.mkdir()
+    (work / "a").write_bytes(b"x" * 3000)
+    (logs / "shell-1.log").write_bytes(b"x" * 3000)
+    fired = []
+    guard = workdir_guard.WorkdirGuard(str(work), 5000, fired.append, also=(str(logs),))
+    assert guard.check() == 6000 and fired == [6000]
+    assert workdir_guard.WorkdirGuard(str(work), 5000, fired.append).check() is None
+
+
 # --- probe, landlock constants, seccomp compilation ---
 
 
