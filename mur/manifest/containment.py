@@ -6,6 +6,10 @@
   * Achieved class: from the host probe only (a real Landlock ruleset applied in a forked child, see
     mur.sandbox.probe), never from the manifest: `scoped` on Landlock-capable Linux, else `advisory`;
     `sealed` is never achievable. `capabilities.filesystem.workdir_exec: true` caps it at `advisory`.
+  * `scoped` also means network.allow is carried by a private network namespace for a capsule that
+    can spawn subprocesses and has network.allow: on a host that cannot create one the capsule
+    achieves only `advisory` (its tools would reach any address on an allowed port), so a scoped
+    floor is refused rather than silently degraded to Landlock's port rules.
   * Refusal: E-CAP-003 before any registry pull, compile or workdir creation.
 This module is pure: it takes the probe result as an argument.
 """
@@ -18,6 +22,8 @@ from typing import Any, Protocol
 from mur.errors import MurError
 from mur.manifest.capsule import Capsule
 from mur.manifest.config import CLASS_RANK
+from mur.manifest.network import parse_allow_list
+from mur.sandbox.policy import explain_isolation
 
 SCOPED_SHORTFALL = (
     "scoped requires Landlock filesystem mediation (Linux 5.13+ with a usable Landlock ABI); this host "
@@ -35,6 +41,13 @@ WORKDIR_EXEC_SHORTFALL = (
 )
 
 
+NETWORK_SHORTFALL = (
+    "scoped confines the network.allow of a capsule that spawns subprocesses to exactly its hosts, which needs "
+    "a private network namespace (mur as root, or unprivileged user namespaces); this host cannot create one, "
+    "so shell tools would reach every address on an allowed port"
+)
+
+
 class ProbeLike(Protocol):
     achieved: str
     mechanism: str
@@ -49,6 +62,20 @@ class Floor:
     source: str  # "manifest" | "config" | "cli" | "default"
 
 
+NETWORK_TEXT = {
+    "netns+egress-proxy": "shell tools reach exactly the allowed hosts, through mur's egress proxy",
+    "landlock-tcp-ports": "no network namespace: any address on an allowed TCP port",
+    "unfiltered-tcp": "no network namespace and no usable TCP rule: TCP connect is not restricted",
+    "no-inet-sockets": "no network.allow: shell tools get no inet socket",
+    "unenforced": "no kernel enforcement on this host",
+}
+PROCESS_TEXT = {
+    "session-uid": "tools run as a uid leased for the session",
+    "pid-namespace": "tools run in the session's own pid namespace; calls naming another pid refused by seccomp",
+    "landlock-scope+seccomp": "tools share mur's uid; signals scoped by Landlock, pid-targeting calls by seccomp",
+    "seccomp-only": "tools share mur's uid; only kill(-1) and pid-targeting calls are refused",
+    "unenforced": "no kernel enforcement on this host",
+}
 SOURCE_TEXT = {
     "manifest": "capabilities.containment in murmur.yaml",
     "config": "containment in .murmur/config.yaml",
@@ -78,19 +105,30 @@ def effective_floor(manifest: str | None, config: str | None, cli: str | None) -
     return best or Floor("advisory", "default")
 
 
-def achieved_class(probe: ProbeLike, workdir_exec: bool) -> str:
-    """The host's class, capped at advisory when the capsule keeps its workdir executable."""
+def network_shortfall(caps: Any, probe: ProbeLike) -> bool:
+    """A Landlock host that cannot give subprocesses a network namespace, for a capsule whose
+    subprocesses have network.allow (probes that do not measure it count as able: fakes, old targets)."""
+    spawns = bool(caps.shell_allow or caps.spawn_allow)
+    return (spawns and bool(caps.network.allow) and probe.achieved == "scoped"
+            and not getattr(probe, "netns", True))
+
+
+def achieved_class(probe: ProbeLike, workdir_exec: bool, network_short: bool = False) -> str:
+    """The host's class, capped at advisory when the capsule keeps its workdir executable or its
+    network.allow cannot be carried by a namespace here."""
     achieved = probe.achieved if probe.achieved in ("advisory", "scoped") else "advisory"
-    return "advisory" if workdir_exec else achieved
+    return "advisory" if workdir_exec or network_short else achieved
 
 
-def shortfall_reason(declared: str, achieved: str, workdir_exec: bool) -> str | None:
+def shortfall_reason(declared: str, achieved: str, workdir_exec: bool, network_short: bool = False) -> str | None:
     """Why `achieved` falls short of `declared`, naming the missing mechanism; None when met."""
     if CLASS_RANK[achieved] >= CLASS_RANK[declared]:
         return None
     if declared == "sealed":
         return SEALED_SHORTFALL  # no host provides it, whatever the capsule declares
-    return WORKDIR_EXEC_SHORTFALL if workdir_exec else SCOPED_SHORTFALL
+    if workdir_exec:
+        return WORKDIR_EXEC_SHORTFALL
+    return NETWORK_SHORTFALL if network_short else SCOPED_SHORTFALL
 
 
 def floor_error(declared: str, achieved: str, reason: str) -> MurError:
@@ -103,10 +141,10 @@ def floor_error(declared: str, achieved: str, reason: str) -> MurError:
     )
 
 
-def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool) -> str:
+def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool, network_short: bool = False) -> str:
     """Raise E-CAP-003 when the floor is unmet; returns the achieved class."""
-    achieved = achieved_class(probe, workdir_exec)
-    reason = shortfall_reason(floor.declared, achieved, workdir_exec)
+    achieved = achieved_class(probe, workdir_exec, network_short)
+    reason = shortfall_reason(floor.declared, achieved, workdir_exec, network_short)
     if reason is not None:
         raise floor_error(floor.declared, achieved, reason)
     return achieved
@@ -116,8 +154,11 @@ def scope_report(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, 
     """The `--explain-scope --json` object: containment + the capsule-wide grant set."""
     caps = capsule.capabilities
     workdir_exec = caps.filesystem.workdir_exec
-    achieved = achieved_class(probe, workdir_exec)
-    reason = shortfall_reason(floor.declared, achieved, workdir_exec)
+    short = network_shortfall(caps, probe)
+    achieved = achieved_class(probe, workdir_exec, short)
+    reason = shortfall_reason(floor.declared, achieved, workdir_exec, short)
+    network, processes = explain_isolation(parse_allow_list(list(caps.network.allow)), probe,
+                                           workdir_exec=workdir_exec)
     shell = caps.shell
     return {
         "containment": {
@@ -127,6 +168,8 @@ def scope_report(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, 
             "floor_met": reason is None,
             "reason": reason,
             "mechanism": probe.mechanism,
+            "network": network,
+            "processes": processes,
         },
         "grants": {
             "filesystem_scope": caps.filesystem.scope,
@@ -200,6 +243,9 @@ def render_scope_report(report: dict[str, Any]) -> str:
     if c["reason"]:
         out.append(f"  reason:    {c['reason']}")
     out.append(f"  mechanism: {c['mechanism']}")
+    if "network" in c:
+        out.append(f"  network:   {c['network']} ({NETWORK_TEXT.get(c['network'], c['network'])})")
+        out.append(f"  processes: {c['processes']} ({PROCESS_TEXT.get(c['processes'], c['processes'])})")
     out.append("")
     out.append("Effective grants")
     out.append(f"  filesystem scope: {g['filesystem_scope'] or '<none>'}")

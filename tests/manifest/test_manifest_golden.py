@@ -179,7 +179,8 @@ def test_case_through_the_cli(name, project):
         assert got == json.loads(expected_json)
         # the key order is part of the contract (issue 2, item 7)
         assert list(got) == ["containment", "grants"]
-        assert list(got["containment"]) == ["declared", "declared_source", "achieved", "floor_met", "reason", "mechanism"]
+        assert list(got["containment"]) == ["declared", "declared_source", "achieved", "floor_met", "reason", "mechanism",
+                                        "network", "processes"]
         assert list(got["grants"]) == [
             "filesystem_scope", "network_allow", "unix_sockets", "shell_allow", "spawn_allow", "env_allow",
             "interpreter_runtime",
