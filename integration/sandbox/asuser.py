@@ -51,12 +51,12 @@ try:
                              daemon=True)
         t.start()
         threads.append(t)
-    def victim(k):  # a host pid of session k's tools (the newest: the tool, not its pid-namespace stand-in)
+    def victim(k):  # a host pid of session k's tools (the newest one)
         until = time.monotonic() + 20
-        while not boxes[k].cgroup.pids() and time.monotonic() < until:
+        while not boxes[k].tool_pids() and time.monotonic() < until:
             time.sleep(0.05)
         time.sleep(0.3)
-        return max(boxes[k].cgroup.pids())
+        return max(boxes[k].tool_pids())
     def fill(text):
         if text is None:
             return None
@@ -70,7 +70,7 @@ try:
         out["sessions"][i]["results"].append({"exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr})
     for k, sb in enumerate(boxes):  # what the other sessions' calls left of this session's processes
         state = []
-        for pid in sorted(sb.cgroup.pids()):
+        for pid in sorted(sb.tool_pids()):
             try:
                 nice = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
                 state.append({"pid": pid, "nice": nice, "affinity": sorted(os.sched_getaffinity(pid))})

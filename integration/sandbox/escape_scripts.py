@@ -96,7 +96,9 @@ if len(sys.argv) < 3:  # not in the controls: a bare tracer's attach would hold 
 print(json.dumps(out))
 '''
 CHANGES = ("kill0", "setpriority", "prlimit", "affinity", "scheduler", "ioprio", "pidfd_signal")
-VICTIM = "import os, time\nopen('victim.pid', 'w').write(str(os.getpid()))\ntime.sleep(60)"
+# the pid file appears complete (renamed into place), never empty under a reader that polls for it
+VICTIM = ("import os, time\nopen('victim.pid.tmp', 'w').write(str(os.getpid()))\nos.rename('victim.pid.tmp', 'victim.pid')"
+          "\ntime.sleep(60)")
 
 # Syscalls off the allowlist (class 5).
 UNLISTED = r'''

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -56,7 +57,7 @@ def test_another_sessions_tool_is_out_of_reach(sandbox, record_escape):
     until = time.monotonic() + 20
     while not pid_file.exists() and time.monotonic() < until:
         time.sleep(0.05)
-    pid = int(pid_file.read_text())
+    pid = max(b.tool_pids())  # its host pid (the file holds its pid inside b's namespace)
     before = nice_affinity_nofile(pid)
     got = attack(a, pid)
     refused(got)
@@ -90,6 +91,25 @@ def test_a_daemon_running_as_nobody_is_out_of_reach(sandbox, record_escape):
         daemon.kill()
         daemon.wait()
     record_escape("renice/prlimit/kill a daemon running as nobody", "EPERM", "uid 65534 changes it all")
+
+
+def test_the_sessions_spawner_is_out_of_its_own_tools_reach(sandbox, record_escape):
+    """The spawner (zygote.py) shares the tools' uid but stays outside their pid namespace."""
+    sb = sandbox()
+    assert "pid" in sb.policy.namespaces
+    assert sb.run("bash", command="true").exit_code == 0
+    spawner = sb._spawner.pid
+    before = nice_affinity_nofile(spawner)
+    refused(attack(sb, spawner))
+    sb.run("bash", command="kill -9 -1")
+    assert nice_affinity_nofile(spawner) == before and sb._spawner.pid == spawner and sb._spawner.starts == 1
+    control = bare_attack(spawner, sb.policy.run_as[0])  # a process of the spawner's uid, outside the namespace
+    for name in CHANGES:
+        assert control[name] == "ok", (name, control)
+    r = sb.run("bash", command="echo again")  # the control's SIGTERM ended it: a new one serves the call
+    assert r.stdout == "again\n" and sb._spawner.starts == 2
+    record_escape("renice/prlimit/kill the session's own spawner", "ESRCH (outside the tools' pid namespace)",
+                  "its uid changes it all")
 
 
 def test_a_tool_still_manages_its_own_processes(sandbox):
@@ -178,3 +198,23 @@ def test_the_hosts_system_v_ipc_is_out_of_reach(sandbox, record_escape):
     finally:
         libc.shmctl(shm, 0, None)  # IPC_RMID
     record_escape("a host SysV shared memory segment (0666)", "ENOENT (own IPC namespace)", "uid 65534 finds it")
+
+
+def test_a_killed_mur_leaves_no_namespace_holder_behind():
+    """kill -9 of mur: the holder and the pid namespace's init die with it (PR_SET_PDEATHSIG), and
+    neither kept mur's stdout open (a caller reading it would wait forever)."""
+    code = ("import os, sys\nfrom mur.sandbox import namespaces\nns = namespaces.create(('net', 'ipc', 'pid'))\n"
+            "print(ns.holder_pid, ns.init_pidfd is not None, flush=True)\nimport time; time.sleep(60)")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    mur = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=repo)
+    holder, has_init = mur.stdout.readline().split()
+    assert has_init == "True"
+    children = open(f"/proc/{holder}/task/{holder}/children").read().split()
+    assert len(children) == 1  # the init
+    mur.kill()
+    mur.wait()
+    assert mur.stdout.read() == ""  # EOF: nothing else holds the pipe
+    until = time.monotonic() + 5
+    while any(os.path.exists(f"/proc/{p}") for p in (holder, children[0])) and time.monotonic() < until:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{holder}") and not os.path.exists(f"/proc/{children[0]}")

@@ -69,14 +69,14 @@ def test_background_jobs_end_with_the_call_and_daemons_with_the_session(sandbox)
     r = sb.run("bash", command="python3 -c 'import time; time.sleep(60)' & echo started")
     assert r.stdout == "started\n"
     until = time.monotonic() + 5
-    while sb.cgroup.pids() and time.monotonic() < until:
+    while sb.tool_pids() and time.monotonic() < until:
         time.sleep(0.05)
-    assert sb.cgroup.pids() == set()  # the call's process group was killed when it returned
+    assert sb.tool_pids() == set()  # the call's process group was killed when it returned
     daemon = sb.run("python3", args=["-c", (
         "import os, sys, time\nif os.fork(): sys.exit(0)\nos.setsid()\nos.close(1); os.close(2)\ntime.sleep(60)")])
     assert daemon.exit_code == 0
     time.sleep(0.2)
-    assert len(sb.cgroup.pids()) == 1  # escaped its process group, not the cgroup: close() kills it
+    assert len(sb.tool_pids()) == 1  # escaped its process group, not the cgroup: close() kills it
 
 
 def test_unresolved_binary_and_refusals(sandbox):
@@ -104,7 +104,7 @@ def test_full_tier_warning_states_scope_network_sockets_and_processes(sandbox, t
     assert "AF_UNIX sockets are refused" in text and f"tools run as uid {sb.policy.run_as[0]}" in text
     assert "landlock+seccomp" in text and "bash, cat, python3" in text
     assert any("nowhere.invalid" in n and "did not resolve" in n for n in notes)
-    assert any("network netns+egress-proxy, processes session-uid, namespaces net+ipc+mnt" in n for n in notes)
+    assert any("network netns+egress-proxy, processes session-uid, namespaces net+ipc+mnt+pid" in n for n in notes)
 
 
 def test_without_a_namespace_the_port_rules_fallback_says_so(sandbox, tcp_listeners):

@@ -194,8 +194,13 @@ def runtime_modules() -> list[str]:
 
 
 _ENTRY = """\
-from mur.cli.main import main
-main()
+import sys
+if sys.argv[1:2] == ["--mur-sandbox-spawner"]:  # mur.sandbox.spawn.SPAWNER_FLAG: a session's spawner
+    from mur.sandbox.zygote import main as spawner
+    spawner()
+else:
+    from mur.cli.main import main
+    main()
 """
 
 

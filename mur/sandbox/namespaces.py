@@ -11,12 +11,14 @@ What a session gets (``policy.plan_namespaces`` decides, this module applies):
 * **user** (mur not root) -- an unprivileged user namespace mapping only mur's own uid and gid to
   themselves; it is what lets a non-root mur create the others. Tools gain no privilege from it:
   their uid inside is not 0, so execve clears the capabilities joining gave them.
-* **pid** (mur not root) -- tools then share mur's uid, so they get a pid namespace instead: kill,
-  setpriority, prlimit, sched_setaffinity, ioprio_set, pidfd_open ... can only name processes of
-  the session. Its pid 1 is a reaper forked by the holder; both live until ``close()``.
+* **pid** -- kill, setpriority, prlimit, sched_setaffinity, ioprio_set, pidfd_open ... can only
+  name processes of the session: not mur's (which tools share the uid of when mur is not root),
+  not the session's spawner (zygote.py, which shares the tools' uid). Its pid 1 is a reaper forked
+  by the holder; both live until ``close()``, or die with mur (PR_SET_PDEATHSIG), and every
+  process of the namespace with them.
 
 The holder sends back nsfs fds (and the listener) over a socketpair; nsfs fds keep a namespace
-alive with no process in it, so a tool's preexec only calls setns(). Creating a namespace costs
+alive with no process in it, so the session's spawner only calls setns(). Creating a namespace costs
 milliseconds (netns teardown even more, asynchronously): once per session, never per call.
 """
 
@@ -42,6 +44,7 @@ ST_TO_MS = ((1, MS_RDONLY), (2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC), (1024
             (2048, MS_NODIRATIME), (4096, MS_RELATIME))
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 HANDOVER_TIMEOUT = 10.0
+PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -131,6 +134,7 @@ def _holder(names: tuple[str, ...], chan: socket.socket, workdir: str | None, pr
             step = "starting the pid namespace's init"
             init_pid = os.fork()
             if init_pid == 0:
+                _die_with(None)  # its parent is outside its namespace: getppid() is 0 here
                 chan.close()
                 if listener is not None:
                     listener.close()
@@ -194,8 +198,21 @@ class SessionNamespaces:
             self.listener = None
 
 
+def _die_with(parent: int | None) -> None:
+    """SIGKILL this process when its parent dies: a mur killed with -9 leaves no holder or init
+    behind. ``parent``: the pid to check for a death before the prctl took effect, where visible."""
+    _ccheck(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    if parent is not None and os.getppid() != parent:
+        os._exit(0)
+
+
 def _close_inherited(keep: int) -> None:
-    """The holder outlives this call: it must not pin mur's sockets, pipes and files open."""
+    """The holder outlives this call: it must not pin mur's sockets, pipes and files open (its
+    stdio included: a caller reading mur's output would wait for the holder too)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
     try:
         fds = [int(n) for n in os.listdir("/proc/self/fd")]
     except OSError:
@@ -212,9 +229,11 @@ def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: in
     """Build ``names`` (NAMESPACES order) in a holder child; raises OSError naming the failed step."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     uid, gid = os.getuid(), os.getgid()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            _die_with(parent)  # with the thread that forked it, in fact: create() on a session's own thread
             ours.close()
             _close_inherited(theirs.fileno())
             _holder(names, theirs, workdir, proxy_port, uid, gid)

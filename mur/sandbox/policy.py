@@ -285,17 +285,18 @@ NAMESPACES = ("user", "net", "ipc", "mnt", "pid")  # the order a tool joins them
 def plan_namespaces(*, is_root: bool, private_net: bool, userns: bool, workdir_exec: bool) -> tuple[str, ...]:
     """The private namespaces a session's tools run in, as far as this host allows.
 
-    As root: net + ipc (+ mnt for the noexec workdir); tools also get their own uid. As another
-    user, everything comes from an unprivileged user namespace: user + net + ipc + pid (+ mnt),
-    the pid namespace standing in for the uid tools then share with mur.
+    net + ipc + pid (+ mnt for the noexec workdir). As root tools also get a uid of their own; as
+    another user everything comes from an unprivileged user namespace (+ user), the pid namespace
+    standing in for the uid tools then share with mur. Either way the pid namespace keeps the
+    session's spawner (zygote.py), which shares the tools' uid, out of their reach.
     """
     if not private_net:
         return ()
-    wanted = {"net", "ipc"} | (set() if workdir_exec else {"mnt"})
+    wanted = {"net", "ipc", "pid"} | (set() if workdir_exec else {"mnt"})
     if not is_root:
         if not userns:
             return ()
-        wanted |= {"user", "pid"}
+        wanted |= {"user"}
     return tuple(n for n in NAMESPACES if n in wanted)
 
 

@@ -135,7 +135,7 @@ def _namespace_checks(root: bool) -> tuple[bool, bool]:
     from mur.sandbox import namespaces
 
     userns = not root and namespaces.available(("user", "net", "pid"))
-    netns = namespaces.available(("net", "ipc")) if root else userns
+    netns = namespaces.available(("net", "ipc", "pid")) if root else userns
     return netns, userns
 
 

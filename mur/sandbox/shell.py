@@ -17,7 +17,6 @@ import selectors
 import shlex
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from mur.sandbox.launch_warnings import launch_warnings
 from mur.sandbox.output import OUTPUT_LIMIT, Capture, cut, write_log
 from mur.sandbox.probe import HostProbe, probe_host
 from mur.sandbox.result import ShellResult, attribute, limit_error, shell_trace_fields
-from mur.sandbox.spawn import Prepared, SpawnError, prepare, spawn
+from mur.sandbox.spawn import Call, Prepared, SpawnError, Spawner, prepare
 from mur.sandbox.workdir_guard import WorkdirGuard
 from mur.secrets import is_credential_name, matches_any
 
@@ -50,6 +49,7 @@ __all__ = [
 BASELINE_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TEMP", "TMP", "CARGO_HOME", "RUSTUP_HOME", "TERM")
 CAPSULE_HOME = ".capsule-home"
 DRAIN_SECONDS = 0.5  # after the tool exits, how long its leftovers may keep our pipes open
+KILL_GRACE_SECONDS = 10.0  # after a timeout kill, how long the spawner may take to report the exit
 E012_HINT = "the systemd user unit `mur` runs under needs `Delegate=yes` for memory, pids, cpu and io"
 LIMIT_FIELDS = ("cpu_seconds", "max_file_size_bytes", "cgroup_memory_bytes", "cgroup_pids_max")
 
@@ -147,6 +147,7 @@ class ShellSandbox:
         self.cgroup: cgroups.SessionCgroup | None = None
         self.binaries: dict[str, _Binary] = {}
         self._prepared: Prepared | None = None
+        self._spawner: Spawner | None = None
         self._access: WorkdirAccess | None = None
         self._guard: WorkdirGuard | None = None
         self._exceeded: MurError | None = None
@@ -176,7 +177,8 @@ class ShellSandbox:
         try:
             resources = self.caps.resources
             if linux:
-                limits = cgroups.CgroupLimits(resources.cgroup_memory_bytes, resources.cgroup_pids_max,
+                # pids.max counts the session's spawner too (spawn.py): one more, so tools get exactly theirs
+                limits = cgroups.CgroupLimits(resources.cgroup_memory_bytes, resources.cgroup_pids_max + 1,
                                               resources.cgroup_cpu_percent, resources.cgroup_io_bytes_per_sec)
                 try:
                     self.cgroup = cgroups.create_session_cgroup(self.session_id, limits, workdir=str(self.workdir))
@@ -205,8 +207,9 @@ class ShellSandbox:
                 self.caps, str(self.workdir), probe,
                 closures={b.name: b.closure for b in self.binaries.values() if b.closure},
                 network=network, run_as=run_as, namespaces=joined, readonly=self._readonly(),
-                # a fresh session uid, or a user namespace of our own, starts from no tasks at all
-                nproc_baseline=0 if run_as or "user" in joined else rlimits.uid_task_count(os.getuid()),
+                # a fresh session uid, or a user namespace of our own, starts from no tasks at all; the
+                # session's spawner is one more task of the tools' uid (zygote.py)
+                nproc_baseline=1 + (0 if run_as or "user" in joined else rlimits.uid_task_count(os.getuid())),
                 hard_limits=rlimits.inherited_hard_limits(), existing=os.path.exists,
             )
             self.log(f"shell sandbox: network {network.mechanism}, processes {self.policy.processes}, "
@@ -224,6 +227,11 @@ class ShellSandbox:
                 self._prepared = prepare(self.policy, self.cgroup, self.namespaces)
             except OSError as exc:
                 raise MurError("E-RUN-015", f"the shell sandbox could not be prepared: {exc}") from exc
+            self._spawner = Spawner(self._prepared, str(self.workdir))
+            try:
+                self._spawner.start()
+            except SpawnError as exc:
+                raise MurError("E-RUN-015", f"the shell sandbox could not be applied: {exc}") from exc
             if network.proxy and self.namespaces is not None and self.namespaces.listener is not None:
                 self.proxy = EgressProxy(self.namespaces.listener, network.allow, resolve=self.resolve, log=self.log)
                 self.proxy.start()
@@ -247,6 +255,8 @@ class ShellSandbox:
             self._guard.stop()
         for pgid in list(self._children):
             _killpg(pgid)
+        if self._spawner is not None:
+            self._spawner.close()
         if self.proxy is not None:
             self.proxy.close()
         if self.cgroup is not None:
@@ -292,6 +302,11 @@ class ShellSandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def tool_pids(self) -> set[int]:
+        """The pids in the session cgroup(s) other than the spawner's: what the tools left running."""
+        pids = self.cgroup.pids() if self.cgroup is not None else set()
+        return pids - {self._spawner.pid} if self._spawner is not None else pids
+
     def workdir_exceeded(self) -> MurError | None:
         """E-RUN-013 once the watcher saw the workdir past workdir_max_bytes."""
         return self._exceeded
@@ -305,7 +320,7 @@ class ShellSandbox:
         if binary not in self.caps.shell_allow:
             raise MurError("E-RUN-015", f"shell binary '{binary}' is not in capabilities.shell.allow",
                            "add it to capabilities.shell.allow in murmur.yaml")
-        if not self._started or self._closed or self._prepared is None:
+        if not self._started or self._closed or self._spawner is None:
             raise MurError("E-RUN-015", "the shell sandbox is not running (start() not called, or closed)")
         if self._exceeded is not None:
             raise self._exceeded
@@ -343,21 +358,21 @@ class ShellSandbox:
         cap = self.caps.resources.workdir_max_bytes
         out, err = Capture(logs, cap), Capture(logs, cap)
         began = time.monotonic()
+        assert self._spawner is not None
         try:
-            proc = spawn(argv, executable=info.path, env=env, cwd=str(self.workdir), prepared=self._prepared,
-                         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+            call = self._spawner.run(argv, executable=info.path, env=env, stdin=stdin is not None)
         except SpawnError as exc:
             raise MurError("E-RUN-015", f"the shell sandbox could not be applied to '{info.name}': {exc}") from exc
         except OSError as exc:
-            return self._refused(info, text, 126, f"mur: cannot execute {info.path}: {exc.strerror}\n")
-        self._children.add(proc.pid)
+            return self._refused(info, text, 126, f"mur: cannot execute {info.path}: {exc.strerror or exc}\n")
+        self._children.add(call.pid)
         try:
-            timed_out = self._pump(proc, out, err, stdin, began + timeout)
+            timed_out = self._pump(call, out, err, stdin, began + timeout)
         finally:
-            self._children.discard(proc.pid)
+            self._children.discard(call.pid)
         duration_ms = int((time.monotonic() - began) * 1000)
         after = self.cgroup.evidence() if self.cgroup else (0, 0)
-        rc = proc.returncode
+        rc = call.returncode
         sig = -rc if rc is not None and rc < 0 else None
         exit_code = 128 + sig if sig is not None else (rc or 0)
         truncated = out.total > OUTPUT_LIMIT or err.total > OUTPUT_LIMIT
@@ -367,58 +382,60 @@ class ShellSandbox:
         stderr = cut(bytes(err.head))
         if timed_out:
             stderr += f"\nmur: '{info.name}' timed out after {timeout:g}s and was killed\n"
+        elif call.lost:
+            stderr += f"\nmur: the sandbox's spawner died while '{info.name}' ran; it was killed\n"
         return ShellResult(
             exit_code=exit_code, stdout=cut(bytes(out.head)), stderr=stderr, truncated=truncated,
             full_output_path=full_path, duration_ms=duration_ms, stdout_bytes=out.total, stderr_bytes=err.total,
             binary=info.canonical or info.name, command=text,
-            resource_limit=attribute(sig, timed_out, before, after, getattr(proc, "mur_cpu_seconds", 0.0),
+            resource_limit=attribute(sig, timed_out or call.lost, before, after, call.cpu_seconds,
                                      self.caps.resources.cpu_seconds),
             signal=sig, timed_out=timed_out,
         )
 
-    def _pump(self, proc: subprocess.Popen, out: Capture, err: Capture, stdin: bytes | None,
-              deadline: float) -> bool:
+    def _pump(self, call: Call, out: Capture, err: Capture, stdin: bytes | None, deadline: float) -> bool:
         """Read both pipes until the tool exits (or the deadline), then drain; returns timed_out.
 
-        The child's exit wakes the selector through a pidfd (Linux 5.3+), so a call costs no
-        polling latency; without pidfds we poll with a short, growing interval.
+        The spawner's exit report wakes the selector (it waits on a pidfd), so a call costs no
+        polling latency.
         """
-        if stdin is not None and proc.stdin is not None:
-            threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin), daemon=True).start()
+        if stdin is not None and call.stdin is not None:
+            threading.Thread(target=_feed_stdin, args=(os.fdopen(call.stdin, "wb"), stdin), daemon=True).start()
+            call.stdin = None  # the feeder owns (and closes) it
         sel = selectors.DefaultSelector()
         pipes = 0
-        for pipe, capture in ((proc.stdout, out), (proc.stderr, err)):
-            if pipe is not None:
-                os.set_blocking(pipe.fileno(), False)
-                sel.register(pipe, selectors.EVENT_READ, capture)
-                pipes += 1
-        pidfd = _pidfd(proc.pid)
-        if pidfd is not None:
-            sel.register(pidfd, selectors.EVENT_READ, None)
+        for fd, capture in ((call.stdout, out), (call.stderr, err)):
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ, capture)
+            pipes += 1
+        sel.register(call.exit_fd, selectors.EVENT_READ, None)
         timed_out = exited = False
         drain_until = 0.0
-        poll = 0.001
         try:
             while True:
                 now = time.monotonic()
-                if not exited and _reap(proc, block=False):
-                    exited = True
-                    _killpg(proc.pid)  # the call is over: its background jobs go with it
-                    drain_until = now + DRAIN_SECONDS
                 if exited and (pipes == 0 or now >= drain_until):
                     break  # past the drain, something that left our process group still holds a pipe
-                if not exited and not timed_out and now >= deadline:
+                if not exited and call.spawner.pid is None:  # close() from another thread stopped it
+                    call.abandon()
+                    break
+                if not exited and now >= deadline:
+                    if timed_out and now >= deadline + KILL_GRACE_SECONDS:
+                        call.abandon()  # the spawner never reported the killed tool's exit
+                        break
                     timed_out = True
-                    _killpg(proc.pid)
+                    _killpg(call.pid)  # again while it lasts: the group may still be forking
                 if exited:
                     wait = drain_until - now
-                elif pidfd is not None:
-                    wait = max(0.0, deadline - now) if not timed_out else 0.05
                 else:
-                    wait, poll = min(poll, max(0.0, deadline - now)), min(poll * 2, 0.05)
+                    # bounded, so a spawner stopped by close() is noticed (its fd left the selector)
+                    wait = min(max(0.0, deadline - now), 0.5) if not timed_out else 0.05
                 for key, _ in sel.select(timeout=wait):
-                    if key.data is None:  # the pidfd: the child exited, reaped at the loop top
-                        sel.unregister(key.fileobj)
+                    if key.data is None:  # the exit report: the spawner killed what was left of the group
+                        sel.unregister(key.fd)
+                        call.reap()
+                        exited = True
+                        drain_until = time.monotonic() + DRAIN_SECONDS
                         continue
                     try:
                         chunk = os.read(key.fd, 65536)
@@ -427,15 +444,12 @@ class ShellSandbox:
                     if chunk:
                         key.data.feed(chunk)
                     else:
-                        sel.unregister(key.fileobj)
+                        sel.unregister(key.fd)
                         pipes -= 1
         finally:
             sel.close()
-            if pidfd is not None:
-                os.close(pidfd)
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+            for fd in (call.stdout, call.stderr) + ((call.stdin,) if call.stdin is not None else ()):
+                os.close(fd)
         return timed_out
 
     # helpers ----------------------------------------------------------------------------------
@@ -554,29 +568,6 @@ def _feed_stdin(pipe: IO[bytes], data: bytes) -> None:
             pipe.close()
         except OSError:
             pass
-
-
-def _reap(proc: subprocess.Popen, block: bool) -> bool:
-    """waitpid through wait4, keeping the child's rusage (CPU-time evidence for RLIMIT_CPU)."""
-    if proc.returncode is not None:
-        return True
-    try:
-        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
-    except ChildProcessError:
-        proc.returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-        return True
-    if pid == 0:
-        return False
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    proc.mur_cpu_seconds = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
-    return True
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # not Linux, or a kernel older than 5.3
-        return None
 
 
 def _killpg(pgid: int) -> None:

@@ -1,66 +1,46 @@
-"""The thin applier: start one sandboxed subprocess.
+"""The thin applier: start sandboxed subprocesses through the session's spawner.
 
 Kernel objects are built once per session in the parent (``prepare``): the Landlock ruleset fd, the
 compiled seccomp programs, the open ``cgroup.procs`` files, and the session's namespaces
-(``namespaces.py``). The ``preexec_fn`` between fork and exec then only issues syscalls, in the
-order environment.md section 0 verified:
+(``namespaces.py``). ``Spawner`` then starts the session's spawner (``zygote.py``): a small fresh
+interpreter that joins the cgroup and the namespaces, applies Landlock and seccomp to itself once,
+and forks every tool from there, so a call costs one fork of a ~10 MB process and an exec instead
+of a fork of mur, a cgroup migration and the whole sandbox set-up. Each child only sets its hard
+rlimits and (as root) drops to the session uid before the exec; see zygote.py for the order.
 
-  1. join the cgroup(s)      -- while still root: cgroup.procs is root-owned
-  2. set the rlimits         -- hard, cur == max
-  3. join the namespaces     -- setns(): user first (when mur is not root: it grants the rest), then
-                                net, ipc, mnt (the noexec workdir; re-enter the cwd through it), pid
-  3b. (pid namespace only) fork once more: setns(pid) only moves the caller's *children*, so the
-                                child waits for its own child -- the tool, pid 2+ in the namespace --
-                                and leaves with the tool's exit status or signal
-  4. drop to the session uid -- setgroups([]), setgid, setuid (root only); caps vanish with uid 0
-  5. Landlock restrict_self  -- sets no_new_privs first
-  6. seccomp, last           -- so the steps above are not themselves filtered
-
-A failing step is reported by name through a CLOEXEC pipe instead of Python's bare
-"Exception occurred in preexec_fn" (upstream PR #24 fixed the same opacity).
+A step that fails (at start-up, or in a child) is reported by name instead of Python's bare
+"Exception occurred in preexec_fn" (upstream PR #24 fixed the same opacity). A spawner that died
+(a tool sharing its uid killed it, say) is started again before the next call.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
+import select
 import signal
+import socket
 import subprocess
+import sys
 from dataclasses import dataclass, field
-from typing import IO, Any, Mapping, Sequence
+from pathlib import Path
+from typing import Mapping, Sequence
 
-from mur.sandbox import landlock, rlimits, seccomp
+from mur.sandbox import landlock, seccomp, zygote
 from mur.sandbox.cgroups import SessionCgroup
-from mur.sandbox.namespaces import CLONE_NEWNS, CLONE_NEWPID, SessionNamespaces
+from mur.sandbox.namespaces import SessionNamespaces
 from mur.sandbox.policy import ShellPolicy
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int, flag: int) -> None:
-    if _libc.setns(fd, flag) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns({flag:#x}): {os.strerror(err)}")
-
-
-def _stand_in(child: int) -> None:
-    """The pid-namespace step's outer process: wait for the tool, then end exactly as it did."""
-    os.closerange(0, 65536)  # nothing of ours may keep the caller's pipes (or its exec error pipe) open
-    while True:
-        try:
-            _pid, status = os.waitpid(child, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+START_TIMEOUT = 60.0  # a fresh interpreter on a loaded machine; once per session
+ANSWER_TIMEOUT = 30.0  # fork + exec of one tool, or its exit report once the pidfd fired
+SPAWNER_FLAG = "--mur-sandbox-spawner"  # how a frozen (PyInstaller) mur starts zygote.main
 
 
 class SpawnError(Exception):
-    """The sandbox could not be applied in the child; ``str()`` names the step and the errno."""
+    """The sandbox could not be applied; ``str()`` names the step and the errno."""
+
+
+class _Gone(Exception):
+    """The spawner died before answering a request."""
 
 
 @dataclass
@@ -107,72 +87,196 @@ def prepare(policy: ShellPolicy, cgroup: SessionCgroup | None,
     return prepared
 
 
-def _preexec(prepared: Prepared, report_fd: int, cwd: str):
-    ruleset_fd = prepared.ruleset.fd if prepared.ruleset is not None else None
-    program = prepared.program
-    limits = prepared.policy.rlimits
-    run_as = prepared.policy.run_as
-    joins = prepared.namespaces.join_order() if prepared.namespaces is not None else []
-    cwd_b = os.fsencode(cwd)
-    cgroup_fds = list(prepared.cgroup_fds)
 
-    def child() -> None:
-        step = "joining the cgroup"
+
+def _boot_argv(ctl_fd: int) -> list[str]:
+    """The spawner's command line: this interpreter, isolated and without site, running zygote.main."""
+    if getattr(sys, "frozen", False):  # a PyInstaller runtime: the mur binary itself dispatches
+        return [sys.executable, SPAWNER_FLAG, str(ctl_fd)]
+    root = str(Path(zygote.__file__).resolve().parents[2])
+    boot = f"import sys; sys.path.insert(0, {root!r}); from mur.sandbox.zygote import main; main()"
+    return [sys.executable, "-I", "-S", "-c", boot, str(ctl_fd)]
+
+
+@dataclass
+class Call:
+    """One running tool: its pid (a process group of its own), our ends of its pipes, and the fd
+    that turns readable when the spawner reports its exit."""
+
+    pid: int
+    stdout: int
+    stderr: int
+    stdin: int | None
+    exit_fd: int
+    spawner: "Spawner"
+    returncode: int | None = None
+    cpu_seconds: float = 0.0
+    lost: bool = False  # the spawner died before reporting: the group was killed, the status is unknown
+
+    def reap(self) -> None:
+        """Read the exit report (call when ``exit_fd`` is readable); sets returncode."""
+        if self.returncode is not None:
+            return
+        report = self.spawner._answer()
+        if report is None or "status" not in report:
+            self.abandon()
+            return
+        self.returncode = os.waitstatus_to_exitcode(report["status"])
+        self.cpu_seconds = float(report.get("cpu", 0.0))
+        self.spawner._used(float(report.get("spawner_cpu", 0.0)))
+
+    def abandon(self) -> None:
+        """The spawner cannot say how the tool ended: kill its group and the spawner (restarted later)."""
         try:
-            pid = str(os.getpid()).encode()
-            for fd in cgroup_fds:
-                os.write(fd, pid)
-            step = "setting rlimits"
-            rlimits.apply(limits)
-            for fd, flag in joins:
-                step = f"joining the session's namespaces ({flag:#x})"
-                _setns(fd, flag)
-                if flag == CLONE_NEWNS:
-                    os.chdir(cwd_b)  # setns resets the cwd; the inherited one was on the exec-able mount
-                elif flag == CLONE_NEWPID:
-                    step = "forking into the pid namespace"
-                    inner = os.fork()
-                    if inner != 0:
-                        _stand_in(inner)
-            if run_as is not None:
-                step = f"dropping to uid {run_as[0]}"
-                os.setgroups([])
-                os.setresgid(run_as[1], run_as[1], run_as[1])
-                os.setresuid(run_as[0], run_as[0], run_as[0])
-            if ruleset_fd is not None:
-                step = "applying Landlock"
-                landlock.restrict_self(ruleset_fd)
-            if program is not None:
-                step = "installing the seccomp filter"
-                seccomp.install(program)
-        except BaseException as exc:
-            try:
-                os.write(report_fd, f"{step}: {exc}".encode(errors="replace")[:1000])
-            except OSError:
-                pass
-            raise
-
-    return child
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.spawner._stop()
+        self.returncode, self.lost = -signal.SIGKILL, True
 
 
-def spawn(argv: Sequence[str], *, executable: str, env: Mapping[str, str], cwd: str, prepared: Prepared,
-          stdin: Any = subprocess.DEVNULL, stdout: IO[bytes] | int | None = subprocess.PIPE,
-          stderr: IO[bytes] | int | None = subprocess.PIPE) -> subprocess.Popen:
-    """Start ``argv`` under the prepared sandbox, in its own session (so it can be killed as a group)."""
-    report_r, report_w = os.pipe()  # non-inheritable (O_CLOEXEC) since Python 3.4
-    try:
+class Spawner:
+    """The session's spawner process, started on demand, restarted when it died."""
+
+    def __init__(self, prepared: Prepared, cwd: str) -> None:
+        self.prepared = prepared
+        self.cwd = cwd
+        self.starts = 0
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._retire = False
+        limits = dict(prepared.policy.rlimits)
+        # the spawner carries RLIMIT_CPU itself: started afresh once it has used half of it
+        self._cpu_budget = limits["CPU"] / 2 if limits.get("CPU", -1) > 0 and zygote.carries_limits(
+            prepared.policy.rlimits) else None
+
+    @property
+    def pid(self) -> int | None:
+        """The spawner's pid while it runs (it lives in the session cgroup, beside the tools)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> None:
+        """Start the spawner and apply the sandbox to it (raises SpawnError naming the step)."""
+        self._stop()
+        p = self.prepared
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        joins = p.namespaces.join_order() if p.namespaces is not None else []
+        ruleset = p.ruleset.fd if p.ruleset is not None else None
+        keep = [theirs.fileno(), *p.cgroup_fds, *(fd for fd, _flag in joins)] + ([ruleset] if ruleset is not None else [])
         try:
-            return subprocess.Popen(
-                list(argv), executable=executable, env=dict(env), cwd=cwd, stdin=stdin, stdout=stdout,
-                stderr=stderr, close_fds=True, start_new_session=True,
-                preexec_fn=_preexec(prepared, report_w, cwd),
+            self._proc = subprocess.Popen(
+                _boot_argv(theirs.fileno()), pass_fds=keep, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True,
+                env=dict(os.environ) if getattr(sys, "frozen", False) else {},
             )
-        except subprocess.SubprocessError as exc:
-            os.close(report_w)
-            report_w = -1
-            detail = os.read(report_r, 1000).decode(errors="replace") or str(exc)
-            raise SpawnError(detail) from exc
-    finally:
-        if report_w >= 0:
-            os.close(report_w)
-        os.close(report_r)
+        except OSError as exc:
+            ours.close()
+            raise SpawnError(f"starting the spawner ({sys.executable}): {exc}") from exc
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._retire = False
+        self.starts += 1
+        ours.settimeout(START_TIMEOUT)
+        try:
+            zygote.send(ours, {
+                "cgroup_fds": list(p.cgroup_fds), "joins": [[fd, flag] for fd, flag in joins], "cwd": self.cwd,
+                "run_as": list(p.policy.run_as) if p.policy.run_as is not None else None, "ruleset_fd": ruleset,
+                "bpf": [blob.hex() for blob in p.program.bpf] if p.program is not None else [],
+                "rlimits": [list(item) for item in p.policy.rlimits], "carry": zygote.carries_limits(p.policy.rlimits),
+            })
+            reply, _ = zygote.recv(ours)
+        except (OSError, ValueError) as exc:
+            self._stop()
+            raise SpawnError(f"the spawner did not start: {exc}") from exc
+        if reply is None or "ready" not in reply:
+            code = self._stop()
+            raise SpawnError(reply["error"] if reply and "error" in reply else f"the spawner exited (status {code})")
+        ours.settimeout(ANSWER_TIMEOUT)
+
+    def run(self, argv: Sequence[str], *, executable: str, env: Mapping[str, str], stdin: bool) -> Call:
+        """Start one tool in its own process group. Raises OSError when the exec itself failed
+        (missing, not executable), SpawnError when the sandbox could not be applied."""
+        for _attempt in (1, 2):
+            if self._retire or not self._alive():
+                self.start()
+            call = self._request(argv, executable, env, stdin)
+            if call is not None:
+                return call
+            # it died before answering (a session daemon sharing its uid killed it between calls,
+            # and _alive() saw it still running): the request started nothing; once more, afresh
+        raise SpawnError("the spawner exited before starting the tool")
+
+    def _request(self, argv: Sequence[str], executable: str, env: Mapping[str, str], stdin: bool) -> Call | None:
+        assert self._proc is not None and self._sock is not None
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if stdin else (self._devnull, None)
+        try:
+            try:
+                os.kill(self._proc.pid, signal.SIGCONT)  # a tool sharing its uid may have stopped it
+                zygote.send(self._sock, {"path": executable, "argv": list(argv), "env": dict(env)}, [in_r, out_w, err_w])
+                reply = self._answer()
+            except OSError:  # EPIPE, ESRCH: gone
+                self._stop()
+                reply = None
+            finally:
+                for fd in (out_w, err_w) + ((in_r,) if stdin else ()):
+                    os.close(fd)
+            if reply is None or "pid" not in reply:
+                failed = (reply or {}).get("failed")
+                if failed is None:
+                    self._stop()
+                    raise _Gone()
+                if failed["step"] == "exec":
+                    raise OSError(failed["errno"] or 0, failed["message"])
+                raise SpawnError(f"{failed['step']}: {failed['message']}")
+        except BaseException as exc:
+            for fd in (out_r, err_r) + ((in_w,) if in_w is not None else ()):
+                os.close(fd)
+            if isinstance(exc, _Gone):
+                return None
+            raise
+        assert self._sock is not None
+        return Call(reply["pid"], out_r, err_r, in_w, self._sock.fileno(), self)
+
+    def close(self) -> None:
+        self._stop()
+        if self._devnull >= 0:
+            os.close(self._devnull)
+            self._devnull = -1
+
+    # internals ----------------------------------------------------------------------------------
+
+    def _answer(self) -> dict | None:
+        try:
+            reply, _ = zygote.recv(self._sock) if self._sock is not None else (None, [])
+        except (OSError, ValueError):  # a timeout included: a spawner that does not answer is dead to us
+            reply = None
+        if reply is None:
+            self._stop()
+        return reply
+
+    def _used(self, cpu_seconds: float) -> None:
+        if self._cpu_budget is not None and cpu_seconds >= self._cpu_budget:
+            self._retire = True
+
+    def _alive(self) -> bool:
+        if self._proc is None or self._sock is None or self._proc.poll() is not None:
+            return False
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN | select.POLLHUP)
+        return not poller.poll(0)  # between calls the spawner never writes: readable means it hung up
+
+    def _stop(self) -> int | None:
+        """Kill and reap the spawner (if any); returns its exit status."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()
+        return proc.wait()
