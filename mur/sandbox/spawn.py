@@ -3,10 +3,11 @@
 Kernel objects are built once per session in the parent (``prepare``): the Landlock ruleset fd, the
 compiled seccomp programs, the open ``cgroup.procs`` files, and the session's namespaces
 (``namespaces.py``). ``Spawner`` then starts the session's spawner (``zygote.py``): a small fresh
-interpreter that joins the cgroup and the namespaces, applies Landlock and seccomp to itself once,
-and forks every tool from there, so a call costs one fork of a ~10 MB process and an exec instead
-of a fork of mur, a cgroup migration and the whole sandbox set-up. Each child only sets its hard
-rlimits and (as root) drops to the session uid before the exec; see zygote.py for the order.
+interpreter that joins the cgroup and the namespaces, drops to the session uid, applies Landlock
+and seccomp to itself once, and ``posix_spawn``s every tool from there (a fork + rlimits + exec only
+under limits too tight for the interpreter), so a call costs a vfork + exec and a round trip on a
+socket instead of a fork of mur, a cgroup migration and the whole sandbox set-up; see zygote.py
+for the order.
 
 A step that fails (at start-up, or in a child) is reported by name instead of Python's bare
 "Exception occurred in preexec_fn" (upstream PR #24 fixed the same opacity). A spawner that died
@@ -85,8 +86,6 @@ def prepare(policy: ShellPolicy, cgroup: SessionCgroup | None,
         prepared.close()
         raise
     return prepared
-
-
 
 
 def _boot_argv(ctl_fd: int) -> list[str]:
