@@ -7,6 +7,14 @@ import sys
 from typing import Any, Callable
 
 
+class Reported(Exception):
+    """A command already told the user how it ended: exit with `code`, print nothing more."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
 def emit_json(obj: Any) -> None:
     """Print exactly one compact JSON line on stdout.
 
