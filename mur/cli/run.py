@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, Optional
@@ -154,6 +155,11 @@ def run(
     except KeyboardInterrupt:  # Ctrl-C: one line on stderr (the status line, or this), exit 130
         if not reporter.told_interrupt:
             note("interrupted")
+        from mur.wasm.engine import compiling
+
+        if compiling():  # wasmtime cannot stop a compile, and Python's exit waits a second or two on it;
+            sys.stdout.flush()  # the session is torn down and flushed, so leave at once
+            os._exit(130)
         raise Reported(130) from None
 
 

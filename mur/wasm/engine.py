@@ -160,8 +160,11 @@ class WasmEngine:
                 box["component"] = Component.from_file(self.engine, str(path))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 box["error"] = exc
+            finally:
+                _compiling.discard(worker)
 
         worker = threading.Thread(target=work, name="mur-wasm-compile", daemon=True)
+        _compiling.add(worker)
         worker.start()
         worker.join()
         if "error" in box:
@@ -182,6 +185,14 @@ class WasmEngine:
         except BaseException:  # Ctrl-C mid-write: no half-written file left behind
             tmp.unlink(missing_ok=True)
             raise
+
+
+_compiling: set[threading.Thread] = set()
+
+
+def compiling() -> bool:
+    """A compile is still running (one a Ctrl-C abandoned: it ends only with the process)."""
+    return bool(_compiling)
 
 
 _default: WasmEngine | None = None
