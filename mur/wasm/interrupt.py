@@ -84,7 +84,7 @@ class _Gate:
 
     def pending(self) -> bool:
         """An interrupt is latched and not yet raised (only the main thread ever gets it)."""
-        return self.latched and not self.delivered and self.on_main()
+        return self.installed and self.latched and not self.delivered and self.on_main()
 
     def take(self) -> KeyboardInterrupt | None:
         """The latched interrupt, once: the caller raises it."""
@@ -95,7 +95,7 @@ class _Gate:
 
     def latch(self) -> None:
         """Remember the interrupt and stop the guest the main thread is running, if any."""
-        if self.delivered:
+        if self.delivered or not self.installed:
             return
         self.latched = True
         if self.in_guest() and not self._stopped:
@@ -224,17 +224,18 @@ def deferred_sigint() -> Iterator[None]:
         return
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    previous = signal.signal(signal.SIGINT, _handler(current))
     watcher = threading.Thread(target=_watch, args=(read_fd,), name="mur-sigint", daemon=True)
     watcher.start()
-    gate.installed = True
     gate.reset()
+    gate.installed = True
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     try:
+        signal.signal(signal.SIGINT, _handler(current))
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, current)
         signal.set_wakeup_fd(previous_fd)
-        os.close(write_fd)  # the watcher reads EOF and exits
-        gate.installed = False
+        gate.installed = False  # a byte the watcher reads late latches nothing now
         gate.reset()
+        os.close(write_fd)  # the watcher reads EOF and exits
+        watcher.join(5)
