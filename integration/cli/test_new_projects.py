@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mur.inference.script import load_script
+from mur.testing.model_script import load_script
 from mur.scaffold.new import MODEL_SERVER_MODULE
 
 ModelServer = importlib.import_module(MODEL_SERVER_MODULE).ModelServer  # the server the scaffold names

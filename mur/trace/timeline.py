@@ -174,51 +174,53 @@ def labelled(pairs: list[tuple[str, str]]) -> list[str]:
 
 def _describe(e: dict[str, Any]) -> str:
     kind = e["event_type"]
+
+    def v(key: str) -> str:
+        return plain(e.get(key))
+
     turn = f"turn {e['turn']}  " if e.get("turn") is not None else ""
     if kind == ev.SESSION_START:
-        return (f"{plain(e.get('capsule_name'))} v{plain(e.get('capsule_version'))}  model {plain(e.get('model'))}  "
-                f"containment {plain(e.get('containment_declared'))} → {plain(e.get('containment_achieved'))}")
+        return (f"{v('capsule_name')} v{v('capsule_version')}  model {v('model')}  "
+                f"containment {v('containment_declared')} → {v('containment_achieved')}")
     if kind == ev.SESSION_END:
-        return (f"{plain(e.get('exit_status'))}  turns {as_int(e.get('total_turns'))}  "
+        return (f"{v('exit_status')}  turns {as_int(e.get('total_turns'))}  "
                 f"in {as_int(e.get('total_input_tokens'))}  out {as_int(e.get('total_output_tokens'))}  "
                 f"{fmt_ms(e.get('duration_ms'))}")
     if kind == ev.INFERENCE:
-        decision = plain(e.get("decision"))
+        decision = v("decision")
         if e.get("tool_name"):
             decision += f" → {e['tool_name']}"
         origin = f"  ({e['origin']})" if e.get("origin") else ""
         return f"{turn}{decision}  in {as_int(e.get('input_tokens'))}  out {as_int(e.get('output_tokens'))}{origin}"
     if kind == ev.TOOL_CALL:
         mark = "✓" if e.get("status") == "ok" else "✗"
-        return f"{turn}{plain(e.get('tool_name'))}  {fmt_ms(e.get('duration_ms'))}  {mark}" + fmt_input(e.get("input"))
+        return f"{turn}{v('tool_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}" + fmt_input(e.get("input"))
     if kind == ev.SKILL_CALL:
         mark = "✓" if e.get("status") == "ok" else "✗"
-        return f"{turn}{plain(e.get('skill_name'))}  {fmt_ms(e.get('duration_ms'))}  {mark}"
+        return f"{turn}{v('skill_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}"
     if kind == ev.SHELL:
         command = str(e.get("command") or "")
         command = command if len(command) <= 80 else command[:79] + "…"
         limit = f"  limit {e['resource_limit']}" if e.get("resource_limit") else ""
-        return (f"{turn}{plain(e.get('binary'))}  exit {plain(e.get('exit_code'))}  {fmt_ms(e.get('duration_ms'))}"
-                f"{limit}  {command}")
+        return f"{turn}{v('binary')}  exit {v('exit_code')}  {fmt_ms(e.get('duration_ms'))}{limit}  {command}"
     if kind == ev.COMPACTION:
         return f"{turn}{as_int(e.get('tokens_before')):,} → {as_int(e.get('tokens_after')):,} tokens"
     if kind == ev.TASK_START:
-        return f"{plain(e.get('task_id'))}  ({plain(e.get('source'))})"
+        return f"{v('task_id')}  ({v('source')})"
     if kind == ev.TASK_END:
-        return f"{plain(e.get('task_id'))}  {plain(e.get('exit_status'))}  {fmt_ms(e.get('duration_ms'))}"
+        return f"{v('task_id')}  {v('exit_status')}  {fmt_ms(e.get('duration_ms'))}"
     if kind == ev.A2A_TASK_RECEIVED:
         parent = f"  traceparent {e['traceparent_from_caller']}" if e.get("traceparent_from_caller") else ""
-        return f"{plain(e.get('task_id'))}  context {plain(e.get('context_id'))}{parent}"
+        return f"{v('task_id')}  context {v('context_id')}{parent}"
     if kind == ev.NETWORK_DENIED:
-        return f"{turn}{plain(e.get('artifact'))}  {plain(e.get('method'))} {plain(e.get('url'))}  {plain(e.get('reason'))}"
+        return f"{turn}{v('artifact')}  {v('method')} {v('url')}  {v('reason')}"
     if kind == ev.HOOK_DISPATCH_ERROR:
-        return f"{plain(e.get('hook_name'))}  {plain(e.get('event'))}  {plain(e.get('arm'))}"
+        return f"{v('hook_name')}  {v('event')}  {v('arm')}"
     if kind == ev.TASK_REOPENED:
-        return (f"{plain(e.get('task_id'))}  reopen {plain(e.get('reopen_number'))} by {plain(e.get('hook_name'))}: "
-                f"{plain(e.get('reason'))}")
+        return f"{v('task_id')}  reopen {v('reopen_number')} by {v('hook_name')}: {v('reason')}"
     # A type newer than this version: its scalar fields, the ones it has.
-    fields = [f"{k}={plain(v)}" for k, v in e.items()
-              if k not in _COMMON and k != "turn" and v is not None and _scalar(v)]
+    fields = [f"{key}={plain(value)}" for key, value in e.items()
+              if key not in _COMMON and key != "turn" and value is not None and _scalar(value)]
     return turn + "  ".join(fields)
 
 
