@@ -24,4 +24,3 @@ def plain(value: Any) -> str:
     if isinstance(value, dict):
         return "  ".join(f"{k} {plain(v)}" for k, v in value.items()) or NOTHING
     return str(value)
-
