@@ -26,6 +26,10 @@ let the running task finish for up to ``term_grace`` seconds (``TaskContext.canc
 true so an executor can wrap up early; a task waiting in request-input fails "terminated"), then
 interrupt the executor with :class:`Terminated` (the task fails), flush the trace and return.
 A second SIGTERM interrupts at once.
+
+SIGINT (Ctrl-C; ``mur run`` delivers it as one KeyboardInterrupt, see mur.wasm.interrupt): the
+running task ends failed "interrupted" (its task_end says ``interrupted``), waiting tasks are
+rejected, no linger, and ``interrupted`` is true; a Ctrl-C while waiting for a task ends the session too.
 """
 
 from __future__ import annotations
