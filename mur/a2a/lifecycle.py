@@ -236,9 +236,13 @@ class CapsuleService:
         auth: DoorAuth | None = None,
         limits: DoorLimits | None = None,
         on_wait: Callable[[float | None], None] | None = None,
+        raise_into: Callable[[BaseException], None] | None = None,
     ):
         self.lifecycle = lifecycle
         self._on_wait = on_wait  # hears each wait for an A2A task (its timeout; None = forever)
+        # How a signal handler raises into the running executor (mur run: mur.wasm.interrupt.raise_soon,
+        # which waits until guest code is stopped); default: at once.
+        self._raise_into = raise_into or _raise
         self.executor = executor
         self.workdir = Path(workdir)
         self.task_dir = Path(task_dir) if task_dir is not None else self.workdir
@@ -538,7 +542,7 @@ class CapsuleService:
         self._forced = True
         if self._in_executor and not self._raised:
             self._raised = True
-            raise Terminated()
+            self._raise_into(Terminated())
 
     def _graceful(self) -> None:
         self._stop_accepting()
@@ -553,6 +557,10 @@ class CapsuleService:
     def _flush(self) -> None:
         if self._trace_flush is not None:
             self._trace_flush()
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
 
 
 def _status(state: str) -> str:

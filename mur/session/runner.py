@@ -78,7 +78,7 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
     from mur.session.tools import SessionTools
     from mur.trace.writer import TraceWriter
     from mur.session.workdir import create_workdir, plan_workdir, write_task_input
-    from mur.wasm.interrupt import held
+    from mur.wasm.interrupt import held, raise_soon
 
     prep = prepare(opts)
     door_auth = load_door_auth(opts.a2a_token_file, opts.tls_cert, opts.tls_key)
@@ -121,6 +121,7 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
         cancel_running=capsule.inference is not None,
         auth=door_auth,
         on_wait=lambda timeout: reporter.waiting(url, timeout),
+        raise_into=raise_soon,  # SIGTERM's Terminated never lands inside wasmtime's glue
     )
     staged = shell = trace = otel = hooks = tools = engine = None
     serving = interrupted = discard = False

@@ -21,6 +21,9 @@ So while :func:`deferred_sigint` is in force (``mur run``), SIGINT is handled he
   the main thread from running any handler. A host import the guest calls meanwhile traps at once;
 * the latched interrupt is delivered once, as KeyboardInterrupt, when the guest call returns or traps.
 
+:func:`raise_soon` does the same for another exception a signal handler wants to raise (the
+lifecycle's Terminated when SIGTERM's grace is over).
+
 After that first KeyboardInterrupt, and inside :func:`held`, further SIGINTs are only remembered
 until :func:`deferred_sigint` exits: teardown (sandboxed processes killed, cgroups removed, the
 trace closed) must not be cut short.
@@ -58,6 +61,7 @@ class _Gate:
         self.latched = False  # a SIGINT arrived during this deferred_sigint()
         self.delivered = False  # ...and its one KeyboardInterrupt has been raised
         self.holding = False  # inside held(): remembered, never raised
+        self.deferred: BaseException | None = None  # raise_soon()'s exception, waiting for the guest to stop
         self._stopped = False
 
     @staticmethod
@@ -84,12 +88,16 @@ class _Gate:
 
     def pending(self) -> bool:
         """An interrupt is latched and not yet raised (only the main thread ever gets it)."""
-        return self.installed and self.latched and not self.delivered and self.on_main()
+        sigint = self.installed and self.latched and not self.delivered
+        return (sigint or self.deferred is not None) and self.on_main()
 
-    def take(self) -> KeyboardInterrupt | None:
-        """The latched interrupt, once: the caller raises it."""
+    def take(self) -> BaseException | None:
+        """The waiting exception, once: the caller raises it."""
         if not self.pending():
             return None
+        if self.deferred is not None:
+            exc, self.deferred = self.deferred, None
+            return exc
         self.delivered = True
         return KeyboardInterrupt()
 
@@ -115,6 +123,7 @@ class _Gate:
 
     def reset(self) -> None:
         self.latched = self.delivered = self._stopped = False
+        self.deferred = None
 
 
 gate = _Gate()
@@ -141,6 +150,15 @@ def interruption(failure: BaseException | None) -> BaseException | None:
     if isinstance(failure, GuestInterrupted):  # latched, but delivered by an inner call already
         return KeyboardInterrupt()
     return None
+
+
+def raise_soon(exc: BaseException) -> None:
+    """For a signal handler: raise `exc` into the main thread now, or, when it is inside guest code,
+    stop the guest and have the guest call raise it (SIGTERM's Terminated, through the lifecycle)."""
+    if not gate.in_guest():
+        raise exc
+    gate.deferred = exc
+    gate._stop_guests(list(gate.frames))
 
 
 def host_import(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -138,3 +138,29 @@ def test_an_ignored_sigint_stays_ignored():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_raise_soon_from_wasmtimes_own_callback_waits_until_the_guest_is_out(host, make_cfg, probe_wasm,
+                                                                            monkeypatch, capfd):
+    """A guest's stdout reaches us through wasmtime-py's WASI callback (not a host import of ours): an
+    exception raised there would escape the trampoline; raise_soon (what SIGTERM's handler uses under
+    `mur run`) stops the guest and raises once the call is over."""
+    from mur.wasm import host as host_module
+
+    class Forced(Exception):
+        pass
+
+    write = host_module._Output.write
+
+    def write_then_signal(self, data):
+        write(self, data)
+        interrupt.raise_soon(Forced())  # as a signal handler running here would
+
+    monkeypatch.setattr(host_module._Output, "write", write_then_signal)
+    with pytest.raises(Forced):
+        call(host, make_cfg(probe_wasm, limits=LONG), op="print", text="hello")
+    monkeypatch.undo()
+    assert call(host, make_cfg(probe_wasm, limits=LONG), op="echo", payload="x").status == "passed"  # nothing left over
+    with pytest.raises(Forced):
+        interrupt.raise_soon(Forced())  # outside guest code: at once
+    assert_quiet(capfd)
