@@ -28,6 +28,8 @@ COMMAND_MODULES = (
     "mur.cli.deploy",
     "mur.cli.image",
     "mur.cli.export",
+    "mur.cli.host",
+    "mur.cli.vm",
     "mur.cli.probe",
     "mur.cli.trace",
     "mur.cli.eval",
