@@ -27,3 +27,12 @@ def test_probe_human_output_has_no_python_values(cli):
     shown = dict(line.split(None, 1) for line in out.splitlines())
     for key, value in report.items():  # every field, in its person's form
         assert shown[key] == plain(value), key
+
+
+def test_host_prepare_summary_shows_no_python_values_when_the_preflight_could_not_tell():
+    from mur.cli.host import _human
+
+    result = {"check": False, "changed": False, "applied": [], "rebooted": False, "host": "h", "deploy_user": "mur",
+              "preflight": {"ok": False, "landlock_abi": None}, "deploy_command": "mur deploy ..."}
+    text = _human(result)
+    assert "Landlock ABI —, cgroup —, init —" in text and not PYTHON_VALUES.search(text), text
