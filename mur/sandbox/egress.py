@@ -30,7 +30,7 @@ import threading
 from collections import deque
 from typing import Callable, Iterable
 
-from mur.manifest.network import normalize_host, url_host
+from mur.hostnames import normalize_host, url_host
 from mur.sandbox.policy import egress_allowed, egress_target_allowed
 
 HEAD_LIMIT = 16 * 1024
