@@ -19,7 +19,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from hostile import ROOT, UnprivilegedUser, python_for_others  # type: ignore[import-not-found]
+from hostile import ROOT, UnprivilegedUser, join_cgroups, python_for_others  # type: ignore[import-not-found]
 
 DRIVER = r'''
 import json, os, sys, threading, time
@@ -111,15 +111,10 @@ def run_sessions(user: UnprivilegedUser, spec: dict[str, Any], timeout: float = 
     user.chown(base)
     python, boot = _python(user)
 
-    def join_cgroups() -> None:  # still root: enter the user's cgroups (delegated to it, usually)
-        for directory in user.cgroups:
-            with open(os.path.join(directory, "cgroup.procs"), "w") as fh:
-                fh.write(str(os.getpid()))
-
     argv = [*prefix, "setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--",
             python, "-c", boot + DRIVER]
     proc = subprocess.run(argv, input=json.dumps(dict(spec, base=str(base))), capture_output=True, text=True,
-                          timeout=timeout, cwd=str(base), preexec_fn=join_cgroups,
+                          timeout=timeout, cwd=str(base), preexec_fn=lambda: join_cgroups(user),
                           env=_env(user))
     if proc.returncode != 0:
         raise AssertionError(f"driver failed ({proc.returncode}): {proc.stderr[-3000:]}")
