@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> None:
         rv = command.main(args=argv, prog_name="mur", standalone_mode=False)
     except MurError as err:
         _flush()
-        print(err.render(), file=sys.stderr)
+        from mur.cli.render import terminal_safe
+
+        print(terminal_safe(err.render(), sys.stderr), file=sys.stderr)  # messages quote names tools chose
         sys.exit(1)
     except Abort:
         print("aborted", file=sys.stderr)
