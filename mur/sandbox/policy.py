@@ -413,7 +413,10 @@ def rlimits(resources: object, nproc_baseline: int, hard_limits: dict[str, int],
         "FSIZE": getattr(resources, "max_file_size_bytes"),
         "CPU": getattr(resources, "cpu_seconds"),
         "AS": getattr(resources, "memory_bytes"),
-        "CORE": 0,
+        # 1, not the spec's 0: with a pipe core_pattern (systemd-coredump, apport) the kernel ignores
+        # RLIMIT_CORE and hands a crashing tool's memory to a root helper, unless the limit is exactly
+        # 1, which it reads as "abort the dump"; a 1-byte limit also writes no core file (< one page).
+        "CORE": 1,
     }
     out = []
     for name, value in wanted.items():
