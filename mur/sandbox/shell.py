@@ -153,6 +153,7 @@ class ShellSandbox:
         self._started = False
         self._closed = False
         self._children: set[int] = set()
+        self._captures: tuple[Capture, ...] = ()  # the running call's output streams
         self._lease: uids.UidLease | None = None
         self.namespaces: namespaces.SessionNamespaces | None = None
         self.proxy: EgressProxy | None = None
@@ -221,7 +222,8 @@ class ShellSandbox:
                 self.proxy = EgressProxy(self.namespaces.listener, network.allow, resolve=self.resolve, log=self.log)
                 self.proxy.start()
             self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach,
-                                       also=self._readonly())  # shell logs grow with what tools print
+                                       also=self._readonly(),  # shell logs grow with what tools print
+                                       pending=lambda: sum(c.spooled for c in self._captures))
             self._guard.start()
             atexit.register(self.close)
         except BaseException:
@@ -335,6 +337,7 @@ class ShellSandbox:
         assert logs is not None
         cap = self.caps.resources.workdir_max_bytes
         out, err = Capture(logs, cap), Capture(logs, cap)
+        self._captures = (out, err)
         began = time.monotonic()
         try:
             proc = spawn(argv, executable=info.path, env=env, cwd=str(self.workdir), prepared=self._prepared,
@@ -356,7 +359,9 @@ class ShellSandbox:
         sig = -rc if rc is not None and rc < 0 else None
         exit_code = 128 + sig if sig is not None else (rc or 0)
         truncated = out.total > OUTPUT_LIMIT or err.total > OUTPUT_LIMIT
-        full_path = write_log(logs, text, out, err) if truncated else None
+        self._captures = ()  # the log, counted as it is written, takes over from the spools
+        # past workdir_max_bytes the session is over: no full log to add to what broke the limit
+        full_path = write_log(logs, text, out, err) if truncated and self._exceeded is None else None
         out.close()
         err.close()
         stderr = cut(bytes(err.head))
@@ -455,10 +460,26 @@ class ShellSandbox:
         return ShellResult(code, "", message, False, None, 0, 0, len(message.encode()),
                            info.canonical or info.name, text, None)
 
+    def _lookup_path(self) -> str:
+        """The host PATH without entries a tool could have filled: relative ones (mur's cwd) and
+        ones inside the tools' workdir (a previous session's tools could plant a `bash` there, which
+        would then be granted execute and run as the allowed binary)."""
+        kept = []
+        for entry in self.host_env.get("PATH", os.defpath).split(os.pathsep):
+            if not os.path.isabs(entry) or fsafe.inside(os.path.realpath(entry), self.workdir):
+                self.log(f"PATH entry {entry!r} is not used to find shell binaries: "
+                         + ("relative" if not os.path.isabs(entry) else "inside the tools' workdir"))
+                continue
+            kept.append(entry)
+        return os.pathsep.join(kept)
+
     def _resolve_binaries(self, with_closure: bool) -> None:
-        path_env = self.host_env.get("PATH", os.defpath)
+        path_env = self._lookup_path()
         for name in self.caps.shell_allow:
             found = shutil.which(name, path=path_env)
+            if found is not None and fsafe.inside(os.path.realpath(found), self.workdir):
+                self.log(f"shell binary '{name}' resolves into the tools' workdir ({found}): not used")
+                found = None
             if found is None:
                 self.log(f"shell binary '{name}' was not found on PATH: calls to it will fail")
                 self.binaries[name] = _Binary(name, None, None)
@@ -467,7 +488,11 @@ class ShellSandbox:
             info = _Binary(name, found, os.path.realpath(found))
             if with_closure:
                 closure = elf.closure(found, path_env=path_env)
-                files, missing = list(closure.files), list(closure.missing)
+                files = [f for f in closure.files if not fsafe.inside(os.path.realpath(f), self.workdir)]
+                if len(files) < len(closure.files):  # a library (RUNPATH, $ORIGIN) in the tools' reach
+                    self.log(f"shell binary '{name}': files inside the tools' workdir are never granted execute: "
+                             + ", ".join(f for f in closure.files if f not in files))
+                missing = list(closure.missing)
                 for grant in self.caps.shell.interpreter_runtime if self.caps.shell else ():
                     if grant.binary != name:
                         continue

@@ -183,3 +183,14 @@ def test_seccomp_table_compiles_to_two_programs_within_the_kernel_limit():
         assert all(40 < n < 4096 for n in program.instructions)  # BPF_MAXINSNS
     assert with_unix.instructions[0] == without_unix.instructions[0]  # the allowlist does not depend on sockets
     assert with_unix.instructions[1] != without_unix.instructions[1]
+
+
+def test_bytes_the_runtime_holds_for_a_running_call_count_toward_the_limit(tmp_path):
+    """A tool printing without end fills an unnamed spool, in no tree the walk sees: it is counted."""
+    (tmp_path / "f").write_bytes(b"x" * 1000)
+    pending = [0]
+    fired: list[int] = []
+    guard = workdir_guard.WorkdirGuard(str(tmp_path), 5000, fired.append, pending=lambda: pending[0])
+    assert guard.check() is None
+    pending[0] = 4500
+    assert guard.check() == 5500 and fired == [5500]
