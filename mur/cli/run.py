@@ -102,7 +102,7 @@ def run(
         tls_key=tls_key,
     )
     if explain_scope:
-        from mur.manifest.containment import render_scope_report
+        from mur.sandbox.scope import render_scope_report
         from mur.session.prechecks import explain
 
         report = explain(opts)

@@ -40,7 +40,7 @@ class TaskExecutor:
     # --- trace ---------------------------------------------------------------------------------
 
     def _session_start(self, max_turns: int) -> None:
-        from mur.manifest.containment import effective_grants
+        from mur.sandbox.scope import effective_grants
 
         prep = self.prep
         capsule = prep.loaded.capsule

@@ -24,7 +24,8 @@ from mur.errors import MurError, warn
 from mur.manifest import LoadedCapsule, load_capsule
 from mur.manifest.load import manifest_path
 from mur.manifest.config import MurConfig, load_config
-from mur.manifest.containment import Floor, check_floor, effective_floor, scope_report, subprocess_shortfall
+from mur.manifest.containment import Floor, check_floor, effective_floor, subprocess_shortfall
+from mur.sandbox.scope import scope_report
 from mur.session.options import RunOptions
 
 

@@ -22,10 +22,9 @@ from mur.manifest.containment import (
     check_floor,
     effective_floor,
     parse_class,
-    render_scope_report,
-    scope_report,
     shortfall_reason,
 )
+from mur.sandbox.scope import render_scope_report, scope_report
 from mur.manifest import parse_capsule
 from mur.sandbox.probe import classify
 
