@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(done.code)
     except MurError as err:
         _flush()
-        print(err.render(), file=sys.stderr)
+        from mur.cli.render import terminal_safe
+
+        print(terminal_safe(err.render(), sys.stderr), file=sys.stderr)  # messages quote names tools chose
         sys.exit(1)
     except Abort:
         print("aborted", file=sys.stderr)

@@ -174,3 +174,28 @@ def test_cli_errors_render_codes(workdir: Path, capsys):
     (workdir / IDS[0] / "trace.jsonl").write_text("garbage\n")
     code, _, err = run_cli(["trace", "show", "@3", "--workdir", str(workdir)], capsys)
     assert code == 1 and err.startswith("error[E-TRC-001]:") and "line 1" in err
+
+
+def test_session_directories_a_tool_could_have_planted_are_not_listed(tmp_path, monkeypatch):
+    """In a --workdir a shell tool can write, `ses_*` entries may be its own: a link (to any directory)
+    or, with mur as root, a directory owned by a session uid. Neither is a session."""
+    import os
+
+    import pytest
+
+    from mur.ids import SESSION_UID_RANGES
+    from mur.trace.sessions import list_sessions
+
+    monkeypatch.setenv("HOME", str(tmp_path.parent / f"{tmp_path.name}-home"))  # no ~/.murmur/sessions of its own
+    real = tmp_path / f"ses_{'0' * 31}1"
+    real.mkdir()
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / f"ses_{'f' * 32}").symlink_to(elsewhere)
+    assert list_sessions(tmp_path) == [real]
+    if os.geteuid() != 0:
+        pytest.skip("chowning to a session uid needs root")
+    planted = tmp_path / ".murmur" / f"ses_{'e' * 32}"
+    planted.mkdir(parents=True)
+    os.chown(planted, SESSION_UID_RANGES[0][0] + 7, SESSION_UID_RANGES[0][0] + 7)
+    assert list_sessions(tmp_path) == [real]
