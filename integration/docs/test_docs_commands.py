@@ -34,6 +34,13 @@ SKIP = {
     (None, "mur deploy"): "deploys need a target; integration/deploy/ runs them",
     (None, "mur send "): "needs a running capsule; integration/a2a/ runs it",
     (None, "mur registry serve"): "a server that runs until stopped; integration/artifacts/ runs it",
+    ("ci.md", "mur "): "GitHub Actions steps (`${{ }}` expressions, a VM or host per job); integration/provision/ "
+                       "runs the same sequence",
+    ("kubernetes.md", "mur "): "run in a capsule's directory, pushing to the reader's registry; integration/export/ "
+                               "and integration/image/ run them against a loopback registry",
+    ("image.md", "mur export k8s"): "run in a capsule's directory; integration/export/ runs it",
+    (None, "mur vm "): "boots a qemu VM (minutes under TCG); integration/provision/ runs it",
+    (None, "mur host prepare"): "changes a real host over SSH; integration/provision/ runs it against VMs",
 }
 
 

@@ -7,7 +7,9 @@ can attack another), runs the calls and prints one JSON object: each session's p
 call results. ``spec["background"]`` names calls started in a thread first (victims that keep
 running while later calls attack them); ``{victimK}`` in a later call stands for a host pid of
 session K's tools and ``{driver}`` for the driver's own (mur's) pid. After the calls, each
-session's surviving processes are listed with their nice value and CPU affinity.
+session's surviving processes are listed with their parent, nice value and CPU affinity. A
+session with ``"no_namespaces": true`` runs as on a host that refuses unshare() (a container's
+default seccomp profile): no namespaces at all.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from hostile import ROOT, UnprivilegedUser, python_for_others  # type: ignore[import-not-found]
+from hostile import ROOT, UnprivilegedUser, join_cgroups, python_for_others  # type: ignore[import-not-found]
 
 DRIVER = r'''
 import json, os, sys, threading, time
@@ -36,13 +38,19 @@ try:
     for i, s in enumerate(spec["sessions"]):
         caps = Capabilities.model_validate(s["caps"], strict=False)
         wd = Path(spec["base"]) / f"session{i}"
+        probe = None
+        if s.get("no_namespaces"):  # as in a container whose seccomp profile refuses unshare()
+            from dataclasses import replace
+            from mur.sandbox.probe import probe_host
+            probe = replace(probe_host(), netns=False, userns=False)
         sb = ShellSandbox(caps, wd, f"ses_asuser{os.getpid()}_{i}", parse_allow_list(s.get("network_allow", [])),
-                          host_env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                          probe=probe, host_env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
                           resolve=lambda h: names.get(h, []))
         warnings = sb.start()
         boxes.append(sb)
         out["sessions"].append({"workdir": str(sb.workdir), "warnings": warnings, "network": sb.policy.network.mode,
                                 "processes": sb.policy.processes, "namespaces": list(sb.policy.namespaces),
+                                "aggregate": sb.policy.aggregate, "rlimits": dict(sb.policy.rlimits),
                                 "results": []})
     threads = []
     for i, call in spec.get("background", []):
@@ -67,16 +75,19 @@ try:
     for i, call in spec.get("calls", []):
         args = [fill(a) for a in call["args"]] if call.get("args") is not None else None
         r = boxes[i].run(call["binary"], command=fill(call.get("command")), args=args, timeout=60)
-        out["sessions"][i]["results"].append({"exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr})
+        out["sessions"][i]["results"].append({"exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
+                                              "resource_limit": r.resource_limit})
     for k, sb in enumerate(boxes):  # what the other sessions' calls left of this session's processes
         state = []
         for pid in sorted(sb.tool_pids()):
             try:
-                nice = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
-                state.append({"pid": pid, "nice": nice, "affinity": sorted(os.sched_getaffinity(pid))})
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                state.append({"pid": pid, "ppid": int(fields[1]), "nice": int(fields[16]),
+                              "affinity": sorted(os.sched_getaffinity(pid))})
             except OSError:
                 pass
         out["sessions"][k]["processes_after"] = state
+        out["sessions"][k]["spawner_pid"] = sb._spawner.pid if sb._spawner is not None else None
 finally:
     for sb in boxes:
         sb.close()
@@ -93,23 +104,27 @@ def _python(user: UnprivilegedUser) -> tuple[str, str]:
     return prefix[0], boot
 
 
-def run_sessions(user: UnprivilegedUser, spec: dict[str, Any], timeout: float = 180) -> dict[str, Any]:
-    """Run the driver as ``user``; returns its JSON (raises with its stderr when it fails)."""
+def _env(user: UnprivilegedUser) -> dict[str, str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"}
+    if os.environ.get("PYTHONPATH"):  # the VM suite's copy of the packages
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
+def run_sessions(user: UnprivilegedUser, spec: dict[str, Any], timeout: float = 180,
+                 prefix: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the driver as ``user`` (in ``user.cgroups``; ``prefix``: an argv run first, as root, that
+    execs the rest); returns its JSON (raises with its stderr when it fails)."""
     base = Path(user.home) / f"sessions-{os.urandom(4).hex()}"
     base.mkdir()
     user.chown(base)
     python, boot = _python(user)
 
-    def join_cgroups() -> None:  # still root: enter the cgroups delegated to the user
-        for directory in user.cgroups:
-            with open(os.path.join(directory, "cgroup.procs"), "w") as fh:
-                fh.write(str(os.getpid()))
-
-    argv = ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--",
+    argv = [*prefix, "setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--",
             python, "-c", boot + DRIVER]
     proc = subprocess.run(argv, input=json.dumps(dict(spec, base=str(base))), capture_output=True, text=True,
-                          timeout=timeout, cwd=str(base), preexec_fn=join_cgroups,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"})
+                          timeout=timeout, cwd=str(base), preexec_fn=lambda: join_cgroups(user),
+                          env=_env(user))
     if proc.returncode != 0:
         raise AssertionError(f"driver failed ({proc.returncode}): {proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -118,5 +133,4 @@ def run_sessions(user: UnprivilegedUser, spec: dict[str, Any], timeout: float = 
 def bare_as(user: UnprivilegedUser, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     """The control: the same action as a plain process of ``user`` (no sandbox)."""
     return subprocess.run(["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--", *argv],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"})
+                          capture_output=True, text=True, timeout=timeout, env=_env(user))

@@ -9,7 +9,9 @@
   * `scoped` also means network.allow is carried by a private network namespace for a capsule that
     can spawn subprocesses and has network.allow: on a host that cannot create one the capsule
     achieves only `advisory` (its tools would reach any address on an allowed port), so a scoped
-    floor is refused rather than silently degraded to Landlock's port rules.
+    floor is refused rather than silently degraded to Landlock's port rules. The same holds for a host
+    where such a capsule's subprocesses would share mur's uid with nothing (session uid, pid namespace,
+    Landlock signal scope) keeping them from other processes.
   * Refusal: E-CAP-003 before any registry pull, compile or workdir creation.
 This module is pure: it takes the probe result as an argument.
 """
@@ -20,10 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mur.errors import MurError
-from mur.manifest.capsule import Capsule
 from mur.manifest.config import CLASS_RANK
-from mur.manifest.network import parse_allow_list
-from mur.sandbox.policy import explain_isolation
 
 SCOPED_SHORTFALL = (
     "scoped requires Landlock filesystem mediation (Linux 5.13+ with a usable Landlock ABI); this host "
@@ -48,6 +47,14 @@ NETWORK_SHORTFALL = (
 )
 
 
+PROCESS_SHORTFALL = (
+    "scoped keeps the subprocesses of a capsule away from every process outside its session, which needs a uid of "
+    "the session's own (mur as root), a pid namespace (unprivileged user namespaces) or Landlock's signal scoping "
+    "(ABI 6+); this host provides none of them, so shell tools sharing mur's uid could signal mur and every other "
+    "process of that uid"
+)
+
+
 class ProbeLike(Protocol):
     achieved: str
     mechanism: str
@@ -60,28 +67,6 @@ class Floor:
 
     declared: str
     source: str  # "manifest" | "config" | "cli" | "default"
-
-
-NETWORK_TEXT = {
-    "netns+egress-proxy": "shell tools reach exactly the allowed hosts, through mur's egress proxy",
-    "landlock-tcp-ports": "no network namespace: any address on an allowed TCP port",
-    "unfiltered-tcp": "no network namespace and no usable TCP rule: TCP connect is not restricted",
-    "no-inet-sockets": "no network.allow: shell tools get no inet socket",
-    "unenforced": "no kernel enforcement on this host",
-}
-PROCESS_TEXT = {
-    "session-uid": "tools run as a uid leased for the session",
-    "pid-namespace": "tools run in the session's own pid namespace; calls naming another pid refused by seccomp",
-    "landlock-scope+seccomp": "tools share mur's uid; signals scoped by Landlock, pid-targeting calls by seccomp",
-    "seccomp-only": "tools share mur's uid; only kill(-1) and pid-targeting calls are refused",
-    "unenforced": "no kernel enforcement on this host",
-}
-SOURCE_TEXT = {
-    "manifest": "capabilities.containment in murmur.yaml",
-    "config": "containment in .murmur/config.yaml",
-    "cli": "--containment",
-    "default": "nothing declared",
-}
 
 
 def parse_class(value: str, what: str = "--containment") -> str:
@@ -113,14 +98,31 @@ def network_shortfall(caps: Any, probe: ProbeLike) -> bool:
             and not getattr(probe, "netns", True))
 
 
-def achieved_class(probe: ProbeLike, workdir_exec: bool, network_short: bool = False) -> str:
+def process_shortfall(caps: Any, probe: ProbeLike) -> bool:
+    """A Landlock host where a capsule's subprocesses would share mur's uid with nothing keeping them
+    from other processes: not root (no session uid), no user namespace (no pid namespace) and
+    Landlock below ABI 6 (no signal scoping). Probes that do not measure it count as able."""
+    spawns = bool(caps.shell_allow or caps.spawn_allow)
+    return (spawns and probe.achieved == "scoped" and not getattr(probe, "root", True)
+            and not getattr(probe, "userns", True) and getattr(probe, "landlock_abi", 6) < 6)
+
+
+def subprocess_shortfall(caps: Any, probe: ProbeLike) -> str | None:
+    """Why this host cannot confine this capsule's subprocesses as `scoped` requires, or None."""
+    if network_shortfall(caps, probe):
+        return NETWORK_SHORTFALL
+    return PROCESS_SHORTFALL if process_shortfall(caps, probe) else None
+
+
+def achieved_class(probe: ProbeLike, workdir_exec: bool, network_short: bool | str | None = False) -> str:
     """The host's class, capped at advisory when the capsule keeps its workdir executable or its
-    network.allow cannot be carried by a namespace here."""
+    subprocesses cannot be confined here (``network_short``: True, or subprocess_shortfall()'s reason)."""
     achieved = probe.achieved if probe.achieved in ("advisory", "scoped") else "advisory"
     return "advisory" if workdir_exec or network_short else achieved
 
 
-def shortfall_reason(declared: str, achieved: str, workdir_exec: bool, network_short: bool = False) -> str | None:
+def shortfall_reason(declared: str, achieved: str, workdir_exec: bool,
+                     network_short: bool | str | None = False) -> str | None:
     """Why `achieved` falls short of `declared`, naming the missing mechanism; None when met."""
     if CLASS_RANK[achieved] >= CLASS_RANK[declared]:
         return None
@@ -128,6 +130,8 @@ def shortfall_reason(declared: str, achieved: str, workdir_exec: bool, network_s
         return SEALED_SHORTFALL  # no host provides it, whatever the capsule declares
     if workdir_exec:
         return WORKDIR_EXEC_SHORTFALL
+    if isinstance(network_short, str):
+        return network_short
     return NETWORK_SHORTFALL if network_short else SCOPED_SHORTFALL
 
 
@@ -141,122 +145,10 @@ def floor_error(declared: str, achieved: str, reason: str) -> MurError:
     )
 
 
-def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool, network_short: bool = False) -> str:
+def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool, network_short: bool | str | None = False) -> str:
     """Raise E-CAP-003 when the floor is unmet; returns the achieved class."""
     achieved = achieved_class(probe, workdir_exec, network_short)
     reason = shortfall_reason(floor.declared, achieved, workdir_exec, network_short)
     if reason is not None:
         raise floor_error(floor.declared, achieved, reason)
     return achieved
-
-
-def scope_report(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, Any]:
-    """The `--explain-scope --json` object: containment + the capsule-wide grant set."""
-    caps = capsule.capabilities
-    workdir_exec = caps.filesystem.workdir_exec
-    short = network_shortfall(caps, probe)
-    achieved = achieved_class(probe, workdir_exec, short)
-    reason = shortfall_reason(floor.declared, achieved, workdir_exec, short)
-    network, processes = explain_isolation(parse_allow_list(list(caps.network.allow)), probe,
-                                           workdir_exec=workdir_exec)
-    shell = caps.shell
-    return {
-        "containment": {
-            "declared": floor.declared,
-            "declared_source": floor.source,
-            "achieved": achieved,
-            "floor_met": reason is None,
-            "reason": reason,
-            "mechanism": probe.mechanism,
-            "network": network,
-            "processes": processes,
-        },
-        "grants": {
-            "filesystem_scope": caps.filesystem.scope,
-            "network_allow": list(caps.network.allow),
-            "unix_sockets": caps.network.unix_sockets,
-            "shell_allow": caps.shell_allow,
-            "spawn_allow": caps.spawn_allow,
-            "env_allow": list(caps.env.allow),
-            "interpreter_runtime": [
-                {"binary": g.binary, "dirs": [{"path": d.path, "list_dir": d.list_dir} for d in g.dirs]}
-                for g in (shell.interpreter_runtime if shell else [])
-            ],
-        },
-    }
-
-
-def effective_grants(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, Any]:
-    """`session_start.effective_grants` in trace.jsonl (upstream section 3.3)."""
-    report = scope_report(capsule, floor, probe)
-    c, g = report["containment"], report["grants"]
-    out: dict[str, Any] = {
-        "declared_containment": c["declared"],
-        "achieved_containment": c["achieved"],
-        "floor_met": c["floor_met"],
-    }
-    if c["reason"] is not None:
-        out["shortfall_reason"] = c["reason"]
-    out.update(
-        {
-            "enforcement_tier": probe.mechanism,
-            "filesystem_scope": g["filesystem_scope"],
-            "workdir_exec": capsule.capabilities.filesystem.workdir_exec,
-            "network_allow": g["network_allow"],
-            "unix_sockets": g["unix_sockets"],
-            "shell_allow": g["shell_allow"],
-            "spawn_allow": g["spawn_allow"],
-            "env_allow": g["env_allow"],
-            "interpreter_runtime_grants": _interpreter_lines(report),
-            "staged_runtime_grants": [],
-        }
-    )
-    return out
-
-
-def _interpreter_lines(report: dict[str, Any]) -> list[str]:
-    return [
-        f"{g['binary']}: {d['path']}{' (list_dir)' if d['list_dir'] else ''}"
-        for g in report["grants"]["interpreter_runtime"]
-        for d in g["dirs"]
-    ]
-
-
-def _push_list(out: list[str], label: str, values: list[str]) -> None:
-    if not values:
-        out.append(f"  {label}: <none>")
-        return
-    out.append(f"  {label}:")
-    out.extend(f"    - {v}" for v in values)
-
-
-def render_scope_report(report: dict[str, Any]) -> str:
-    """The human `--explain-scope` report, laid out as the spec shows it."""
-    c, g = report["containment"], report["grants"]
-    out = [
-        "Containment",
-        f"  declared:  {c['declared']}",
-        f"  source:    {SOURCE_TEXT.get(c['declared_source'], c['declared_source'])}",
-        f"  achieved:  {c['achieved']}",
-        f"  floor met: {'yes' if c['floor_met'] else 'no'}",
-    ]
-    if c["reason"]:
-        out.append(f"  reason:    {c['reason']}")
-    out.append(f"  mechanism: {c['mechanism']}")
-    if "network" in c:
-        out.append(f"  network:   {c['network']} ({NETWORK_TEXT.get(c['network'], c['network'])})")
-        out.append(f"  processes: {c['processes']} ({PROCESS_TEXT.get(c['processes'], c['processes'])})")
-    out.append("")
-    out.append("Effective grants")
-    out.append(f"  filesystem scope: {g['filesystem_scope'] or '<none>'}")
-    _push_list(out, "network allow", g["network_allow"])
-    out.append(f"  unix sockets:     {'true' if g['unix_sockets'] else 'false'}")
-    _push_list(out, "shell allow", g["shell_allow"])
-    _push_list(out, "spawn allow", g["spawn_allow"])
-    _push_list(out, "env allow", g["env_allow"])
-    _push_list(out, "interpreter runtime", _interpreter_lines(report))
-    if not c["floor_met"]:
-        out.append("")
-        out.append("This is a report only — `mur run` without --explain-scope would refuse to launch here.")
-    return "\n".join(out) + "\n"
-

@@ -184,6 +184,7 @@ class Spawner:
                 "run_as": list(p.policy.run_as) if p.policy.run_as is not None else None, "ruleset_fd": ruleset,
                 "bpf": [blob.hex() for blob in p.program.bpf] if p.program is not None else [],
                 "rlimits": [list(item) for item in p.policy.rlimits], "carry": zygote.carries_limits(p.policy.rlimits),
+                "oom_score_adj": p.policy.oom_score_adj,
             })
             reply, _ = zygote.recv(ours)
         except (OSError, ValueError) as exc:

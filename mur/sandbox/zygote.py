@@ -14,7 +14,8 @@ order environment.md section 0 verified for a tool:
 
   1. joins the session cgroup(s)    -- while still root: cgroup.procs is root-owned; tools are then
                                        born inside (no per-call migration)
-  2. the tools' rlimits, hard       -- inherited by every tool exactly (see "tight limits" below)
+  2. the tools' rlimits, hard       -- inherited by every tool exactly (see "tight limits" below);
+                                       in a cgroup shared with mur, oom_score_adj 1000 (inherited too)
   3. joins the namespaces           -- user first (mur not root), net, ipc, mnt (then re-enters the
                                        cwd through the noexec mount), pid: setns(pid) moves only the
                                        caller's children, so every tool is pid 2+ of the namespace
@@ -136,8 +137,10 @@ def _ccheck(result: int, what: str) -> None:
 
 def apply(cfg: dict) -> None:
     """Apply the session's sandbox to this process (raises RuntimeError naming the step)."""
-    step = "joining the cgroup"
+    step = "entering the workdir"
     try:
+        os.chdir(cfg["cwd"])  # every tool starts there (posix_spawn keeps the spawner's cwd)
+        step = "joining the cgroup"
         pid = str(os.getpid()).encode()
         for fd in cfg["cgroup_fds"]:
             os.write(fd, pid)
@@ -145,6 +148,13 @@ def apply(cfg: dict) -> None:
         if cfg["carry"]:
             step = "setting rlimits"
             rlimits.apply(tuple(tuple(item) for item in cfg["rlimits"]))
+        if cfg["oom_score_adj"] is not None:  # a cgroup shared with mur: a tool, never mur, is the OOM pick
+            step = "raising oom_score_adj"
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, str(cfg["oom_score_adj"]).encode())
+            finally:
+                os.close(fd)
         for fd, flag in cfg["joins"]:
             step = f"joining the session's namespaces ({flag:#x})"
             _ccheck(_libc.setns(fd, flag), f"setns({flag:#x})")

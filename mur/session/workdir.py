@@ -83,8 +83,18 @@ def plan_workdir(manifest_dir: Path, session_id: str, workdir: Path | None) -> W
                 "pass a --workdir that does not contain it (a directory of its own, or point HOME / MUR_CACHE_DIR "
                 "elsewhere)",
             )
-    session = default if not inside(default, accessible) else paths.sessions_dir() / session_id
-    return Workdir(accessible, session)
+    # The session record stays beside the manifest unless the tools could write it there (inside
+    # --workdir) or mur cannot (a read-only capsule directory, e.g. /capsule in an image).
+    beside = not inside(default, accessible) and _creatable(default)
+    return Workdir(accessible, default if beside else paths.sessions_dir() / session_id)
+
+
+def _creatable(path: Path) -> bool:
+    """Whether this process may create `path`: its nearest existing ancestor is writable."""
+    for parent in (path, *path.parents):
+        if parent.exists():
+            return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
+    return False
 
 
 def create_workdir(wd: Workdir) -> None:

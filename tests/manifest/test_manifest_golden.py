@@ -31,7 +31,7 @@ import pytest
 from manifest_support import SCOPED_HOST, run_mur
 from mur import __version__
 from mur.errors import MurError, set_warning_sink
-from mur.manifest.containment import render_scope_report
+from mur.sandbox.scope import render_scope_report
 
 CASES = Path(__file__).parent / "cases"
 CASE_NAMES = sorted(p.stem for p in CASES.glob("*.yaml"))

@@ -42,6 +42,16 @@ def test_with_workdir_the_session_directory_stays_outside_it(tmp_path):
     assert inner.session == tmp_path / "home" / ".murmur" / "sessions" / SES
 
 
+def test_with_workdir_a_read_only_capsule_directory_keeps_the_session_under_home(tmp_path, monkeypatch):
+    capsule = tmp_path / "capsule"
+    capsule.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == capsule else real(p, mode))
+    wd = plan_workdir(capsule, SES, tmp_path / "work")  # an image's /capsule is read-only at run time
+    assert wd.session == tmp_path / "home" / ".murmur" / "sessions" / SES
+    assert plan_workdir(tmp_path / "elsewhere", SES, tmp_path / "work").session.parent.name == "workdir"
+
+
 @pytest.mark.parametrize("which", ["manifest", "home", "cache"])
 def test_a_workdir_holding_what_later_runs_load_is_refused(tmp_path, monkeypatch, which):
     capsule = tmp_path / "proj" / "capsule"
