@@ -157,7 +157,7 @@ def referenced_files(capsule: Any, base: Path) -> list[FileRef]:
 
 def installed_artifacts(capsule: Any, base: Path) -> list[ArtifactRef]:
     """The installed payload of every versioned artifact (project store, then global)."""
-    from mur.artifacts.resolve import find_installed
+    from mur.artifacts.installed import find_installed
 
     out: list[ArtifactRef] = []
     seen: set[tuple[str, str]] = set()

@@ -75,7 +75,7 @@ def wasm_sources(files: tuple[FileRef, ...], artifacts: tuple[Any, ...], base: P
         if f.rel.endswith(".wasm"):
             out.append((f.rel, Path(f.src).read_bytes()))
     if artifacts:
-        from mur.artifacts.resolve import find_installed, read_payload
+        from mur.artifacts.installed import find_installed, read_payload
 
         for a in artifacts:
             inst = find_installed(a.name, a.version, base)
