@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from mur.errors import MurError
-from mur.session.resolve import ResolvedArtifact
+from mur.resolve.artifacts import ResolvedArtifact
 from mur.session.workdir import Workdir
 
 
