@@ -3,8 +3,11 @@
 The only write is the verified runtime into the target's runtime cache (`~/.murmur/bin/`), because
 the kernel checks are a real probe run *by that runtime* (`mur probe --json`): Landlock ABI,
 seccomp, cgroup mode and delegation, systemd. Then the pinned version is checked, disk space,
-sudo, whether shell tools will get a cgroup, and the achievable containment class against the
-capsule's floor (E-CAP-003 when unmet, E-DEPLOY-007 for anything else fatal).
+sudo, whether shell tools will get a cgroup, what brings the service back after a reboot, and the
+achievable containment class against the capsule's floor (E-CAP-003 when unmet, E-DEPLOY-007 for
+anything else fatal).
+
+h15's host provisioning runs the same checks: `preflight_host(target, runtime, capsule, dep_id=...)`.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from mur.deploy.bundle import Bundle
-from mur.platform import platform_tag
-from mur.deploy.inputs import CapsuleInputs
-from mur.deploy.plan import Layout, Mkdir, Upload
+from mur.deploy.capsule import DeployCapsule
+from mur.deploy.steps import Layout, Mkdir, Upload
 from mur.deploy.targets.base import Target
 from mur.errors import MurError
+from mur.platform import platform_tag
 
 MARGIN = 64 << 20
 
@@ -125,7 +128,7 @@ def probe_command(runtime: str, sha256: str, uid: int) -> str:
             f"printf '%s\\n' \"$out\"; fi")
 
 
-def containment_check(report: Report, inp: CapsuleInputs, probe: dict[str, Any]) -> None:
+def containment_check(report: Report, inp: DeployCapsule, probe: dict[str, Any]) -> None:
     """Compare the floor with what the probe achieved (shared by host and Docker preflight)."""
     from mur.manifest.containment import achieved_class, shortfall_reason
 
@@ -154,8 +157,30 @@ def choose_init(pref: str, systemd: bool, privileged: bool) -> str:
     return "systemd" if systemd and privileged else "supervisor"
 
 
-def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id: str, init_pref: str = "auto",
-                   progress: Callable[[str], None] | None = None) -> Report:
+CRON_COMMAND = ("command -v crontab >/dev/null 2>&1 || exit 1; for f in /proc/[0-9]*/comm; do "
+                "read -r c < \"$f\" 2>/dev/null || continue; case \"$c\" in cron|crond) exit 0;; esac; done; exit 1")
+
+
+def boot_check(report: Report, target: Target, init: str, no_boot_hook: bool) -> None:
+    """What brings the service back after a reboot: the enabled unit, a cron @reboot entry, or
+    nothing, which deploy accepts only when asked to (--no-boot-hook)."""
+    if init == "systemd":
+        boot, detail = "systemd", "the unit is enabled (WantedBy=multi-user.target)"
+    elif no_boot_hook:
+        boot, detail = "none", "no boot hook (--no-boot-hook): the service does not come back after a reboot"
+    elif target.run(CRON_COMMAND, check=False, what="find cron").rc == 0:
+        boot, detail = "cron", "a @reboot entry in the deploy user's crontab starts the supervisor"
+    else:
+        report.facts["boot"] = "none"
+        report.add("boot", False, "no systemd and no running cron daemon: the service would not come back after a "
+                   "reboot (pass --no-boot-hook to accept that)")
+        return
+    report.facts["boot"] = boot
+    report.add("boot", True, detail, fatal=False)
+
+
+def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id: str, init_pref: str = "auto",
+                   no_boot_hook: bool = False, progress: Callable[[str], None] | None = None) -> Report:
     """Probe an SSH or local target; uploads (only) the verified runtime into its cache."""
     from mur.deploy.apply import apply_steps
 
@@ -173,14 +198,15 @@ def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id
     if uid == 0:
         sudo = "root"
     else:
-        sudo = "nopasswd" if target.run("sudo -n true", check=False).rc == 0 else "none"
+        sudo = "nopasswd" if target.run("sudo -n true", check=False, what="sudo check").rc == 0 else "none"
     privileged = sudo in ("root", "nopasswd")
     report.facts["sudo"] = sudo
     report.add("privileges", True, {"root": "deploying as root", "nopasswd": f"{user} has passwordless sudo",
                                     "none": f"{user} has no passwordless sudo: no systemd unit, no service cgroup"}[sudo],
                fatal=False)
 
-    systemd = target.run("test -d /run/systemd/system && command -v systemctl >/dev/null", check=False).rc == 0
+    systemd = target.run("test -d /run/systemd/system && command -v systemctl >/dev/null", check=False,
+                         what="find systemd").rc == 0
     init = choose_init(init_pref, systemd, privileged)
     report.facts.update({"systemd": systemd, "init": init})
     if init == "systemd":
@@ -188,14 +214,15 @@ def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id
                    ("systemd is not running on the target" if not systemd else "installing a unit needs root or sudo"))
     else:
         report.add("init", True, "mur supervisor (no systemd)" if not systemd else "mur supervisor (by request)")
+    boot_check(report, target, init, no_boot_hook)
 
     lay = Layout(home, dep_id)
     remote_bundle = lay.bundle(bundle.name)
-    need = MARGIN + sum(a.files[0].size for a in inp.artifacts) + inp.manifest.size + sum(f.size for f in inp.files)
+    need = MARGIN + inp.upload_bytes
     have_bundle = target.digests([remote_bundle]).get(remote_bundle) == bundle.sha256
     # the runtime file, plus its one-time unpacking into ~/.murmur/runtime (~2.5x the file)
     need_home = need + (0 if have_bundle else bundle.size) + (bundle.size * 3 if bundle.origin != "installed" else 0)
-    df_home = parse_df(target.run(f"df -Pk {q(home)}", check=False).stdout)
+    df_home = parse_df(target.run(f"df -Pk {q(home)}", check=False, what="disk space").stdout)
     report.facts.update({"disk_free_bytes": df_home, "disk_needed_bytes": need_home})
     report.add("disk", df_home is None or df_home >= need_home,
                f"{_mb(df_home)} free in {home}, {_mb(need_home)} needed")
@@ -206,7 +233,7 @@ def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id
         progress(f"upload runtime {bundle.name} ({_mb(bundle.size)})")
     apply_steps(target, [Mkdir(lay.bin_dir, 0o755),
                          Upload(str(bundle.path), remote_bundle, 0o755, bundle.sha256, bundle.size)])
-    res = target.run(probe_command(remote_bundle, bundle.sha256, uid), check=False, timeout=600)
+    res = target.run(probe_command(remote_bundle, bundle.sha256, uid), check=False, timeout=600, what="probe")
     try:
         probe = parse_probe(res.stdout) if res.rc == 0 else {}
     except MurError:
@@ -228,7 +255,7 @@ def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id
     return report
 
 
-def _cgroup_checks(report: Report, inp: CapsuleInputs, probe: dict[str, Any], init: str, root: bool,
+def _cgroup_checks(report: Report, inp: DeployCapsule, probe: dict[str, Any], init: str, root: bool,
                    privileged: bool) -> None:
     mode = str(probe.get("cgroup_mode") or "none")
     if init == "systemd":

@@ -1,46 +1,29 @@
-"""Progress lines on stderr while deploy works (stdout stays for the result / --json line)."""
+"""How deploy reports progress: an injected Reporter (library code never prints).
+
+mur/cli renders it (rich lines on stderr); tests and library callers pass `QUIET` or their own.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import sys
-import time
-from typing import Iterator
+from typing import ContextManager, Iterator, Protocol
 
 
-class Progress:
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
-        self._console = None
-        if enabled:
-            try:
-                from rich.console import Console
-
-                self._console = Console(stderr=True, highlight=False)
-            except ImportError:  # pragma: no cover - rich is a dependency
-                self._console = None
-
-    def _print(self, text: str, style: str | None = None) -> None:
-        if not self.enabled:
-            return
-        if self._console is not None:
-            self._console.print(text, style=style, markup=False)
-        else:
-            print(text, file=sys.stderr, flush=True)
-
+class Reporter(Protocol):
     def note(self, text: str) -> None:
-        self._print(f"  {text}", "dim")
+        """A detail line under the current step."""
+
+    def step(self, text: str) -> ContextManager[None]:
+        """A named phase; the context manager marks it done, or failed when it raises."""
+
+
+class _Quiet:
+    def note(self, text: str) -> None:
+        pass
 
     @contextlib.contextmanager
     def step(self, text: str) -> Iterator[None]:
-        start = time.monotonic()
-        self._print(f"· {text}")
-        try:
-            yield
-        except BaseException:
-            self._print(f"✗ {text}", "red")
-            raise
-        self._print(f"✓ {text} ({time.monotonic() - start:.1f}s)", "green")
+        yield
 
 
-QUIET = Progress(enabled=False)
+QUIET: Reporter = _Quiet()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mur.deploy.bundle import installed_runtime
-from mur.deploy.inputs import gather
+from mur.deploy.capsule import gather
 from mur.deploy.preflight import (
     Report, choose_init, containment_check, parse_df, parse_probe, parse_version, preflight_host, probe_command,
 )
@@ -89,11 +89,12 @@ def test_preflight_of_this_machine_with_the_installed_runtime(tmp_path, monkeypa
     monkeypatch.setenv("HOME", str(tmp_path))
     inp = gather(capsule(tmp_path))
     runtime = installed_runtime()
-    rep = preflight_host(LocalTarget(), runtime, inp, dep_id="dep_" + "0" * 32)
+    rep = preflight_host(LocalTarget(), runtime, inp, dep_id="dep_" + "0" * 32, no_boot_hook=True)
     checks = {c.name: c for c in rep.checks}
     assert checks["runtime"].ok, checks["runtime"].detail
     assert rep.facts["runtime"]["version"] == runtime.version
     assert rep.probe["landlock_abi"] >= 0 and rep.facts["cgroup_mode"] in ("unified", "hybrid", "legacy", "none")
     assert rep.facts["init"] in ("systemd", "supervisor") and rep.ok
+    assert rep.facts["boot"] in ("systemd", "none")
     cached = list((tmp_path / ".murmur" / "bin" / ".probe").iterdir())
     assert len(cached) == 1

@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mur.deploy.docker_deploy import materialise
-from mur.deploy.plan import Layout, ServiceConfig, Symlink, Upload, WriteFile
-from mur.deploy.systemd import parse_show, ready_command, render_unit
+from mur.deploy.init import init_for
+from mur.deploy.init.systemd import render_unit
+from mur.deploy.providers.docker import materialise
+from mur.deploy.steps import Layout, ServiceConfig, Symlink, Upload, WriteFile
 from mur.deploy.targets.docker import CAPSULE_DOCKERFILE, ENTRYPOINT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,13 +33,24 @@ def test_unit_delegates_restarts_and_runs_as_the_deploy_user():
                           "--port 2345 --lifecycle-task-acceptance queue")
     assert "KillMode=mixed" in lines and "StandardOutput=journal" in lines
     assert "Environment=MUR_RUNTIME_DIR=/home/deployer/.murmur/runtime" in lines
+    assert f"Environment=MURMUR_A2A_TOKEN_FILE=/home/deployer/.murmur/deployments/{DEP}/a2a-token" in lines
+    assert f"Environment=TMPDIR=/home/deployer/.murmur/deployments/{DEP}/tmp" in lines
+    assert f"ExecStartPre=/bin/sh /home/deployer/.murmur/deployments/{DEP}/current/prestart.sh" in lines
+    assert "WantedBy=multi-user.target" in lines  # enabled: back after a reboot
     root_unit = render_unit(Layout("/root", DEP), ServiceConfig(port=1, restart="always"))
     assert "User=" not in root_unit and "Restart=always" in root_unit
 
 
-def test_systemd_helpers():
-    assert parse_show("ActiveState=active\nNRestarts=2\nbad line\n") == {"ActiveState": "active", "NRestarts": "2"}
-    assert "_SYSTEMD_INVOCATION_ID=abc" in ready_command("abc") and '\'^{"url"\'' in ready_command("abc")
+def test_systemd_status_reads_properties_and_the_journal_line():
+    systemd = init_for("systemd")
+    lay = Layout("/root", DEP)
+    cmd = systemd.status(lay, True)
+    assert cmd.sudo and "_SYSTEMD_INVOCATION_ID" in cmd.cmd and '\'^{"url"\'' in cmd.cmd
+    st = systemd.parse_status("ActiveState=active\nNRestarts=2\nMainPID=42\nbad line\nREADY=1\n")
+    assert (st.state, st.running, st.ready, st.restarts, st.pid) == ("active", True, True, 2, 42)
+    assert not systemd.parse_status("ActiveState=active\nMainPID=42\n").ready
+    gone = systemd.parse_status("LoadState=not-found\nActiveState=inactive\n")
+    assert gone.state == "absent" and gone.exited and not gone.running
 
 
 def test_the_docker_files_in_images_are_the_ones_deploy_uses():
