@@ -82,7 +82,7 @@ def round_trip(base: str, n: int) -> float:
 
 def serve(workdir: str, depth: int) -> None:
     """The capsule process: serve until stdin closes."""
-    from mur.a2a.service import CapsuleService
+    from mur.a2a.lifecycle import CapsuleService
     from mur.a2a.harness import CARD
     from mur.manifest.capsule import Lifecycle
 

@@ -76,8 +76,12 @@ CATALOGUE: dict[str, str] = {
     "E-EVAL-002": "no eval file (or no session) for the named session",
     "E-TRC-001": "trace parse error (a line is not a JSON event, or no session_start/session_end)",
     "E-TRC-002": "session address matched no session, or several",
-    # a2a client
+    # a2a
     "E-A2A-001": "(mur) A2A peer unreachable or answered with an error",
+    "E-A2A-002": "(mur) A2A peer refused the request: no or wrong bearer token (HTTP 401)",
+    "E-A2A-003": "(mur) A2A token file refused (unreadable, not a regular file, readable by group/other, empty)",
+    "E-A2A-004": "(mur) TLS for A2A unusable: bad certificate/key/CA file, or the peer's certificate is not trusted or not the pinned one",
+    "E-A2A-005": "(mur) A2A door would listen off loopback without a bearer token",
     # internal
     "E-INTERNAL": "(mur) unexpected internal error; rerun with MUR_DEBUG=1 and report it",
     # warnings

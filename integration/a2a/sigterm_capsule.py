@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from mur.a2a.service import CapsuleService, TaskOutcome
+from mur.a2a.lifecycle import CapsuleService, TaskOutcome
 from mur.manifest.capsule import Lifecycle
 
 mode, workdir, grace = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])

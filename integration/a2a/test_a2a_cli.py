@@ -10,7 +10,7 @@ import threading
 import time
 
 from mur.a2a.harness import Gate
-from mur.a2a.service import TaskOutcome
+from mur.a2a.lifecycle import TaskOutcome
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}
 

@@ -15,7 +15,7 @@ import time
 import httpx
 
 from mur.a2a.harness import Gate, message
-from mur.a2a.service import TaskOutcome
+from mur.a2a.lifecycle import TaskOutcome
 
 BURST = 200
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from mur.a2a.harness import Gate
-from mur.a2a.service import TaskOutcome
+from mur.a2a.lifecycle import TaskOutcome
 
 a2a_client = pytest.importorskip("a2a.client")
 from a2a.client import ClientConfig, create_client  # noqa: E402

@@ -4,28 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def hello(tmp_path_factory) -> Path:
-    """A private copy of examples/hello with its components built."""
-    from mur.wasm.build import build_guest_dir
-
-    src = ROOT / "examples" / "hello"
-    build_guest_dir(src / "greet")
-    build_guest_dir(src)
-    dest = tmp_path_factory.mktemp("a2a") / "hello"
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("workdir", "__pycache__", ".murmur"))
-    return dest
 
 
 def _env(home: Path) -> dict:

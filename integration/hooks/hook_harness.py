@@ -59,7 +59,7 @@ def _hooked_loop(hooks: Any):
 
 def run_session(manifest: Path, task: str | None, *, workdir: Path | None = None, model_client: Any = None,
                 hook_kwargs: dict | None = None) -> SessionResult:
-    from mur.a2a.service import CapsuleService, lifecycle_with_overrides
+    from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
     from mur.session.executor import TaskExecutor
     from mur.session.hooks import build_hooks
     from mur.session.options import RunOptions

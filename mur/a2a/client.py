@@ -1,16 +1,24 @@
-"""A small synchronous A2A client (httpx) for ``mur send`` and ``mur watch``.
+"""A small synchronous A2A client (httpx) for ``mur send``, ``mur watch`` and ``mur cancel``.
 
 Every failure to talk to the peer — connection refused, timeout, a non-JSON answer, an HTTP error
-status, a JSON-RPC error — becomes ``MurError("E-A2A-001", ...)`` here, once.
+status, a JSON-RPC error — becomes ``MurError("E-A2A-001", ...)`` here, once; a 401 is
+``E-A2A-002`` and an untrusted or unpinned certificate ``E-A2A-004``.
+
+:class:`Credentials` is what a caller proves itself with (a bearer token) and how it checks the
+server (a CA file, or the SHA-256 pin of the server's certificate, for self-signed deploy certs).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import socket
+import ssl
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
@@ -20,20 +28,89 @@ from mur.errors import MurError
 WAITING_STATES = ("submitted", "working")
 TASK_FRAMES = ("status", "artifact", "text", "thinking")
 POLL_SECS = 0.2
+TOKEN_HINT = "pass the capsule's token: --token, --token-file FILE or MURMUR_A2A_TOKEN (a deployed capsule's is beside its deployment record)"
 
 
-def nodelay_transport() -> httpx.HTTPTransport:
+@dataclass(frozen=True)
+class Credentials:
+    """A bearer token to send, and how to trust the server: ``cacert`` (a PEM CA or certificate
+    file to verify against) or ``pin_sha256`` (64 lowercase hex: accept exactly the certificate
+    whose DER form has this SHA-256, whoever signed it)."""
+
+    token: str | None = None
+    cacert: Path | None = None
+    pin_sha256: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.cacert is not None or self.pin_sha256 is not None
+
+
+def parse_pin(text: str) -> str:
+    """A SHA-256 fingerprint as 64 lowercase hex digits (colons and case as openssl prints them
+    are accepted); ValueError otherwise."""
+    pin = text.strip().lower().replace(":", "")
+    if not re.fullmatch(r"[0-9a-f]{64}", pin):
+        raise ValueError("a SHA-256 fingerprint is 64 hex digits (colons allowed)")
+    return pin
+
+
+def certificate_sha256(der: bytes) -> str:
+    """The pin of a certificate: the SHA-256 of its DER form, 64 lowercase hex digits."""
+    return hashlib.sha256(der).hexdigest()
+
+
+class PinMismatch(ssl.SSLCertVerificationError):
+    """The server's certificate is not the pinned one."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class _PinnedSocket(ssl.SSLSocket):
+    """Checks the pin inside the handshake, so no request byte (the token) reaches another server."""
+
+    def do_handshake(self, block: bool = False) -> None:
+        super().do_handshake(block)
+        got = certificate_sha256(self.getpeercert(binary_form=True) or b"")
+        if got != self.context.pin_sha256:  # type: ignore[attr-defined]
+            raise PinMismatch(f"its sha256 is {got}, not the pinned {self.context.pin_sha256}")  # type: ignore[attr-defined]
+
+
+def ssl_context(credentials: Credentials) -> ssl.SSLContext | bool:
+    """What httpx verifies the server with; E-A2A-004 for an unreadable CA file."""
+    if credentials.pin_sha256 is not None:
+        # The pin replaces chain and name checks: a deploy's self-signed certificate has neither.
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.sslsocket_class = _PinnedSocket
+        ctx.pin_sha256 = credentials.pin_sha256  # type: ignore[attr-defined]
+        return ctx
+    if credentials.cacert is not None:
+        try:
+            return ssl.create_default_context(cafile=str(credentials.cacert))
+        except (OSError, ssl.SSLError) as exc:
+            raise MurError(
+                "E-A2A-004", f"cannot use --cacert {credentials.cacert}: {getattr(exc, 'strerror', None) or exc}",
+                hint="pass a PEM file holding the CA (or the server's own certificate)",
+            ) from exc
+    return True
+
+
+def nodelay_transport(verify: ssl.SSLContext | bool = True) -> httpx.HTTPTransport:
     """An httpx transport with TCP_NODELAY: httpx writes a request's head and body separately,
     and Nagle + delayed ACK would otherwise add ~40 ms to every small request on a kept-alive
     connection."""
-    return httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+    return httpx.HTTPTransport(verify=verify, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
 
 
-def normalize_url(url: str) -> str:
-    """``localhost:8080`` -> ``http://localhost:8080`` (what ``mur run`` prints has no scheme)."""
+def normalize_url(url: str, tls: bool = False) -> str:
+    """``localhost:8080`` -> ``http://localhost:8080`` (what ``mur run`` prints has no scheme);
+    ``https://`` instead when the caller brought TLS credentials."""
     url = url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
-        url = "http://" + url
+        url = ("https://" if tls else "http://") + url
     return url
 
 
@@ -58,9 +135,18 @@ def task_text(task: dict) -> str:
 class A2AClient:
     """JSON-RPC calls and SSE streams against one capsule URL."""
 
-    def __init__(self, url: str, timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
-        self.url = normalize_url(url)
-        self._http = httpx.Client(timeout=timeout, transport=transport or nodelay_transport())
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        credentials: Credentials | None = None,
+    ):
+        credentials = credentials or Credentials()
+        self.url = normalize_url(url, tls=credentials.tls)
+        headers = {"authorization": f"Bearer {credentials.token}"} if credentials.token else {}
+        transport = transport or nodelay_transport(ssl_context(credentials))
+        self._http = httpx.Client(timeout=timeout, transport=transport, headers=headers)
         self._next_id = 0
 
     def close(self) -> None:
@@ -79,6 +165,29 @@ class A2AClient:
             hint="is the capsule running? use the url `mur run` printed (murmur: url localhost:<port>)",
         )
 
+    def _unreachable(self, exc: httpx.HTTPError, what: str) -> MurError:
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, ssl.SSLError):
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return MurError(
+                "E-A2A-004",
+                f"{self.url}: the server's certificate is not trusted: {cause}",
+                hint="pass --cacert FILE (its CA or certificate) or --pin-sha256 HEX (the fingerprint deploy printed)",
+            )
+        return self._fail(f"{what}: {exc}")
+
+    def _check_status(self, response: httpx.Response, method: str) -> None:
+        if response.status_code == 401:
+            raise MurError(
+                "E-A2A-002",
+                f"{self.url}: {method} refused: the capsule needs a bearer token"
+                + (" and this one is wrong" if "authorization" in self._http.headers else ""),
+                hint=TOKEN_HINT,
+            )
+        if response.status_code != 200:
+            raise self._fail(f"HTTP {response.status_code} for {method}")
+
     def _envelope(self, method: str, params: dict) -> dict:
         self._next_id += 1
         return {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
@@ -88,9 +197,8 @@ class A2AClient:
         try:
             response = self._http.post(self.url + "/", json=self._envelope(method, params))
         except httpx.HTTPError as exc:
-            raise self._fail(f"cannot reach the capsule: {exc}") from exc
-        if response.status_code != 200:
-            raise self._fail(f"HTTP {response.status_code} for {method}")
+            raise self._unreachable(exc, "cannot reach the capsule") from exc
+        self._check_status(response, method)
         try:
             body = response.json()
         except ValueError as exc:
@@ -156,8 +264,7 @@ class A2AClient:
                 headers=headers,
                 timeout=httpx.Timeout(10.0, read=None),
             ) as response:
-                if response.status_code != 200:
-                    raise self._fail(f"HTTP {response.status_code} for {method}")
+                self._check_status(response, method)
                 if "text/event-stream" not in response.headers.get("content-type", ""):
                     try:
                         body = json.loads(response.read() or b"{}")
@@ -167,7 +274,7 @@ class A2AClient:
                     raise MurError("E-A2A-001", f"{self.url}: {method} failed: {err.get('code')} {err.get('message')}")
                 yield from _parse_sse(response.iter_lines())
         except httpx.HTTPError as exc:
-            raise self._fail(f"stream broke: {exc}") from exc
+            raise self._unreachable(exc, "stream broke") from exc
 
 
     def watch(self, task_id: str | None = None) -> Iterator[SseEvent]:
@@ -194,12 +301,18 @@ class A2AClient:
                 return
 
 
-def send_task(url: str, text: str, context_id: str | None = None, timeout: float | None = 300.0) -> dict:
+def send_task(
+    url: str,
+    text: str,
+    context_id: str | None = None,
+    timeout: float | None = 300.0,
+    credentials: Credentials | None = None,
+) -> dict:
     """Send ``text`` and wait for the task to end (or ask for input); returns the task as tasks/get shows it.
 
     A rejected task is returned as message/send answered it.
     """
-    with A2AClient(url) as client:
+    with A2AClient(url, credentials=credentials) as client:
         task = client.send(text, context_id)
         if task.get("status", {}).get("state") not in WAITING_STATES:
             return task

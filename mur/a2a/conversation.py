@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mur.a2a.protocol import dumps, unicode_text
 from mur.errors import MurError
 from mur.fsutil import atomic_write_text
 
@@ -25,8 +26,9 @@ def atomic_write(path: Path, data: str) -> None:
 
 
 def result_text(state: str, text: str) -> str:
-    """What result files hold: the result, or ``error: <message>`` for a failed task."""
-    return text if state == "completed" else f"error: {text}"
+    """What result files hold: the result, or ``error: <message>`` for a failed task (as UTF-8 can
+    hold it: a lone surrogate from a model or tool becomes U+FFFD)."""
+    return unicode_text(text if state == "completed" else f"error: {text}")
 
 
 def write_results(workdir: Path, task_id: str, state: str, text: str, per_task: bool) -> None:
@@ -66,7 +68,7 @@ def save_history(workdir: Path, context_id: str, history: list) -> None:
     """Persist ``history`` for ``context_id`` atomically."""
     path = history_path(workdir, context_id)
     try:
-        atomic_write(path, json.dumps(history, ensure_ascii=False))
+        atomic_write(path, dumps(history))
     except OSError as exc:
         raise MurError("E-IO-003", f"cannot write {path}: {exc}") from exc
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from mur.a2a.client import nodelay_transport
-from mur.a2a.service import CapsuleService, TaskOutcome
+from mur.a2a.lifecycle import CapsuleService, TaskOutcome
 from mur.a2a.tasks import TERMINAL
 
 CARD = {

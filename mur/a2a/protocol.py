@@ -9,11 +9,13 @@ client parse the same answers (docs/a2a.md, "Reconciliation with the A2A spec").
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from mur.a2a.auth import SECURITY, SECURITY_SCHEMES
 from mur.a2a.tasks import COMPLETED, INPUT_REQUIRED, Task
 
 PARSE_ERROR = -32700
@@ -23,6 +25,9 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002  # A2A's TaskNotCancelableError
+# murmur's own, in JSON-RPC's implementation-defined server range (-32000..-32099):
+UNAUTHORIZED = -32030  # with HTTP 401: no or wrong bearer token
+SERVER_BUSY = -32031  # with HTTP 503: the open-stream cap is reached
 
 MAX_BODY = 1024 * 1024  # bytes; larger bodies get HTTP 413 with a JSON-RPC error
 
@@ -64,17 +69,134 @@ def error(request_id: Any, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
+# Request ids (JSON-RPC 2.0 section 4: a string, a number or null). A number must be an integer a
+# JavaScript client can hold exactly; a string is bounded so an answer never echoes megabytes.
+MAX_SAFE_ID = 2**53 - 1
+MAX_ID_CHARS = 256
+# Longer integer literals are refused before int() parses them (it is quadratic in the digits).
+MAX_INT_DIGITS = 64
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# A lone surrogate can only enter through a \uD800-\uDFFF escape (the body is strict UTF-8).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class _NotJson:
+    """Stands for NaN, +-Infinity, a float that overflows (1e999) or an absurdly long integer: values
+    Python's json module reads but JSON (RFC 8259 section 6) has no room for."""
+
+    def __repr__(self) -> str:
+        return "NaN/Infinity/out-of-range number"
+
+
+_NOT_JSON = _NotJson()
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _object(pairs: list) -> dict:
+    # Duplicate names make parsers disagree about what was sent (RFC 8259 section 4): refuse them.
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _float(text: str) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else _NOT_JSON
+
+
+def _int(text: str) -> Any:
+    return int(text) if len(text) <= MAX_INT_DIGITS else _NOT_JSON
+
+
+def _loads(body: bytes) -> Any:
+    return json.loads(
+        body.decode("utf-8"),
+        object_pairs_hook=_object,
+        parse_float=_float,
+        parse_int=_int,
+        parse_constant=lambda _name: _NOT_JSON,
+    )
+
+
+def _first_bad_value(doc: dict, strings: bool) -> tuple[str, str] | None:
+    """``(path, why)`` of the first value JSON-RPC cannot carry: a non-finite or out-of-range number,
+    or (when ``strings``) a string or key holding a lone surrogate. Iterative: nesting is unbounded."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        path, value = stack.pop()
+        if value is _NOT_JSON:
+            return path, "is NaN, Infinity or a number out of range, which JSON cannot carry"
+        if isinstance(value, str):
+            if strings and _LONE_SURROGATE.search(value):
+                return path, "holds a lone UTF-16 surrogate (not Unicode text)"
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if strings and _LONE_SURROGATE.search(key):
+                    return path or "request", "has a key holding a lone UTF-16 surrogate (not Unicode text)"
+                stack.append((f"{path}.{key}" if path else key, item))
+        elif isinstance(value, list):
+            for index in range(len(value) - 1, -1, -1):
+                stack.append((f"{path}[{index}]", value[index]))
+    return None
+
+
+def _valid_id(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str):
+        return len(value) <= MAX_ID_CHARS and not _LONE_SURROGATE.search(value)
+    if isinstance(value, int):
+        return abs(value) <= MAX_SAFE_ID
+    if isinstance(value, float):
+        return value.is_integer() and abs(value) <= MAX_SAFE_ID
+    return False
+
+
 def parse_request(body: bytes) -> RpcRequest:
-    """Parse one JSON-RPC request; RpcError -32700 (not JSON) or -32600 (not a request)."""
+    """Parse one JSON-RPC request, refusing before anything runs whatever it could not answer.
+
+    -32700: not UTF-8 JSON. -32600: not a single request object (batches are refused), a duplicate
+    key, no ``id`` (a notification: every A2A method has a result to give), an ``id`` that is not a
+    string of at most 256 characters, an integer within +-(2**53-1) or null, a bad ``jsonrpc`` or
+    ``method``, or a value JSON cannot carry outside ``params``. -32602: such a value (NaN, Infinity,
+    1e999, a lone surrogate) inside ``params``, or params not an object.
+    """
     try:
-        doc = json.loads(body.decode("utf-8"))
+        doc = _loads(body)
+    except _DuplicateKey as exc:
+        raise RpcError(INVALID_REQUEST, f"Invalid Request: duplicate key {exc.key!r}") from exc
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # deep nesting: RecursionError
         raise RpcError(PARSE_ERROR, "Parse error") from exc
     if not isinstance(doc, dict):
         raise RpcError(INVALID_REQUEST, "Invalid Request: expected one JSON-RPC request object (batches are not supported)")
-    request_id = doc.get("id")
-    if isinstance(request_id, bool) or not isinstance(request_id, (str, int, float, type(None))):
-        raise RpcError(INVALID_REQUEST, "Invalid Request: id must be a string, a number or null")
+    if "id" not in doc:
+        raise RpcError(
+            INVALID_REQUEST,
+            "Invalid Request: no id; notifications are not served (every method here answers with a result)",
+        )
+    request_id = doc["id"]
+    if not _valid_id(request_id):
+        raise RpcError(
+            INVALID_REQUEST,
+            f"Invalid Request: id must be a string (at most {MAX_ID_CHARS} characters), an integer "
+            f"within +-{MAX_SAFE_ID} or null",
+        )
+    bad = _first_bad_value(doc, strings=_SURROGATE_ESCAPE.search(body) is not None)
+    if bad is not None:
+        path, why = bad
+        code, label = (INVALID_PARAMS, "Invalid params") if path.startswith("params") else (INVALID_REQUEST, "Invalid Request")
+        raise RpcError(code, f"{label}: {path} {why}", request_id)
     if doc.get("jsonrpc") != "2.0":
         raise RpcError(INVALID_REQUEST, 'Invalid Request: jsonrpc must be "2.0"', request_id)
     method = doc.get("method")
@@ -86,6 +208,31 @@ def parse_request(body: bytes) -> RpcRequest:
     if not isinstance(params, dict):
         raise RpcError(INVALID_PARAMS, "Invalid params: params must be an object", request_id)
     return RpcRequest(request_id, method, params)
+
+
+def dumps(value: Any) -> str:
+    """Compact standard JSON for every answer and frame: never NaN or Infinity (an executor's
+    non-finite float becomes null), never a lone surrogate (it becomes U+FFFD), never a TypeError."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str)
+    except ValueError:
+        text = json.dumps(_finite(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str)
+    return unicode_text(text)
+
+
+def unicode_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, so that it encodes as UTF-8."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def resolve_method(method: str, task_acceptance: str) -> str | None:
@@ -104,11 +251,15 @@ class IncomingMessage:
     text: str
 
 
+PART_KINDS = ("text", "file", "data")  # A2A 0.3 Part kinds
+
+
 def parse_message(params: dict, request_id: Any = None) -> IncomingMessage:
     """``params.message`` (or ``params`` itself when absent) as an A2A message; -32602 otherwise.
 
-    Text parts are joined with ``\\n``; parts of other kinds (file, data) are ignored. Both the
-    upstream part shape ``{"text": ...}`` and A2A 0.3's ``{"kind": "text", "text": ...}`` are read.
+    Text parts are joined with ``\\n``; file and data parts are ignored, but a message needs at least
+    one text part (this capsule's work is text: an empty task is refused, not run). Both the upstream
+    part shape ``{"text": ...}`` and A2A 0.3's ``{"kind": "text", "text": ...}`` are read.
     """
 
     def bad(why: str) -> RpcError:
@@ -118,8 +269,10 @@ def parse_message(params: dict, request_id: Any = None) -> IncomingMessage:
     if not isinstance(message, dict):
         raise bad("message must be an object")
     message_id = message.get("messageId")
-    if not isinstance(message_id, str):
-        raise bad("message.messageId must be a string")
+    if not isinstance(message_id, str) or not message_id:
+        raise bad("message.messageId must be a non-empty string")
+    if len(message_id) > MAX_ID_CHARS:
+        raise bad(f"message.messageId is longer than {MAX_ID_CHARS} characters")
     if not isinstance(message.get("role"), str):
         raise bad("message.role must be a string")
     context_id = message.get("contextId")
@@ -135,12 +288,18 @@ def parse_message(params: dict, request_id: Any = None) -> IncomingMessage:
     for index, part in enumerate(parts):
         if not isinstance(part, dict):
             raise bad(f"message.parts[{index}] must be an object")
-        kind = part.get("kind", "text")
-        text = part.get("text")
-        if kind == "text" and text is not None:
+        kind = part.get("kind")
+        if kind is None:  # upstream's shape has no kind; A2A 0.3 always sends one
+            kind = next((k for k in PART_KINDS if k in part), "text")
+        if kind not in PART_KINDS:
+            raise bad(f"message.parts[{index}].kind must be one of {', '.join(PART_KINDS)}")
+        if kind == "text":
+            text = part.get("text")
             if not isinstance(text, str):
                 raise bad(f"message.parts[{index}].text must be a string")
             texts.append(text)
+    if not texts:
+        raise bad("message.parts holds no text part; this capsule takes its task as text")
     return IncomingMessage(message_id, context_id, "\n".join(texts))
 
 
@@ -214,7 +373,7 @@ def artifact_frame(task_id: str, context_id: str | None, artifact: dict) -> dict
     """The data of an ``event: artifact`` frame: upstream's ``{id, artifact}`` + the A2A update."""
     name = str(artifact.get("tool_name", "artifact"))
     content = artifact.get("content", "")
-    content = content if isinstance(content, str) else json.dumps(content)
+    content = content if isinstance(content, str) else dumps(content)
     return {
         "id": task_id,
         "artifact": artifact,
@@ -233,10 +392,11 @@ def text_frame(task_id: str, text: str, final: bool = False) -> dict:
     return {"id": task_id, "text": text, "final": final}
 
 
-def build_card(card: dict, url: str, task_acceptance: str) -> dict:
+def build_card(card: dict, url: str, task_acceptance: str, secured: bool = False) -> dict:
     """The agent card: upstream's ``{name, version, url, capabilities}`` + A2A 0.3 card fields.
 
     ``capabilities.streaming`` is false when the door serves no ``message/stream`` (``none``).
+    ``secured``: the door wants a bearer token, declared as A2A ``securitySchemes`` + ``security``.
     """
     name = str(card.get("name", ""))
     version = str(card.get("version", ""))
@@ -266,4 +426,7 @@ def build_card(card: dict, url: str, task_acceptance: str) -> dict:
         "defaultOutputModes": [TEXT_MODE],
         "skills": skills,
     }
+    if secured:
+        out["securitySchemes"] = SECURITY_SCHEMES
+        out["security"] = SECURITY
     return out

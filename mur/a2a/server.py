@@ -2,41 +2,73 @@
 
 Routes (upstream section 6.1):
 
-* ``GET /.well-known/agent-card.json`` -> the agent card;
+* ``GET /.well-known/agent-card.json`` -> the agent card (public even when a token is set);
+* with a token set (mur/a2a/auth.py), anything else without ``Authorization: Bearer <token>``
+  -> 401 carrying a JSON-RPC error;
 * ``POST /`` with ``content-type: application/json`` -> JSON-RPC 2.0;
 * ``POST /`` with another content type -> 415 (upstream answers 404; see docs/a2a.md);
-* a body over ``MAX_BODY`` -> 413 carrying a JSON-RPC error;
+* a body over ``MAX_BODY`` -> 413, one not complete within the body deadline -> 408, both carrying
+  a JSON-RPC error and closing the connection;
+* a stream (SSE) beyond the open-stream cap -> 503 carrying a JSON-RPC error;
 * anything else -> 404.
 
 uvicorn runs on a background thread with its own event loop, on a socket bound here so that a
-taken ``network.internal_port`` is reported as ``E-RUN-010`` before anything else starts.
+taken ``network.internal_port`` is reported as ``E-RUN-010`` before anything else starts. Its
+connections go through mur/a2a/guard.py (head deadline, connection cap, write-stall deadline).
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import ipaddress
+import logging
+import re
 import socket
 import threading
 import time
 from typing import AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 
 from mur import ids
 from mur.a2a import protocol as rpc
+from mur.a2a.auth import DoorAuth, bearer_matches
+from mur.a2a.guard import DoorLimits, GuardedH11Protocol
 from mur.a2a.sse import CLOSED, HEARTBEAT, LAGGED, EventHub, Frame, format_frame
 from mur.a2a.tasks import SUBMITTED, Task, TaskRegistry
 from mur.errors import MurError
 
 CARD_PATH = "/.well-known/agent-card.json"
 HEARTBEAT_SECS = 15.0
-# A request body over the limit is still read (and dropped) up to this many bytes, so the client
-# is not reset before it reads the 413; past it the connection is simply closed.
+# A request body over the limit is still read (and dropped) up to this many bytes for at most
+# DRAIN_SECS, so a client that sends it promptly reads the 413 rather than a reset.
 DRAIN_LIMIT = 8 * 1024 * 1024
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+DRAIN_SECS = 2.0
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+CLOSE = {"connection": "close"}
+# A Host header the card's url may echo: a name or address and a port, nothing else.
+_HOST = re.compile(r"^[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]{2,45}\](:[0-9]{1,5})?$")
+
+# uvicorn reports bad requests and dropped streams through these loggers; a hostile client must not
+# be able to write to the capsule's stderr (Python's last-resort handler would print them).
+for _name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    logging.getLogger(_name).addHandler(logging.NullHandler())
+
+
+def json_response(body: dict, status: int = 200, headers: dict | None = None) -> Response:
+    """A JSON answer in standard JSON (protocol.dumps: no NaN, no lone surrogate)."""
+    return Response(rpc.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+class _Gone(Exception):
+    """The client disconnected while its request was being read."""
 
 
 class Door:
@@ -52,6 +84,8 @@ class Door:
         conversation: str,
         fallback_host: str,
         max_body: int = rpc.MAX_BODY,
+        auth: DoorAuth | None = None,
+        limits: DoorLimits | None = None,
     ):
         self.registry = registry
         self.hub = hub
@@ -60,68 +94,102 @@ class Door:
         self.conversation = conversation
         self.fallback_host = fallback_host
         self.max_body = max_body
+        self.auth = auth or DoorAuth()
+        self.limits = limits or DoorLimits()
         self.heartbeat_secs = HEARTBEAT_SECS
+        self.open_streams = 0  # touched on the server's event loop only
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
         try:
-            response = await self._route(request)
+            response = await self._route(request, receive)
+        except _Gone:
+            return
         except Exception as exc:  # noqa: BLE001 - a bug answers -32603, never a dropped connection
-            response = JSONResponse(rpc.error(None, rpc.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}"))
+            response = json_response(rpc.error(None, rpc.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}"))
         await response(scope, receive, send)
 
-    async def _route(self, request: Request) -> Response:
+    async def _route(self, request: Request, receive) -> Response:
         path, method = request.url.path, request.method
+        if "transfer-encoding" in request.headers and "content-length" in request.headers:
+            # RFC 9112 section 6.3: a request framed both ways is a smuggling attempt (or a broken
+            # proxy); answering it and closing is the only reading every hop agrees on.
+            return json_response({"error": "both Transfer-Encoding and Content-Length"}, status=400, headers=CLOSE)
         if path == CARD_PATH and method == "GET":
-            host = request.headers.get("host") or self.fallback_host
-            return JSONResponse(rpc.build_card(self.card, f"http://{host}", self.task_acceptance))
+            host = request.headers.get("host", "")
+            host = host if _HOST.match(host) else self.fallback_host
+            url = f"{request.url.scheme}://{host}"
+            return json_response(rpc.build_card(self.card, url, self.task_acceptance, secured=self.auth.token is not None))
+        if self.auth.token is not None:
+            presented = request.headers.get("authorization")
+            if not bearer_matches(presented, self.auth.token):
+                return _unauthorized(presented is not None)
         if path != "/" or method != "POST":
             return Response(status_code=404)
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media != "application/json":
-            return JSONResponse({"error": "POST / takes content-type: application/json"}, status_code=415)
-        body = await self._read_body(request)
-        if body is None:
-            return JSONResponse(
-                rpc.error(None, rpc.INVALID_REQUEST, f"Invalid Request: body larger than {self.max_body} bytes"),
-                status_code=413,
-            )
+            return json_response({"error": "POST / takes content-type: application/json"}, status=415)
+        body = await self._read_body(request, receive)
+        if isinstance(body, Response):
+            return body
         try:
             req = rpc.parse_request(body)
             method_name = rpc.resolve_method(req.method, self.task_acceptance)
             if method_name is None:
                 raise rpc.RpcError(rpc.METHOD_NOT_FOUND, "Method not found", req.id)
             if method_name == "message/send":
-                return JSONResponse(rpc.ok(req.id, self._message_send(req, request)))
+                return json_response(rpc.ok(req.id, self._message_send(req, request)))
             if method_name == "tasks/get":
-                return JSONResponse(rpc.ok(req.id, self._tasks_get(req)))
+                return json_response(rpc.ok(req.id, self._tasks_get(req)))
             if method_name == "tasks/cancel":
-                return JSONResponse(rpc.ok(req.id, self._tasks_cancel(req)))
+                return json_response(rpc.ok(req.id, self._tasks_cancel(req)))
+            if self.open_streams >= self.limits.max_streams:
+                message = f"Server busy: {self.open_streams} streams are open (the most this capsule serves); retry later"
+                return json_response(rpc.error(req.id, rpc.SERVER_BUSY, message), status=503, headers={"retry-after": "1"})
             if method_name == "message/stream":
                 return self._message_stream(req, request)
             return self._stream_watch(request)
         except rpc.RpcError as exc:
-            return JSONResponse(rpc.error(exc.request_id, exc.code, exc.message))
+            return json_response(rpc.error(exc.request_id, exc.code, exc.message))
 
-    async def _read_body(self, request: Request) -> bytes | None:
-        """The body, or None when it exceeds ``max_body`` (what was sent is drained, within reason)."""
-        declared = request.headers.get("content-length")
-        too_big = declared is not None and declared.isdigit() and int(declared) > self.max_body
+    async def _read_body(self, request: Request, receive) -> bytes | Response:
+        """The body, or the answer refusing it: 413 past ``max_body`` (what was sent is drained,
+        within reason), 408 when it is not complete within the body deadline."""
+        loop = asyncio.get_running_loop()
+        declared = request.headers.get("content-length", "")
+        too_big = declared.isascii() and declared.isdigit() and int(declared) > self.max_body
+        deadline = loop.time() + (DRAIN_SECS if too_big else self.limits.body_timeout)
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), deadline - loop.time())
+            except asyncio.TimeoutError:
+                if too_big:
+                    break
+                why = f"Invalid Request: the body did not arrive within {self.limits.body_timeout:g} s"
+                return json_response(rpc.error(None, rpc.INVALID_REQUEST, why), status=408, headers=CLOSE)
+            if message["type"] == "http.disconnect":
+                raise _Gone()
+            chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body:
+            if size > self.max_body and not too_big:
                 too_big = True
+                deadline = min(deadline, loop.time() + DRAIN_SECS)
             if too_big:
                 chunks.clear()
                 if size > DRAIN_LIMIT:
                     break
-                continue
-            chunks.append(chunk)
-        return None if too_big else b"".join(chunks)
+            else:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        if too_big:
+            why = f"Invalid Request: body larger than {self.max_body} bytes"
+            return json_response(rpc.error(None, rpc.INVALID_REQUEST, why), status=413, headers=CLOSE)
+        return b"".join(chunks)
 
     # --- methods ------------------------------------------------------------------------------
 
@@ -187,17 +255,13 @@ class Door:
             self.hub.unsubscribe(sub)
             frame = rpc.status_frame(snapshot.id, snapshot.context_id, snapshot.state, snapshot.message, final=True)
             return _sse_once(format_frame("status", frame))
-        return StreamingResponse(
-            self._frames(sub, replay, task_id=task.id), media_type="text/event-stream", headers=SSE_HEADERS
-        )
+        return EventStream(self, self._frames(sub, replay, task_id=task.id))
 
     def _stream_watch(self, request: Request) -> Response:
         loop = asyncio.get_running_loop()
         sub, replay = self.hub.subscribe(loop, _last_event_id(request) or 0)
         ack = format_frame("connection-ack", {"role": "observer", "conversation_mode": self.conversation})
-        return StreamingResponse(
-            self._frames(sub, replay, task_id=None, first=ack), media_type="text/event-stream", headers=SSE_HEADERS
-        )
+        return EventStream(self, self._frames(sub, replay, task_id=None, first=ack))
 
     async def _frames(self, sub, replay, task_id: str | None, first: str | None = None) -> AsyncIterator[str]:
         """Replay, then live frames. With ``task_id`` (message/stream) live frames are only that
@@ -221,7 +285,7 @@ class Door:
                 yield frame.text
             while True:
                 try:
-                    item = await asyncio.wait_for(sub.queue.get(), self.heartbeat_secs)
+                    item = await sub.next(self.heartbeat_secs)
                 except asyncio.TimeoutError:
                     yield HEARTBEAT
                     continue
@@ -243,13 +307,63 @@ class Door:
             self.hub.unsubscribe(sub)
 
 
+class EventStream:
+    """An SSE response (an ASGI callable): writes ``frames`` until they end or the client goes.
+
+    Counted against the door's open-stream cap from creation to its end. A client that stops
+    reading blocks the write; guard.py aborts its connection after the stall deadline, which ends
+    this stream and unsubscribes it.
+    """
+
+    def __init__(self, door: Door, frames: AsyncIterator[str]):
+        self._door = door
+        self._frames = frames
+        door.open_streams += 1
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            pump = asyncio.ensure_future(self._pump(send))
+            gone = asyncio.ensure_future(_disconnect(receive))
+            try:
+                await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for job in (pump, gone):
+                    job.cancel()
+                await asyncio.gather(pump, gone, return_exceptions=True)
+        finally:
+            await self._frames.aclose()
+            self._door.open_streams -= 1
+
+    async def _pump(self, send) -> None:
+        async for chunk in self._frames:
+            await send({"type": "http.response.body", "body": chunk.encode("utf-8"), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _disconnect(receive) -> None:
+    """Returns when the client has gone (the request body was read before the stream began)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 def _sse_once(frame: str) -> Response:
-    return Response(frame, media_type="text/event-stream", headers=SSE_HEADERS)
+    return Response(frame, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+
+def _unauthorized(presented: bool) -> Response:
+    """401 with RFC 6750's challenge and a JSON-RPC error body (the request id is not read)."""
+    reason = "invalid_token" if presented else "unauthenticated"
+    challenge = 'Bearer error="invalid_token"' if presented else "Bearer"
+    message = "Unauthorized: the bearer token is wrong" if presented else "Unauthorized: this capsule needs Authorization: Bearer <token>"
+    body = rpc.error(None, rpc.UNAUTHORIZED, message)
+    body["error"]["data"] = {"reason": reason}
+    return json_response(body, status=401, headers={"www-authenticate": challenge})
 
 
 def _last_event_id(request: Request) -> int | None:
     value = request.headers.get("last-event-id", "").strip()
-    return int(value) if value.isdigit() else None
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
 
 
 # --- binding and serving ------------------------------------------------------------------------
@@ -282,33 +396,40 @@ def bind_socket(bind: str, port: int | None) -> socket.socket:
     return sock
 
 
-def capsule_url(bind: str, port: int) -> str:
-    """``localhost:<port>`` for a loopback or wildcard bind (upstream's form), else ``host:port``."""
+def capsule_url(bind: str, port: int, tls: bool = False) -> str:
+    """``localhost:<port>`` for a loopback or wildcard bind (upstream's form), else ``host:port``;
+    with TLS the same with ``https://`` in front (a client would otherwise assume http)."""
+    scheme = "https://" if tls else ""
     try:
         ip = ipaddress.ip_address(bind)
     except ValueError:
-        return f"{bind}:{port}"
+        return f"{scheme}{bind}:{port}"
     if ip.is_loopback or ip.is_unspecified:
-        return f"localhost:{port}"
-    return f"[{bind}]:{port}" if ip.version == 6 else f"{bind}:{port}"
+        return f"{scheme}localhost:{port}"
+    return f"{scheme}[{bind}]:{port}" if ip.version == 6 else f"{scheme}{bind}:{port}"
 
 
 class ServerThread:
     """uvicorn serving an ASGI app on a pre-bound socket, on a daemon thread."""
 
-    def __init__(self, app, sock: socket.socket):
+    def __init__(self, app, sock: socket.socket, limits: DoorLimits | None = None, auth: DoorAuth | None = None):
         import uvicorn
 
+        limits = limits or DoorLimits()
+        auth = auth or DoorAuth()
         self._sock = sock
         config = uvicorn.Config(
             app,
+            http=functools.partial(GuardedH11Protocol, limits=limits),
             log_config=None,
             log_level="error",
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=2,
-            timeout_keep_alive=30,
+            timeout_keep_alive=limits.keep_alive,
             server_header=False,
+            ssl_certfile=str(auth.tls_cert) if auth.tls else None,
+            ssl_keyfile=str(auth.tls_key) if auth.tls else None,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name="mur-a2a-door", daemon=True)

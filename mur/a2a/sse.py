@@ -13,23 +13,26 @@ asyncio queue on the server's event loop, fed with ``call_soon_threadsafe``.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from mur.a2a.protocol import dumps
+
 BUFFER_CAPACITY = 1024
-# A subscriber that falls this many frames behind is cut off with `event: lagged`; it can
-# reconnect with Last-Event-ID and get the replay (or a gap).
+# A subscriber that falls this many frames (or bytes) behind is cut off with `event: lagged`; it
+# can reconnect with Last-Event-ID and get the replay (or a gap). The byte bound keeps a client
+# that never reads from holding more than this much of the server's memory.
 SUBSCRIBER_BACKLOG = 10_000
+SUBSCRIBER_BACKLOG_BYTES = 8 * 1024 * 1024
 HEARTBEAT = ":heartbeat\n\n"
 
 
 def format_frame(event: str, data: Any, event_id: int | None = None) -> str:
-    """One SSE frame; the data line is compact JSON (never contains a newline)."""
+    """One SSE frame; the data line is compact standard JSON (never contains a newline)."""
     head = f"id: {event_id}\n" if event_id is not None else ""
-    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    body = dumps(data)
     return f"{head}event: {event}\ndata: {body}\n\n"
 
 
@@ -49,11 +52,12 @@ LAGGED = object()  # the subscriber fell too far behind: write lagged and end
 
 
 class Subscriber:
-    """One open stream: an asyncio queue on the server loop."""
+    """One open stream: an asyncio queue on the server loop, bounded in frames and bytes."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
+        self._queued_bytes = 0
         self._cut = False
 
     def push(self, item: object) -> None:
@@ -65,10 +69,20 @@ class Subscriber:
     def _put(self, item: object) -> None:
         if self._cut:
             return
-        if item is not CLOSED and self.queue.qsize() >= SUBSCRIBER_BACKLOG:
-            self._cut = True
-            item = LAGGED
+        if isinstance(item, Frame):
+            if self.queue.qsize() >= SUBSCRIBER_BACKLOG or self._queued_bytes + len(item.text) > SUBSCRIBER_BACKLOG_BYTES:
+                self._cut = True
+                item = LAGGED
+            else:
+                self._queued_bytes += len(item.text)
         self.queue.put_nowait(item)
+
+    async def next(self, timeout: float) -> object:
+        """The next queued item; raises asyncio.TimeoutError after ``timeout`` seconds."""
+        item = await asyncio.wait_for(self.queue.get(), timeout)
+        if isinstance(item, Frame):
+            self._queued_bytes -= len(item.text)
+        return item
 
 
 @dataclass
@@ -139,6 +153,12 @@ class EventHub:
             for sub in self._subscribers:
                 sub.push(CLOSED)
             self._subscribers.clear()
+
+    @property
+    def subscribers(self) -> int:
+        """How many streams are subscribed (diagnostics, tests)."""
+        with self._lock:
+            return len(self._subscribers)
 
     @property
     def last_id(self) -> int:

@@ -100,6 +100,7 @@ class TaskRegistry:
             else:
                 task.state = REJECTED
                 task.message = REJECTED_CLOSING if self._closed else REJECTED_BUSY
+                task.text = ""  # never run: a flood of large rejected sends must not stay in memory
             self._remember(task)
             return Task(**task.__dict__)
 
@@ -147,7 +148,7 @@ class TaskRegistry:
                 return "not-found", None
             if task.state == SUBMITTED and task_id in self._pending:
                 self._pending.remove(task_id)
-                task.state, task.message = CANCELED, CANCELED_MESSAGE
+                task.state, task.message, task.text = CANCELED, CANCELED_MESSAGE, ""
                 outcome = "dropped"
             elif task.state == INPUT_REQUIRED and self._active == task_id:
                 task.cancel_requested = True
@@ -233,6 +234,7 @@ class TaskRegistry:
             task.message = message
             task.response = response if state == COMPLETED else None
             task.prompt = None
+            task.text = ""  # its input is no longer needed; only tasks/get's fields are kept
             if self._active == task_id:
                 self._active = None
             self._last = task_id
@@ -248,6 +250,7 @@ class TaskRegistry:
                 task = self._tasks[self._pending.popleft()]
                 task.state = REJECTED
                 task.message = REJECTED_SESSION_ENDED
+                task.text = ""
                 refused.append(Task(**task.__dict__))
             self._cond.notify_all()
             return refused

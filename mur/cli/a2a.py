@@ -2,26 +2,73 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from mur.a2a.client import Credentials
+
+URL_HELP = "Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS)."
+Token = Annotated[Optional[str], typer.Option("--token", help="Bearer token the capsule wants (else MURMUR_A2A_TOKEN).")]
+TokenFile = Annotated[
+    Optional[Path], typer.Option("--token-file", help="File holding the bearer token (mode 600).")
+]
+CaCert = Annotated[
+    Optional[Path], typer.Option("--cacert", help="Verify the server's TLS certificate against this PEM CA/certificate.")
+]
+Pin = Annotated[
+    Optional[str],
+    typer.Option("--pin-sha256", help="Accept exactly the server certificate with this SHA-256 fingerprint (hex)."),
+]
+
+
+def resolve_credentials(
+    target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None
+) -> tuple[str, "Credentials"]:
+    """The URL to call and the credentials to call it with. The token: --token, else --token-file,
+    else MURMUR_A2A_TOKEN; the server check: --cacert or --pin-sha256 (an https:// URL without
+    either is verified against the system's CAs)."""
+    from mur.a2a.auth import read_token_file
+    from mur.a2a.client import Credentials, normalize_url, parse_pin
+
+    if token and token_file:
+        raise typer.BadParameter("give --token or --token-file, not both", param_hint="--token")
+    if token_file is not None:
+        token = read_token_file(token_file)
+    token = token or os.environ.get("MURMUR_A2A_TOKEN", "").strip() or None
+    if pin is not None:
+        try:
+            pin = parse_pin(pin)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--pin-sha256") from exc
+    credentials = Credentials(token=token, cacert=cacert, pin_sha256=pin)
+    return normalize_url(target, tls=credentials.tls), credentials
 
 
 def register(app: typer.Typer) -> None:
     @app.command("send")
     def send(
-        url: str = typer.Argument(..., help="Capsule URL, as `mur run` prints it (localhost:<port>)."),
+        url: str = typer.Argument(..., help=URL_HELP),
         text: str = typer.Argument(..., help="The task text (or the reply to a task waiting for input)."),
         context: str = typer.Option(None, "--context", help="contextId to continue a threaded conversation."),
         json_out: bool = typer.Option(False, "--json", help="Print the final task as one JSON line."),
         timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for the task to finish (0: forever)."),
+        token: Token = None,
+        token_file: TokenFile = None,
+        cacert: CaCert = None,
+        pin_sha256: Pin = None,
     ) -> None:
         """Send a task to a capsule and print its result."""
         from mur.a2a.client import send_task, task_text
         from mur.cli.render import emit_json, note
         from mur.errors import MurError
 
-        task = send_task(url, text, context_id=context, timeout=timeout or None)
+        base, credentials = resolve_credentials(url, token, token_file, cacert, pin_sha256)
+        task = send_task(base, text, context_id=context, timeout=timeout or None, credentials=credentials)
         state = task.get("status", {}).get("state")
         if json_out:
             emit_json(task)
@@ -42,15 +89,20 @@ def register(app: typer.Typer) -> None:
 
     @app.command("cancel")
     def cancel(
-        url: str = typer.Argument(..., help="Capsule URL, as `mur run` prints it (localhost:<port>)."),
+        url: str = typer.Argument(..., help=URL_HELP),
         task_id: str = typer.Argument(..., metavar="TASK_ID", help="The task id (tsk_...) message/send returned."),
         json_out: bool = typer.Option(False, "--json", help="Print the task as one JSON line."),
+        token: Token = None,
+        token_file: TokenFile = None,
+        cacert: CaCert = None,
+        pin_sha256: Pin = None,
     ) -> None:
         """Cancel a task: queued, waiting for input, or (agent capsules) running, at its next step."""
         from mur.a2a.client import A2AClient
         from mur.cli.render import emit_json
 
-        with A2AClient(url) as client:
+        url, credentials = resolve_credentials(url, token, token_file, cacert, pin_sha256)
+        with A2AClient(url, credentials=credentials) as client:
             task = client.cancel_task(task_id)
         state = task.get("status", {}).get("state")
         if json_out:
@@ -62,15 +114,20 @@ def register(app: typer.Typer) -> None:
 
     @app.command("watch")
     def watch(
-        url: str = typer.Argument(..., help="Capsule URL, as `mur run` prints it (localhost:<port>)."),
+        url: str = typer.Argument(..., help=URL_HELP),
         task: str = typer.Option(None, "--task", help="Only this task's events; exit when it ends."),
+        token: Token = None,
+        token_file: TokenFile = None,
+        cacert: CaCert = None,
+        pin_sha256: Pin = None,
     ) -> None:
         """Follow a capsule's event stream (stream/watch) until it closes."""
         from mur.a2a.client import A2AClient
         from mur.a2a.render import WatchRenderer
 
+        url, credentials = resolve_credentials(url, token, token_file, cacert, pin_sha256)
         renderer = WatchRenderer()
-        with A2AClient(url) as client:
+        with A2AClient(url, credentials=credentials) as client:
             for event in client.watch(task_id=task):
                 shown = renderer.render(event.event, event.data)
                 if shown.stdout:

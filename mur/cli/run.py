@@ -36,6 +36,11 @@ def run(
     no_env_file: bool = typer.Option(False, "--no-env-file", help="Do not load .env next to the manifest."),
     containment: Optional[str] = typer.Option(None, "--containment", help="Raise the containment floor (advisory|scoped|sealed)."),
     explain_scope: bool = typer.Option(False, "--explain-scope", help="Print the containment report and grants, then exit."),
+    a2a_token_file: Optional[Path] = typer.Option(
+        None, "--a2a-token-file", envvar="MURMUR_A2A_TOKEN_FILE", help="A2A callers need this bearer token (file mode 600)."
+    ),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", envvar="MURMUR_A2A_TLS_CERT", help="Serve A2A over HTTPS: PEM certificate."),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", envvar="MURMUR_A2A_TLS_KEY", help="PEM private key for --tls-cert."),
 ) -> None:
     """Run a capsule: validate, probe the kernel, stage a session workdir, execute, trace."""
     _choice(containment, CLASSES, "--containment")
@@ -43,6 +48,8 @@ def run(
     _choice(lifecycle_after_task, ("exit", "sleep"), "--lifecycle-after-task")
     if port is not None and not 0 < port < 65536:
         raise typer.BadParameter("must be between 1 and 65535", param_hint="--port")
+    if (tls_cert is None) != (tls_key is None):
+        raise typer.BadParameter("--tls-cert and --tls-key go together", param_hint="--tls-cert" if tls_key else "--tls-key")
     from mur.session.options import RunOptions
 
     opts = RunOptions(
@@ -59,6 +66,9 @@ def run(
         no_env_file=no_env_file,
         containment=containment,
         explain_scope=explain_scope,
+        a2a_token_file=a2a_token_file,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
     if explain_scope:
         from mur.manifest.containment import render_scope_report

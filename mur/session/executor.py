@@ -1,6 +1,6 @@
 """One task, one attempt: `session_start`, the capsule's work, `session_end` (upstream section 3.3).
 
-The A2A service (mur.a2a.service) calls `TaskExecutor` for every task it accepts. A capsule with an
+The A2A service (mur.a2a.lifecycle) calls `TaskExecutor` for every task it accepts. A capsule with an
 `inference:` block runs the agent loop (transport http through the driver component, or the claude
 CLI as a process); a plain capsule runs its own `capsule.wasm`, whose tools are reached through
 `murmur:tool-registry/invoke`. Failures become a failed TaskOutcome (the session keeps serving); the
@@ -85,7 +85,7 @@ class TaskExecutor:
     # --- the executor ----------------------------------------------------------------------------
 
     def __call__(self, request: Any, context: Any) -> Any:
-        from mur.a2a.service import TaskOutcome
+        from mur.a2a.lifecycle import TaskOutcome
 
         capsule = self.prep.loaded.capsule
         max_turns = capsule.inference.max_turns if capsule.inference else 0

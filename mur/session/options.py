@@ -21,3 +21,6 @@ class RunOptions:
     no_env_file: bool = False
     containment: str | None = None
     explain_scope: bool = False
+    a2a_token_file: Path | None = None  # the door wants this bearer token (mur.a2a.auth)
+    tls_cert: Path | None = None  # the door speaks HTTPS with this certificate and key
+    tls_key: Path | None = None

@@ -74,7 +74,8 @@ def _launch_warnings(warnings: list[tuple[str, str]], wd: Any) -> None:
 
 def run_session(opts: RunOptions) -> None:
     """Run a capsule session; raises MurError for the CLI to render (exit 1) when it did not end ok."""
-    from mur.a2a.service import CapsuleService, lifecycle_with_overrides
+    from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
+    from mur.a2a.auth import load_door_auth
     from mur.session import murmur_md
     from mur.session.prechecks import prepare
     from mur.session.staging import stage
@@ -83,6 +84,7 @@ def run_session(opts: RunOptions) -> None:
     from mur.session.workdir import create_workdir, plan_workdir, write_task_input
 
     prep = prepare(opts)
+    door_auth = load_door_auth(opts.a2a_token_file, opts.tls_cert, opts.tls_key)
     loaded = prep.loaded
     capsule = loaded.capsule
     session_id = ids.session_id()
@@ -120,6 +122,7 @@ def run_session(opts: RunOptions) -> None:
         # the agent loop and the claude CLI stop between steps on tasks/cancel; a plain capsule's
         # run() cannot be stopped midway, so its running task is not cancelable
         cancel_running=capsule.inference is not None,
+        auth=door_auth,
     )
     url = service.start()
     loaded.emit_stage_warnings()
@@ -180,7 +183,8 @@ def run_session(opts: RunOptions) -> None:
             trace.close()
         if otel is not None:
             otel.export()  # never raises; bounded by its timeout; failures go to logs/otel.log
-    final = executor_box["executor"].status if "executor" in executor_box else "failed"
+    # A queue + sleep service ends ok (idle, SIGTERM) whatever one task did; its tasks say how they ended.
+    final = status if service.keeps_serving else executor_box["executor"].status if "executor" in executor_box else "failed"
     if final == "ok" and status != "ok":
         final = "failed"
     if not opts.json:

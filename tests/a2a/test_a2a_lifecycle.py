@@ -11,7 +11,7 @@ import time
 import pytest
 
 from mur.a2a.harness import Gate, message
-from mur.a2a.service import CapsuleService, TaskOutcome
+from mur.a2a.lifecycle import CapsuleService, TaskOutcome
 from mur.a2a.tasks import InputWaitEnded
 from mur.errors import MurError
 from mur.manifest.capsule import Lifecycle

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from mur.a2a.harness import Gate, message
-from mur.a2a.service import TaskOutcome
+from mur.a2a.lifecycle import TaskOutcome
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}
 FRAME = re.compile(r"^id: (\d+)\nevent: ([a-z-]+)\ndata: (\{.*\})$")

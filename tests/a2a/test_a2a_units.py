@@ -10,7 +10,7 @@ import pytest
 
 from mur.a2a import protocol as rpc
 from mur.a2a.render import WatchRenderer, short_context
-from mur.a2a.service import lifecycle_with_overrides, resolve_idle_timeout
+from mur.a2a.lifecycle import lifecycle_with_overrides, resolve_idle_timeout
 from mur.a2a.sse import EventHub, format_frame
 from mur.a2a.tasks import (
     COMPLETED,
@@ -282,18 +282,43 @@ def test_watch_renderer_lines():
     assert short_context("ctx_0123456789") == "ctx_01234567..."
 
 
-def test_a_subscriber_that_falls_behind_is_cut_off_with_lagged(monkeypatch):
+def _frames(n: int, size: int = 10):
+    from mur.a2a.sse import Frame
+
+    return [Frame(id=i, text="x" * size, task_id=None, final_status=False) for i in range(n)]
+
+
+@pytest.mark.parametrize("bound, value, size", [("SUBSCRIBER_BACKLOG", 3, 10), ("SUBSCRIBER_BACKLOG_BYTES", 35, 10)])
+def test_a_subscriber_that_falls_behind_is_cut_off_with_lagged(monkeypatch, bound, value, size):
     import asyncio
 
     from mur.a2a import sse
 
-    monkeypatch.setattr(sse, "SUBSCRIBER_BACKLOG", 3)
+    monkeypatch.setattr(sse, bound, value)
     loop = asyncio.new_event_loop()
     try:
         sub = sse.Subscriber(loop)
-        for n in range(6):
-            sub._put(n)
+        frames = _frames(6, size)
+        for frame in frames:
+            sub._put(frame)
         items = [sub.queue.get_nowait() for _ in range(sub.queue.qsize())]
-        assert items == [0, 1, 2, sse.LAGGED]
+        assert items == frames[:3] + [sse.LAGGED]
+    finally:
+        loop.close()
+
+
+def test_a_subscriber_reading_its_frames_frees_its_byte_budget(monkeypatch):
+    import asyncio
+
+    from mur.a2a import sse
+
+    monkeypatch.setattr(sse, "SUBSCRIBER_BACKLOG_BYTES", 25)
+    loop = asyncio.new_event_loop()
+    try:
+        sub = sse.Subscriber(loop)
+        for frame in _frames(5):
+            sub._put(frame)
+            assert loop.run_until_complete(sub.next(1)) is frame  # read as it comes: never cut off
+        assert sub.queue.qsize() == 0
     finally:
         loop.close()

@@ -40,6 +40,8 @@ from typing import Any, Callable, Protocol
 
 from mur import ids
 from mur.a2a import conversation, protocol
+from mur.a2a.auth import DoorAuth, require_token_off_loopback
+from mur.a2a.guard import DoorLimits
 from mur.a2a.server import Door, ServerThread, bind_socket, capsule_url
 from mur.a2a.sse import BUFFER_CAPACITY, EventHub
 from mur.a2a.tasks import (
@@ -220,6 +222,8 @@ class CapsuleService:
         max_body: int = protocol.MAX_BODY,
         sse_buffer: int = BUFFER_CAPACITY,
         cancel_running: bool = False,
+        auth: DoorAuth | None = None,
+        limits: DoorLimits | None = None,
     ):
         self.lifecycle = lifecycle
         self.executor = executor
@@ -236,6 +240,8 @@ class CapsuleService:
         self._port = port
         self._card = card
         self._max_body = max_body
+        self._auth = auth or DoorAuth()
+        self._limits = limits or DoorLimits.from_env()
         self._server: ServerThread | None = None
         self.url: str | None = None
         self._terminating = threading.Event()
@@ -248,23 +254,36 @@ class CapsuleService:
     def threaded(self) -> bool:
         return self.lifecycle.conversation == "threaded"
 
+    @property
+    def keeps_serving(self) -> bool:
+        """queue + sleep: a service whose session outcome is its own, not that of any one task."""
+        return self.lifecycle.task_acceptance == "queue" and self.lifecycle.after_task == "sleep"
+
     # --- server -------------------------------------------------------------------------------
 
     def start(self) -> str:
-        """Bind (E-RUN-010 when the port is taken) and serve in the background; returns ``localhost:<port>``."""
+        """Bind (E-RUN-010 when the port is taken; E-A2A-005 off loopback without a token) and serve
+        in the background; returns ``localhost:<port>`` (``https://localhost:<port>`` with TLS)."""
         sock = bind_socket(self._bind, self._port)
-        port = sock.getsockname()[1]
-        self.url = capsule_url(self._bind, port)
+        address, port = sock.getsockname()[:2]
+        try:
+            require_token_off_loopback(address, self._auth)
+        except MurError:
+            sock.close()
+            raise
+        self.url = capsule_url(self._bind, port, tls=self._auth.tls)
         door = Door(
             registry=self.registry,
             hub=self.hub,
             card=self._card,
             task_acceptance=self.lifecycle.task_acceptance,
             conversation=self.lifecycle.conversation,
-            fallback_host=self.url,
+            fallback_host=capsule_url(self._bind, port),
             max_body=self._max_body,
+            auth=self._auth,
+            limits=self._limits,
         )
-        self._server = ServerThread(door, sock)
+        self._server = ServerThread(door, sock, self._limits, self._auth)
         self._server.start()
         return self.url
 
@@ -337,42 +356,52 @@ class CapsuleService:
     def _run(self, task: Task) -> str:
         """Run one started task through the executor; record, persist and announce its end.
 
-        Whatever goes wrong (a trace write, a result write), the task still ends in the registry
-        and on the stream — failed — before the error propagates and ends the session.
+        A failure of this task's own work (task.md, the executor, result or history files) fails
+        this task and the session goes on. Only a failing trace write ends the session (upstream's
+        rule: nothing could be recorded any more), and even then the task ends in the registry
+        and on the stream, failed, before the error propagates.
         """
-        finished = False
+        final = None
         try:
-            self._begin(task)
             started = time.monotonic()
-            outcome = self._execute(task)
+            self._trace_begin(task)
+            self._publish_status(task.id, task.context_id, "working", "task started")
+            outcome = self._step(self._stage_input, task) or self._execute(task)
             if self.registry.get(task.id).timed_out:
                 outcome = TaskOutcome(FAILED, INPUT_TIMEOUT, stats=outcome.stats)
             state = COMPLETED if outcome.state == COMPLETED else FAILED
-            self._write_outputs(task, state, outcome)
-            end = {
-                "event_type": "task_end",
-                "task_id": task.id,
-                "exit_status": "ok" if state == COMPLETED else "failed",
-                "duration_ms": int((time.monotonic() - started) * 1000),
-            }
-            for key in STAT_KEYS:
-                end[key] = int(outcome.stats.get(key, 0) or 0)
-            self._trace(end)
-            self._flush()
+            failed_output = self._step(self._write_outputs, task, state, outcome)
+            if failed_output is not None and state == COMPLETED:  # a failed task keeps its first reason
+                state, outcome = FAILED, TaskOutcome(FAILED, failed_output.text, stats=outcome.stats)
+            self._trace_end(task, state, outcome, started)
             message = "task completed" if state == COMPLETED else outcome.text
             response = outcome.text if state == COMPLETED else None
             final = self.registry.finish(task.id, state, message, response)
-            finished = True
         finally:
-            if not finished:
+            if final is None:
                 final = self.registry.finish(task.id, FAILED, "the session failed while running this task", None)
             self._publish_status(final.id, final.context_id, final.state, final.message, final.response, final=True)
         return final.state
 
-    def _begin(self, task: Task) -> None:
-        """task.md, the a2a_task_received / task_start trace events, the first working frame."""
+    def _step(self, work: Callable[..., None], *args: Any) -> TaskOutcome | None:
+        """Run one piece of a task's own work; its failure is a failed outcome (kept in ``last_error``)."""
+        try:
+            work(*args)
+            return None
+        except MurError as exc:
+            self.last_error = exc
+            return TaskOutcome(FAILED, exc.message)
+        except Exception as exc:  # noqa: BLE001 - one task's failure must not end the session
+            self.last_error = exc
+            return TaskOutcome(FAILED, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _stage_input(self, task: Task) -> None:
         if task.source == "a2a":
             conversation.write_task_md(self.task_dir, task.text)
+
+    def _trace_begin(self, task: Task) -> None:
+        """The a2a_task_received (A2A tasks) and task_start trace events."""
+        if task.source == "a2a":
             self._trace(
                 {
                     "event_type": "a2a_task_received",
@@ -388,18 +417,34 @@ class CapsuleService:
                 "task_id": task.id,
                 "context_id": task.context_id,
                 "source": task.source,
-                "message_parts_bytes": len(task.text.encode("utf-8")),
+                "message_parts_bytes": len(task.text.encode("utf-8", "replace")),
             }
         )
-        self._publish_status(task.id, task.context_id, "working", "task started")
+
+    def _trace_end(self, task: Task, state: str, outcome: TaskOutcome, started: float) -> None:
+        """The task_end trace event (a failed one says why in ``error``), flushed."""
+        end: dict[str, Any] = {
+            "event_type": "task_end",
+            "task_id": task.id,
+            "exit_status": "ok" if state == COMPLETED else "failed",
+            "duration_ms": int((time.monotonic() - started) * 1000),
+        }
+        for key in STAT_KEYS:
+            end[key] = int(outcome.stats.get(key, 0) or 0)
+        if state != COMPLETED:
+            end["error"] = protocol.unicode_text(outcome.text)
+        self._trace(end)
+        self._flush()
 
     def _write_outputs(self, task: Task, state: str, outcome: TaskOutcome) -> None:
         """Result files, threaded history (success only), and task.md removal in queue mode."""
-        conversation.write_results(self.workdir, task.id, state, outcome.text, per_task=self.threaded)
-        if self.threaded and state == COMPLETED and outcome.history is not None:
-            conversation.save_history(self.workdir, task.context_id, outcome.history)
-        if self.lifecycle.task_acceptance == "queue":
-            conversation.remove_task_md(self.task_dir)
+        try:
+            conversation.write_results(self.workdir, task.id, state, outcome.text, per_task=self.threaded)
+            if self.threaded and state == COMPLETED and outcome.history is not None:
+                conversation.save_history(self.workdir, task.context_id, outcome.history)
+        finally:
+            if self.lifecycle.task_acceptance == "queue":
+                conversation.remove_task_md(self.task_dir)
 
     def _execute(self, task: Task) -> TaskOutcome:
         """Call the executor; any exception becomes a failed outcome (kept in ``last_error``)."""
