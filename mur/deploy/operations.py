@@ -136,10 +136,12 @@ def credentials_for(target: str, store: DeploymentStore | None = None) -> tuple[
     For `mur send / watch / cancel` (mur.cli.a2a.resolve_credentials); None when nothing matches.
     """
     records = (store or DeploymentStore()).load()
+    wanted = target.strip().rstrip("/")
+    urls = {wanted} if "://" in wanted else {f"http://{wanted}", f"https://{wanted}"}
     for dep in records:
-        if dep.url and target.rstrip("/") in (dep.url, dep.url.rstrip("/")):
+        if dep.url and dep.url.rstrip("/") in urls:
             return dep.url, dep.token_file, dep.tls_pin
-    if "://" in target or ":" in target:
+    if ":" in wanted:
         return None
     try:
         dep = resolve_id(records, target)

@@ -151,3 +151,24 @@ def test_probe_command(tmp_path):
     r = mur("probe", "--json", home=tmp_path)
     report = json.loads(r.stdout)
     assert r.returncode == 0 and {"landlock_abi", "achieved", "cgroup_mode", "mur_version"} <= set(report)
+
+
+def test_send_watch_cancel_take_the_token_and_pin_from_the_deployment_record(tmp_path, monkeypatch):
+    from mur.cli.a2a import resolve_credentials
+    from mur.deploy.state import Deployment, DeploymentStore
+    from mur.deploy.targets import TargetSpec
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MURMUR_A2A_TOKEN", raising=False)
+    token = tmp_path / "a2a-token"
+    token.write_text("tok-from-record\n")
+    token.chmod(0o600)
+    DeploymentStore().save(Deployment(DEP, "ssh", TargetSpec("ssh", host="vm"), url="https://127.0.0.1:41000",
+                                      token_file=str(token), tls_pin="ab" * 32))
+    for target in (DEP[:10], "https://127.0.0.1:41000", "127.0.0.1:41000"):
+        url, creds = resolve_credentials(target, None, None, None, None)
+        assert url == "https://127.0.0.1:41000" and creds.token == "tok-from-record" and creds.pin_sha256 == "ab" * 32
+    url, creds = resolve_credentials(DEP, "explicit", None, None, None)  # what the user gives wins
+    assert creds.token == "explicit"
+    url, creds = resolve_credentials("http://127.0.0.1:9", None, None, None, None)  # not a deployment
+    assert url == "http://127.0.0.1:9" and creds.token is None
