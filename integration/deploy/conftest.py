@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from deploy_support import BASE_IMAGE, ROOT, SshdVM, sshd_image, start_sshd
+from deploy_support import BASE_IMAGE, ROOT, SshdVM, sshd_container, sshd_image
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 CACHE = Path(os.environ.get("MUR_CI_CACHE", "/var/cache/mur-ci"))
+# Compiled components are content-addressed: every clean HOME shares the invoking user's cache, as
+# the runtime bundle is shared (precompiling examples/hello costs minutes on a loaded 2-core machine).
+os.environ.setdefault("MUR_CACHE_DIR", str(Path.home() / ".murmur" / "cache"))
 
 
 def _docker_client():
@@ -87,8 +90,17 @@ def sshd_vm_image(docker_client, base_image) -> str:
 
 
 @pytest.fixture
-def sshd_vm(docker_client, sshd_vm_image, tmp_path) -> SshdVM:
-    vm = start_sshd(docker_client, sshd_vm_image, tmp_path / "sshd")
+def sshd_vm(sshd_vm_image, tmp_path) -> SshdVM:
+    """An sshd "VM" without systemd, with cron (so a boot hook exists)."""
+    vm = sshd_container(sshd_vm_image, tmp_path / "sshd")
+    yield vm
+    vm.close()
+
+
+@pytest.fixture
+def bare_vm(sshd_vm_image, tmp_path) -> SshdVM:
+    """An sshd "VM" with neither systemd nor a running cron: no boot hook exists."""
+    vm = sshd_container(sshd_vm_image, tmp_path / "bare", cron=False)
     yield vm
     vm.close()
 
