@@ -116,6 +116,21 @@ def run(env, target, **req_kw):
     return operations.deploy(req, ctx=ctx)
 
 
+def deployed(env, **host_kw):
+    """A host serving release 1 of the capsule, its calls cleared: (target, host, first result)."""
+    t = RecordingTarget()
+    host = FakeHost(t, **host_kw)
+    first = run(env, t)
+    host.settle()
+    t.calls.clear()
+    return t, host, first
+
+
+def serving(env, first, n: int = 1) -> None:
+    rec = env["store"].get(first["deployment_id"])
+    assert rec.status == "running" and rec.release.n == n
+
+
 def after(labels: list[str], *wanted: str) -> bool:
     """`wanted` appear in `labels` in this order (other labels may come between)."""
     it = iter(labels)
@@ -149,11 +164,7 @@ def test_first_deploy(env):
 
 
 def test_unchanged_redeploy_uploads_nothing_and_starts_nothing(env):
-    t = RecordingTarget()
-    host = FakeHost(t)
-    first = run(env, t)
-    host.settle()
-    t.calls.clear()
+    t, host, first = deployed(env)
     again = run(env, t)
     assert again["unchanged"] and again["deployment_id"] == first["deployment_id"] and again["uploaded"] == 0
     assert [c for c in t.calls if c.kind == "put"] == [] or all("/bin/" in c.dst for c in t.calls if c.kind == "put")
@@ -166,11 +177,7 @@ def test_unchanged_redeploy_uploads_nothing_and_starts_nothing(env):
 
 
 def test_a_changed_release_is_smoke_started_beside_the_serving_one(env):
-    t = RecordingTarget()
-    host = FakeHost(t)
-    first = run(env, t)
-    host.settle()
-    t.calls.clear()
+    t, host, first = deployed(env)
     second = run(env, t, env_args=("GREETING=Hola",))
     labels = t.labels()
     assert after(labels, "read current release", "create directories", "smoke start", "stop supervisor",
@@ -180,12 +187,8 @@ def test_a_changed_release_is_smoke_started_beside_the_serving_one(env):
 
 
 def test_a_release_that_fails_its_smoke_start_never_replaces_the_serving_one(env):
-    t = RecordingTarget()
-    host = FakeHost(t)
-    first = run(env, t)
-    host.settle()
+    t, host, first = deployed(env)
     host.smoke_ok = False
-    t.calls.clear()
     with pytest.raises(MurError) as err:
         run(env, t, env_args=("GREETING=Hola",))
     assert err.value.code == "E-DEPLOY-004" and "previous release keeps serving" in err.value.hint
@@ -197,11 +200,7 @@ def test_a_release_that_fails_its_smoke_start_never_replaces_the_serving_one(env
 
 
 def test_a_failed_switch_reverts_to_the_previous_release(env):
-    t = RecordingTarget()
-    host = FakeHost(t)
-    first = run(env, t)
-    host.settle()
-    t.calls.clear()
+    t, host, first = deployed(env)
     state = {"n": 0}
 
     def start_second_fails(call):
@@ -217,8 +216,7 @@ def test_a_failed_switch_reverts_to_the_previous_release(env):
     switched = next(i for i, c in enumerate(cmds) if "ln -sfn releases/2" in c)
     back = next(i for i, c in enumerate(cmds) if "ln -sfn releases/1" in c)
     assert switched < back and "remove the new release" in [c.what for c in t.calls[back:]]
-    rec = env["store"].get(first["deployment_id"])
-    assert rec.status == "running" and rec.release.n == 1
+    serving(env, first)
 
 
 def test_a_first_deploy_that_does_not_start_leaves_nothing(env):
@@ -288,17 +286,12 @@ def test_an_interrupt_with_the_connection_gone_leaves_an_incomplete_record_that_
 
 
 def test_an_interrupted_redeploy_keeps_the_serving_release(env):
-    t = RecordingTarget()
-    host = FakeHost(t)
-    first = run(env, t)
-    host.settle()
-    t.calls.clear()
+    t, host, first = deployed(env)
     t.on("smoke start", lambda call: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         run(env, t, env_args=("GREETING=Hola",))
     assert "remove the new release" in t.labels() and "start supervisor" not in t.labels()
-    rec = env["store"].get(first["deployment_id"])
-    assert rec.status == "running" and rec.release.n == 1
+    serving(env, first)
 
 
 def test_preflight_refusals_write_no_record_and_no_release(env):

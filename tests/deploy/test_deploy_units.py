@@ -172,3 +172,28 @@ def test_send_watch_cancel_take_the_token_and_pin_from_the_deployment_record(tmp
     assert creds.token == "explicit"
     url, creds = resolve_credentials("http://127.0.0.1:9", None, None, None, None)  # not a deployment
     assert url == "http://127.0.0.1:9" and creds.token is None
+
+
+def test_every_deploy_command_takes_json_and_status_reads_as_words():
+    """docs/deploy.md: every command takes --json (logs too); human status shows no Python values."""
+    import typer
+    from typer.main import get_command
+
+    from mur.cli.deploy import _human_status, register
+
+    app = typer.Typer()
+    register(app)
+    root = get_command(app)
+    group = root.commands["deploy"]
+    assert "--json" in {o for p in group.params for o in p.opts}
+    for name, cmd in group.commands.items():
+        assert "--json" in {o for p in cmd.params for o in p.opts}, name
+    for name in ("ps", "destroy"):
+        assert "--json" in {o for p in root.commands[name].params for o in p.opts}, name
+    text = _human_status({"deployment_id": DEP, "name": "hello", "version": "1", "provider": "ssh", "status": "failed",
+                          "url": "http://127.0.0.1:1", "tunnel": None, "agent_card_ok": False, "error": None,
+                          "release": 1, "previous": None, "init": "supervisor", "boot": None,
+                          "service": {"state": "dead", "running": False, "ready": False, "restarts": 0, "pid": None,
+                                      "started_at": 1764633600.123}})
+    assert "answers   no" in text and "previous -" in text
+    assert not any(word in text for word in ("True", "False", "None", "1764633600"))

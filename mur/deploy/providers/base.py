@@ -96,6 +96,23 @@ class DeployJob:
     ctx: Context
 
 
+class UndoableDeploy:
+    """One deploy attempt: `_run` does it; any failure or interrupt goes through `_abort` first."""
+
+    def run(self) -> Outcome:
+        try:
+            return self._run()
+        except BaseException as exc:
+            self._abort(exc)
+            raise
+
+    def _run(self) -> Outcome:
+        raise NotImplementedError
+
+    def _abort(self, exc: BaseException) -> None:
+        """Undo what this attempt did (best effort); never raises over the original error."""
+
+
 class Provider(Protocol):
     kind: str
 

@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur import __version__
-from mur.deploy.plan import LISTENING_COMMAND, ReleaseInputs, ReleasePlan, choose_port, listening_ports, pick_port, plan_release
+from mur.deploy.plan import (
+    LISTENING_COMMAND, ReleaseInputs, ReleasePlan, choose_port, listening_ports, pick_port, plan_release,
+)
 from mur.deploy.preflight import Report, containment_check, parse_probe, parse_version
 from mur.deploy.providers.base import (
-    Context, DeployJob, Outcome, Service, bundle_ref, credentials, new_record, observed_status, read_token,
+    Context, DeployJob, Outcome, Service, UndoableDeploy, bundle_ref, credentials, new_record, observed_status,
+    read_token,
 )
 from mur.deploy.state import Deployment, Release
-from mur.deploy.steps import Layout, Mkdir, ServiceConfig, Step, Symlink, Upload, WriteFile
+from mur.deploy.steps import Layout, Mkdir, ServiceConfig, ServiceState, Step, Symlink, Upload, WriteFile
 from mur.deploy.targets.docker import (
     CAPSULE_DOCKERFILE, ENTRYPOINT, LABEL, ContainerTarget, DockerEngine, container_name, image_repo, image_tag,
 )
@@ -102,7 +105,25 @@ def _command(lay: Layout) -> list[str]:
     return [f"{lay.current}/mur", "supervise", "run", "--log-stdout", "--spec", f"{lay.current}/service.json"]
 
 
-class DockerDeploy:
+class ContainerService(Service):
+    """The supervisor inside a container. It is the container's main process, so a state file that
+    says it stopped while the container runs is the previous run's: the container was just
+    (re)started and its supervisor has not written yet."""
+
+    def __init__(self, engine: DockerEngine, name: str, dep_id: str):
+        super().__init__(ContainerTarget(engine, name), Layout(HOME, dep_id), "supervisor", False)
+        self.engine, self.name = engine, name
+
+    def state(self) -> ServiceState:
+        st = super().state()
+        if st.exited:
+            info = self.engine.container(self.name)
+            if info is not None and info.status == "running":
+                return ServiceState("starting")
+        return st
+
+
+class DockerDeploy(UndoableDeploy):
     """One `mur deploy --docker`, with the state `_abort` needs to undo it."""
 
     def __init__(self, job: DeployJob):
@@ -178,14 +199,7 @@ class DockerDeploy:
         return report
 
     def service(self, name: str) -> Service:
-        return Service(ContainerTarget(self.engine, name), self.plan.layout, "supervisor", False)
-
-    def run(self) -> Outcome:
-        try:
-            return self._run()
-        except BaseException as exc:
-            self._abort(exc)
-            raise
+        return ContainerService(self.engine, name, self.job.dep_id)
 
     def _run(self) -> Outcome:
         job, engine = self.job, self.engine
@@ -319,9 +333,8 @@ class DockerProvider:
     def deploy(self, job: DeployJob) -> Outcome:
         return DockerDeploy(job).run()
 
-    def _service(self, engine: DockerEngine, dep: Deployment, name: str | None = None) -> Service:
-        return Service(ContainerTarget(engine, name or self._name(dep)), Layout(HOME, dep.deployment_id), "supervisor",
-                       False)
+    def _service(self, engine: DockerEngine, dep: Deployment) -> Service:
+        return ContainerService(engine, self._name(dep), dep.deployment_id)
 
     @staticmethod
     def _name(dep: Deployment) -> str:

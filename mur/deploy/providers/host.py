@@ -26,8 +26,8 @@ from mur.deploy.plan import (
 from mur.deploy.preflight import Report, preflight_host
 from mur.deploy.procid import SH_ALIVE
 from mur.deploy.providers.base import (
-    Context, DeployJob, Outcome, Service, bundle_ref, credentials, free_local_port, new_record, observed_status,
-    read_token,
+    Context, DeployJob, Outcome, Service, UndoableDeploy, bundle_ref, credentials, free_local_port, new_record,
+    observed_status, read_token,
 )
 from mur.deploy.state import Deployment, Release
 from mur.deploy.steps import Layout, ServiceConfig, Symlink
@@ -54,7 +54,7 @@ def kill_smoke_command(lay: Layout) -> str:
             "kill -KILL -- -$mur_pid 2>/dev/null || kill -KILL $mur_pid; fi; rm -f \"$f\"; true")
 
 
-class HostDeploy:
+class HostDeploy(UndoableDeploy):
     """One `mur deploy` to a connected host, with the state `_abort` needs to undo it."""
 
     def __init__(self, job: DeployJob, target: Target):
@@ -64,13 +64,6 @@ class HostDeploy:
         self.current: dict[str, Any] | None = None
         self.serving = False
         self.n = 0
-
-    def run(self) -> Outcome:
-        try:
-            return self._run()
-        except BaseException as exc:
-            self._abort(exc)
-            raise
 
     def _preflight(self, refuse: bool = True) -> tuple[Any, Report]:
         """((runtime, platform), report); `refuse`: raise E-CAP-003 / E-DEPLOY-007 when it failed."""
