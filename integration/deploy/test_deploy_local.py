@@ -3,7 +3,6 @@ supervisor path a VM without systemd gets, from a clean HOME, and answers authen
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from deploy_support import ROOT, a2a_send, free_port, mur, mur_json
+from deploy_support import ROOT, a2a_send, mur, mur_json
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_sshd, pytest.mark.slow]
 

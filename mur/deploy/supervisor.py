@@ -358,7 +358,7 @@ def smoke(spec: dict[str, Any], release_dir: str, port: int, timeout: float = 12
     env = child_env(spec, release, user, {"TMPDIR": str(smoke_dir / "tmp")})
     err_path = smoke_dir / "stderr.log"
     result: dict[str, Any] = {"ok": False, "argv": argv}
-    pidfile = Path(spec["run_dir"]) / "smoke.pid"
+    pidfile = Path(spec["run_dir"]) / "smoke.pid"  # mur.deploy.init.supervisor.smoke_pid
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(argv, cwd=release, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=err, start_new_session=True, preexec_fn=_preexec([], user))

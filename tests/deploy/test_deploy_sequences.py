@@ -139,7 +139,7 @@ def after(labels: list[str], *wanted: str) -> bool:
 
 def test_first_deploy(env):
     t = RecordingTarget()
-    host = FakeHost(t)
+    FakeHost(t)
     res = run(env, t)
     labels = t.labels()
     assert after(labels, "uname", "sudo check", "find systemd", "find cron", "disk space", "probe",
@@ -160,7 +160,7 @@ def test_first_deploy(env):
     # the health check sent the deployment's token
     assert ("POST", "Bearer " + Path(rec.token_file).read_text().strip()) in t.service.requests
     assert res["tunnel"].startswith("ssh -N -L ") and res["url"] == f"http://127.0.0.1:{rec.tunnel_port}"
-    assert rec.tunnel_port != rec.service_port or rec.tunnel_port  # a free local port, chosen here
+    assert f"-L {rec.tunnel_port}:127.0.0.1:{rec.service_port} " in res["tunnel"]  # a free local port, chosen here
 
 
 def test_unchanged_redeploy_uploads_nothing_and_starts_nothing(env):

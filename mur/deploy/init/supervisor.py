@@ -35,17 +35,32 @@ def stop_command(lay: Layout) -> str:
     (directories ending in this deployment's id), never through a bare pid.
     """
     q = shlex.quote
-    kill_group = "kill -KILL -- -$mur_pid 2>/dev/null || kill -KILL $mur_pid 2>/dev/null"
     return (
         f"{SH_ALIVE}; if mur_alive {q(lay.supervisor_pid)}; then p=$mur_pid; s=$mur_start; kill -TERM $p; i=0; "
         f"while mur_same $p $s && [ $i -lt {STOP_WAIT_TENTHS} ]; do sleep 0.1; i=$((i+1)); done; "
         "mur_same $p $s && kill -KILL $p; fi; "
-        f"for f in {q(lay.child_pid)} {q(lay.run_dir + '/smoke.pid')}; do if mur_alive \"$f\"; then {kill_group}; fi; done; "
+        f"{_kill_recorded(lay.child_pid, smoke_pid(lay))}; "
         f"for d in $(cat {q(lay.cgroups_file)} 2>/dev/null); do case \"$d\" in /sys/fs/cgroup/*/{lay.dep_id}) ;; "
         "*) continue;; esac; [ -d \"$d\" ] || continue; "
         "for p in $(find \"$d\" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -KILL $p 2>/dev/null; done; "
         "sleep 0.2; find \"$d\" -depth -type d -exec rmdir {} + 2>/dev/null; done; "
-        f"rm -f {q(lay.supervisor_pid)} {q(lay.child_pid)} {q(lay.run_dir + '/smoke.pid')}; true")
+        f"rm -f {q(lay.supervisor_pid)} {q(lay.child_pid)} {q(smoke_pid(lay))}; true")
+
+
+def smoke_pid(lay: Layout) -> str:
+    return f"{lay.run_dir}/smoke.pid"
+
+
+def _kill_recorded(*pidfiles: str) -> str:
+    """SIGKILL the process group of each recorded process that is still the one recorded."""
+    files = " ".join(shlex.quote(f) for f in pidfiles)
+    return (f"for f in {files}; do if mur_alive \"$f\"; then "
+            "kill -KILL -- -$mur_pid 2>/dev/null || kill -KILL $mur_pid 2>/dev/null; fi; done")
+
+
+def stop_smoke_command(lay: Layout) -> str:
+    """Kill a smoke start a dropped connection left running (the serving release is not touched)."""
+    return f"{SH_ALIVE}; {_kill_recorded(smoke_pid(lay))}; rm -f {shlex.quote(smoke_pid(lay))}; true"
 
 
 CRON_MARK = "# mur:"

@@ -24,7 +24,7 @@ from mur.deploy.plan import (
     choose_port, destroy_steps, listening_ports, pick_port, plan_release, prune_command,
 )
 from mur.deploy.preflight import Report, preflight_host
-from mur.deploy.procid import SH_ALIVE
+from mur.deploy.init.supervisor import stop_smoke_command
 from mur.deploy.providers.base import (
     Context, DeployJob, Outcome, Service, UndoableDeploy, bundle_ref, credentials, free_local_port, new_record,
     observed_status, read_token,
@@ -47,11 +47,6 @@ def read_current(target: Target, lay: Layout) -> tuple[dict[str, Any] | None, li
     except ValueError:
         current = None
     return (current if isinstance(current, dict) else None), sorted(int(x) for x in tail.split() if x.isdigit())
-
-
-def kill_smoke_command(lay: Layout) -> str:
-    return (f"{SH_ALIVE}; f={shlex.quote(lay.run_dir + '/smoke.pid')}; if mur_alive \"$f\"; then "
-            "kill -KILL -- -$mur_pid 2>/dev/null || kill -KILL $mur_pid; fi; rm -f \"$f\"; true")
 
 
 class HostDeploy(UndoableDeploy):
@@ -190,6 +185,8 @@ class HostDeploy(UndoableDeploy):
         if self.rec is None or self.phase == "done":
             return  # nothing of the deployment was written (preflight refused, or interrupted before)
         job, t, lay = self.job, self.t, self.lay
+        if hasattr(t, "connect_budget"):  # after a dropped connection: one short reconnect attempt
+            t.connect_budget = min(t.connect_budget, 5.0)
         old = job.existing
         interrupted = not isinstance(exc, MurError)
         sudo = self.svc_ctl.sudo
@@ -207,7 +204,7 @@ class HostDeploy(UndoableDeploy):
                     return
                 status = old.status
                 if self.phase in ("upload", "smoke", "switch"):
-                    t.run(kill_smoke_command(lay), sudo=sudo, check=False, what="stop the smoke start")
+                    t.run(stop_smoke_command(lay), sudo=sudo, check=False, what="stop the smoke start")
                 if self.phase == "switch" and self.current:
                     prev = int(self.current["n"])
                     if self.serving:
