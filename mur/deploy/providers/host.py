@@ -139,7 +139,8 @@ class HostDeploy(UndoableDeploy):
             apply_steps(t, plan.activate)
             card = self.svc_ctl.wait(port, token, self.pin, req.start_timeout)
             if not card.get("ok"):
-                raise self.svc_ctl.failed(card, "")
+                raise self.svc_ctl.failed(card, f"switched back: release {self.current['n']} serves again"
+                                          if self.serving else "nothing of this deploy is left on the target")
         keep = [self.n] + ([int(self.current["n"])] if self.current else []) + numbers[::-1][: KEEP_RELEASES - 2]
         t.run(prune_command(lay, keep), check=False, what="prune old releases")
         if self.current:
@@ -207,10 +208,12 @@ class HostDeploy(UndoableDeploy):
                     t.run(stop_smoke_command(lay), sudo=sudo, check=False, what="stop the smoke start")
                 if self.phase == "switch" and self.current:
                     prev = int(self.current["n"])
+                    if old.init != self.rec.init:  # the new release came up under another init system
+                        apply_steps(t, [*init.stop(lay, sudo), *init.remove(lay, sudo)])
                     if self.serving:
                         svc = ServiceConfig(port=int(old.service_port or 0), init=old.init, boot=old.boot)
                         apply_steps(t, activate_steps(lay, prev, svc, sudo))
-                        card = self.svc_ctl.wait(int(old.service_port or 0), self.token, self.pin, 60)
+                        card = Service(t, lay, old.init, sudo).wait(int(old.service_port or 0), self.token, self.pin, 60)
                         status = "running" if card.get("ok") else "failed"
                     else:
                         apply_steps(t, [*init.stop(lay, sudo), Symlink(f"releases/{prev}", lay.current)])
