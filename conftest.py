@@ -53,3 +53,20 @@ def pytest_collection_modifyitems(config, items):
         for name, (check, reason) in CHECKS.items():
             if item.get_closest_marker(name) is not None and not check():
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def model_server():
+    """`model_server(replies)` -> a started loopback ModelServer (mur.testing), stopped after the test."""
+    from mur.testing.modelserver import ModelServer
+
+    started: list[ModelServer] = []
+
+    def start(replies):
+        server = ModelServer(replies).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

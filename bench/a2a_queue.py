@@ -6,7 +6,8 @@ an executor that returns at once); this process is the client. One run, three fi
 * pipelined: N message/send calls from 16 concurrent HTTP clients into a queue deep enough to
   hold them all, timed until stream/watch has shown every task's final status;
 * round trip: tasks run one after another through message/stream (send, then wait for the end);
-* the bare executor called in a loop, as the ceiling the service overhead is measured against.
+* the bare executor called in a loop, as the ceiling the service overhead is measured against;
+* the door's strict request parser against a bare json.loads (what refusing hostile input costs).
 
 usage: python bench/a2a_queue.py [N]
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from mur.a2a.harness import echo, message
+from mur.testing.a2a_harness import echo, message
 
 CONCURRENCY = 16
 
@@ -83,7 +84,7 @@ def round_trip(base: str, n: int) -> float:
 def serve(workdir: str, depth: int) -> None:
     """The capsule process: serve until stdin closes."""
     from mur.a2a.lifecycle import CapsuleService
-    from mur.a2a.harness import CARD
+    from mur.testing.a2a_harness import CARD
     from mur.manifest.capsule import Lifecycle
 
     service = CapsuleService(
@@ -110,6 +111,21 @@ def bare(n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
+def parsing(n: int) -> tuple[float, float]:
+    """Requests per second through the door's strict parser (protocol.parse_request: duplicate
+    keys, ids, non-finite numbers, surrogates) and through a bare json.loads, on one message/send."""
+    from mur.a2a.protocol import parse_request
+
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "message/send", "params": {"message": message("x" * 200)}}).encode()
+    rates = []
+    for parse in (parse_request, json.loads):
+        started = time.perf_counter()
+        for _ in range(n):
+            parse(body)
+        rates.append(n / (time.perf_counter() - started))
+    return rates[0], rates[1]
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--serve"]:
         serve(sys.argv[2], int(sys.argv[3]))
@@ -127,11 +143,14 @@ def main() -> None:
             capsule.stdin.close()
             capsule.wait(30)
     ceiling = bare(n * 10)
+    strict, loads = parsing(n * 10)
     print(f"a2a queue capsule (own process), trivial executor, loopback, {CONCURRENCY} concurrent clients")
     print(f"  pipelined message/send: {piped:8.0f} tasks/s  ({n} tasks)")
     print(f"  round trip (message/stream, one at a time): {rt:8.0f} tasks/s")
     print(f"  bare executor call: {ceiling:8.0f} calls/s")
     print(f"  ratio pipelined / round trip: {piped / rt:.2f}x; wall time per pipelined task: {1e6 / piped:.0f} us")
+    print(f"  strict request parsing: {strict:8.0f}/s vs bare json.loads {loads:8.0f}/s ({loads / strict:.1f}x the cost,"
+          f" {1e6 / strict - 1e6 / loads:.0f} us per request)")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ def main() -> int:
         home = tmp / "home"
         home.mkdir()
         t = time.monotonic()
-        subprocess.run([sys.executable, "-c", "from mur.deploy.bundle import ensure_local_bundle; ensure_local_bundle()"],
+        subprocess.run([sys.executable, "-c", "from mur.runtime.bundle import ensure_local_bundle; ensure_local_bundle()"],
                        check=True, env={**os.environ, "HOME": str(home)})
         print(f"runtime bundle ready (not timed): {time.monotonic() - t:.1f}s", file=sys.stderr)
         vm = sshd_container(sshd_image(client), tmp / "sshd")

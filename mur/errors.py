@@ -42,6 +42,18 @@ CATALOGUE: dict[str, str] = {
     "E-DEPLOY-009": "(mur) SSH host key unknown or changed",
     "E-DEPLOY-010": "(mur) Docker engine unavailable or container operation failed",
     "E-DEPLOY-011": "(mur) nothing to roll back to",
+    # export (Kubernetes manifests)
+    "E-EXP-001": "(mur) the capsule cannot be exported as asked (bad --image or output directory, a grant a pod cannot hold)",
+    # images
+    "E-IMG-001": "(mur) Docker engine unavailable, or an image build / load / tag failed",
+    "E-IMG-002": "(mur) the image registry refused a push or pull (credentials, read-only, unreachable)",
+    "E-IMG-003": "(mur) image not in the engine, or an image archive is missing or not loadable",
+    "E-IMG-004": "(mur) invalid image reference, or one that names no registry for a push",
+    # provisioning and local VMs
+    "E-PROV-001": "(mur) host prepare refused: unsupported distribution, architecture or init system",
+    "E-PROV-002": "(mur) host prepare failed (no root, a change failed, the host did not come back)",
+    "E-VM-001": "(mur) VM image build failed or cannot run here (tools, root, mirror)",
+    "E-VM-002": "(mur) VM boot failed, or no such VM",
     # io
     "E-IO-001": "file not found (manifest, source, HOME, ...)",
     "E-IO-002": "permission denied on the host",

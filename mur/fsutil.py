@@ -1,36 +1,64 @@
-"""Small filesystem helpers: atomic writes (temp file in the same directory, fsync, rename)."""
+"""Small filesystem helpers: atomic writes (temp file in the same directory, fsync, rename), digests,
+locks, and the one translation of a full disk (ENOSPC, EDQUOT) into E-IO-003 naming the path."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from mur.errors import MurError
+from mur.fsafe import write_atomic_at
+
+# errnos meaning "this filesystem has no room for you": the disk or the user's quota is full.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_error(exc: OSError, path: Path | str | None) -> MurError:
+    """E-IO-003 for a write that found no room, naming `path` (else the path the OSError names)."""
+    where = path if path is not None else (exc.filename or "a file")
+    what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+    return MurError(
+        "E-IO-003",
+        f"{what} writing {where}",
+        "free space on that filesystem (df -h shows it; `mur gc` lists old sessions and compiled "
+        "components to remove), then run the command again",
+    )
+
+
+@contextlib.contextmanager
+def writing(path: Path | str) -> Iterator[None]:
+    """Run a block that writes `path`; a full disk in it becomes E-IO-003 naming `path`."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise disk_full_error(exc, path) from exc
+        raise
+
 
 def atomic_write_bytes(path: Path | str, data: bytes, mode: int = 0o644) -> Path:
-    """Write `data` to `path` so a reader sees the old file or the whole new one, never a part."""
+    """Write `data` to `path` so a reader sees the old file or the whole new one, never a part.
+
+    For paths the runtime alone controls; inside a tool-writable tree use ``mur.fsafe.Tree``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with writing(path):
+        _atomic_write(path, data, mode)
     fsync_dir(path.parent)
     return path
+
+
+def _atomic_write(path: Path, data: bytes, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_atomic_at(fd, path.name, data, mode)
+    finally:
+        os.close(fd)
 
 
 def file_sha256(path: Path | str) -> str:
@@ -40,6 +68,14 @@ def file_sha256(path: Path | str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def mark_used(path: Path | str) -> None:
+    """Set a cache entry's mtime to now (best effort): `mur gc` removes entries unused for a while."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
 
 
 def fsync_dir(path: Path | str) -> None:

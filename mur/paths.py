@@ -43,6 +43,11 @@ def global_config_path() -> Path:
     return murmur_home() / "config.yaml"
 
 
+def sessions_dir() -> Path:
+    """`~/.murmur/sessions`: session directories of --workdir runs whose manifest is inside the workdir."""
+    return murmur_home() / "sessions"
+
+
 def cache_root() -> Path:
     """`$MUR_CACHE_DIR`, else `~/.murmur/cache`: compiled components, built guests, precompiled payloads."""
     env = os.environ.get("MUR_CACHE_DIR")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mur.a2a.harness import HarnessFactory
+from mur.testing.a2a_harness import HarnessFactory
 
 
 @pytest.fixture

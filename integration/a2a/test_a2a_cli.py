@@ -9,8 +9,8 @@ import sys
 import threading
 import time
 
-from mur.a2a.harness import Gate
 from mur.a2a.lifecycle import TaskOutcome
+from mur.testing.a2a_harness import Gate
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}
 

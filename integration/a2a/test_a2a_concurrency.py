@@ -14,8 +14,8 @@ import time
 
 import httpx
 
-from mur.a2a.harness import Gate, message
 from mur.a2a.lifecycle import TaskOutcome
+from mur.testing.a2a_harness import Gate, message
 
 BURST = 200
 

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from mur.a2a.guard import EVICT_AFTER
-from mur.a2a.harness import message
+from mur.testing.a2a_harness import message
 
 DEPTH = 4
 LIMITS = {
@@ -285,12 +285,9 @@ def test_slow_and_idle_connections_do_not_stop_the_door(capsule):
 
 
 def test_a_flood_beyond_queue_depth_is_rejected_cleanly_and_the_accepted_all_finish(capsule):
-    def one(n: int) -> dict:
-        with httpx.Client(base_url=capsule.base, timeout=60) as client:
-            return capsule.send(f"flood {n}", client=client)["result"]
-
-    with ThreadPoolExecutor(32) as pool:
-        results = list(pool.map(one, range(120)))
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+    with httpx.Client(base_url=capsule.base, timeout=60, limits=limits) as client, ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(lambda n: capsule.send(f"flood {n}", client=client)["result"], range(120)))
     states = [r["status"]["state"] for r in results]
     assert set(states) <= {"submitted", "rejected"} and states.count("submitted") >= DEPTH
     assert "rejected" in states

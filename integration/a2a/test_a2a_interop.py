@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from mur.a2a.harness import Gate
 from mur.a2a.lifecycle import TaskOutcome
+from mur.testing.a2a_harness import Gate
 
 a2a_client = pytest.importorskip("a2a.client")
 from a2a.client import ClientConfig, create_client  # noqa: E402

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mur.a2a.harness import message
+from mur.testing.a2a_harness import message
 
 SCRIPT = Path(__file__).with_name("sigterm_capsule.py")
 

@@ -219,7 +219,7 @@ def test_wrong_key_reserved_and_existing_versions(tmp_path, registry, author, us
     again = publish(zip_path, registry.url, author)
     assert again.err == (
         "error[E-REG-003]: artifact greet@0.1.0 already exists in registry\n"
-        "  hint: use a new version string or remove the existing artifact\n"
+        "  hint: use a new version string, or remove it on the registry host\n"
     )
     project = write_capsule(tmp_path / "project", GREET)
     result = mur(["install", "greet@0.1.0", "--registry", registry.url], cwd=project, home=user, NEXUS_API_KEY="nope")
@@ -320,21 +320,6 @@ def test_serve_refuses_to_start_without_a_key(tmp_path):
         "error[E-IO-003]: NEXUS_API_KEY is required to run the registry: it is the bearer token every client must present\n"
         "  hint: export NEXUS_API_KEY=<a long random secret>, then run `mur registry serve` again\n"
     )
-
-
-@pytest.fixture(scope="session")
-def built_hello() -> Path:
-    """examples/hello with its components built (the same cached build integration/session uses)."""
-    if not (REPO / "mur" / "cli" / "run.py").exists():
-        pytest.skip("mur run is not implemented yet")
-    try:
-        from mur.wasm.build import build_guest_dir
-    except ImportError:
-        pytest.skip("mur.wasm.build is not available to build examples/hello")
-    hello = REPO / "examples" / "hello"
-    build_guest_dir(hello / "greet")
-    build_guest_dir(hello)
-    return hello
 
 
 @pytest.mark.slow

@@ -67,7 +67,7 @@ def bundle_cache() -> Path:
 def runtime_bundle(bundle_cache, tmp_path_factory) -> Path:
     """The PyInstaller one-file runtime of this checkout (built once per source change)."""
     home = tmp_path_factory.mktemp("bundle-home")
-    code = ("from mur.deploy.bundle import ensure_local_bundle; b = ensure_local_bundle(); "
+    code = ("from mur.runtime.bundle import ensure_local_bundle; b = ensure_local_bundle(); "
             "print(b.path)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "HOME": str(home), "MUR_BUNDLE_CACHE": str(bundle_cache)})

@@ -29,52 +29,25 @@ EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def _need_componentize_py() -> None:
-    if shutil.which("componentize-py") is None and not (Path(sys.executable).parent / "componentize-py").is_file():
-        pytest.skip("componentize-py is not installed (pip install -e '.[dev]')")
-
-
 def _build(src: Path, world: str) -> Path:
     from mur.wasm.build import build_component
 
-    _need_componentize_py()
     return build_component(src, world)
 
 
 @pytest.fixture(scope="session")
-def probe_wasm() -> Path:
+def probe_wasm(componentize_py) -> Path:
     return _build(GUESTS / "probe_hook", "hook")
 
 
 @pytest.fixture(scope="session")
-def debug_wasm() -> Path:
+def debug_wasm(componentize_py) -> Path:
     return _build(EXAMPLES / "murmur-hook-debug", "hook")
 
 
 @pytest.fixture(scope="session")
-def eval_wasm() -> Path:
+def eval_wasm(componentize_py) -> Path:
     return _build(EXAMPLES / "murmur-hook-eval", "hook")
-
-
-@pytest.fixture(scope="session")
-def built_hello() -> Path:
-    from mur.wasm.build import build_guest_dir
-
-    _need_componentize_py()
-    src = EXAMPLES / "hello"
-    build_guest_dir(src / "greet")
-    build_guest_dir(src)
-    return src
-
-
-@pytest.fixture(scope="session")
-def driver_wasm() -> Path:
-    return _build(EXAMPLES / "murmur-driver-anthropic", "driver")
-
-
-@pytest.fixture(scope="session")
-def greet_wasm() -> Path:
-    return _build(EXAMPLES / "hello" / "greet", "tool")
 
 
 @pytest.fixture(autouse=True)
@@ -153,22 +126,6 @@ def http_capsule(driver_wasm, greet_wasm, tmp_path):
         return dest / "murmur.yaml"
 
     return make
-
-
-@pytest.fixture
-def model_server():
-    from mur.inference.modelserver import ModelServer
-
-    started = []
-
-    def start(replies):
-        server = ModelServer(replies).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -1,20 +1,19 @@
-"""Runs a capsule session in-process the way mur/session/runner.py composes it, plus the hook wiring
-the runner is to gain (build_hooks after staging, the trace listener, on-stage, the hook-aware agent
-loop, close() before the trace closes). Until the lead wires mur.session.hooks into runner.py and
-executor.py, this is how the integration tests drive the full path; the `mur run` tests in
-test_hooks_mur_run.py are xfail(strict=True) until then.
+"""Runs a capsule session in-process the way mur/session/runner.py composes it (session_hooks after
+staging, the trace listener, on-stage, the executor running the loop with the hooks' decisions,
+close() before the trace closes), with what `mur run` cannot inject: a model client for the hooks'
+run-inference and build_hooks' tuning knobs (queue depth, drain budget, HTTP transport). The real
+`mur run` path is tested in test_hooks_mur_run.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mur import ids
 from mur.errors import MurError
-from mur.session.trace import read_trace
+from mur.trace.reader import load_events
 
 
 @dataclass
@@ -43,31 +42,17 @@ class SessionResult:
         return out
 
 
-@contextlib.contextmanager
-def _hooked_loop(hooks: Any):
-    """The executor imports run_agent_loop at call time: point it at the hook-aware loop."""
-    import mur.inference.loop as loop
-
-    original = loop.run_agent_loop
-    if hooks is not None:
-        loop.run_agent_loop = hooks.agent_loop
-    try:
-        yield
-    finally:
-        loop.run_agent_loop = original
-
-
 def run_session(manifest: Path, task: str | None, *, workdir: Path | None = None, model_client: Any = None,
                 hook_kwargs: dict | None = None) -> SessionResult:
     from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
     from mur.session.executor import TaskExecutor
-    from mur.session.hooks import build_hooks
+    from mur.session.hookwiring import session_hooks
     from mur.session.options import RunOptions
     from mur.session.prechecks import prepare
     from mur.session.runner import _guest_settings, _precompile
     from mur.session.staging import stage
     from mur.session.tools import SessionTools
-    from mur.session.trace import TraceWriter
+    from mur.trace.writer import TraceWriter
     from mur.session.workdir import create_workdir, plan_workdir, write_task_input
     from mur.wasm.host import WasmHost
 
@@ -98,16 +83,13 @@ def run_session(manifest: Path, task: str | None, *, workdir: Path | None = None
         tools = SessionTools(staged, settings, None, None, trace)
         tools.host = WasmHost(shell=tools.guest_shell)
         _precompile(tools, staged, prep)
-        # --- the hook wiring (what runner.py is to gain) ---
-        hooks = build_hooks(tools, trace, loaded, wd, model_client=model_client, **(hook_kwargs or {}))
+        hooks = session_hooks(tools, trace, loaded, wd, model_client=model_client, **(hook_kwargs or {}))
         if hooks is not None:
             hooks.on_stage(capsule.capabilities.shell_allow)
             trace.listeners.append(hooks.on_event)
-        # ---
-        box["executor"] = TaskExecutor(prep, session_id, wd, tools, trace, url)
+        box["executor"] = TaskExecutor(prep, session_id, wd, tools, trace, url, hooks=hooks)
         initial = write_task_input(wd, task)
-        with _hooked_loop(hooks):
-            status = service.run(initial)
+        status = service.run(initial)
     finally:
         if hooks is not None:
             hooks.close()
@@ -120,5 +102,5 @@ def run_session(manifest: Path, task: str | None, *, workdir: Path | None = None
     final = executor.status if executor is not None else "failed"
     if final == "ok" and status != "ok":
         final = "failed"
-    events = read_trace(wd.trace) if wd.trace.is_file() else []
+    events = load_events(wd.trace) if wd.trace.is_file() else []
     return SessionResult(wd.session, wd.accessible, final, executor.last_error if executor else None, hooks, events)

@@ -26,7 +26,7 @@ def test_mur_run_dispatches_to_the_debug_hook(hello_capsule, make_hook, debug_wa
     manifest = hello_capsule([hook_entry("murmur-hook-debug", path, {"filesystem": {"scope": "."}})])
     proc, session = mur_run(manifest, "Ada")
     assert proc.returncode == 0, proc.stderr
-    lines = [json.loads(x) for x in (session / "hook-debug.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (session / "work" / "hook-debug.jsonl").read_text().splitlines()]
     assert [x["event"] for x in lines] == ["on-task-start", "on-session-start", "on-tool-call", "on-session-end",
                                            "on-task-end"]
 

@@ -1,7 +1,7 @@
 """Hook artifacts in real sessions: real hook components on wasmtime, real capsules, a loopback model.
 
-Driven through hook_harness.run_session, which composes the session like mur/session/runner.py plus
-the hook wiring the runner is to gain (see hook_harness's docstring).
+Driven through hook_harness.run_session, which composes the session like mur/session/runner.py and
+can inject a model client and build_hooks' knobs (see hook_harness's docstring).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_shipped_debug_hook_is_async_and_still_complete(hello_capsule, make_hook
     result = run_session(hello_capsule([hook_entry("murmur-hook-debug", path, {"filesystem": {"scope": "."}})]),
                          "Ada")
     assert result.status == "ok"
-    lines = [json.loads(x) for x in (result.session / "hook-debug.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (result.accessible / "hook-debug.jsonl").read_text().splitlines()]
     assert [x["event"] for x in lines] == SESSION_EVENTS  # drained at close, in order
 
 
@@ -129,7 +129,7 @@ def test_bad_hook_contract_fails_the_launch(hello_capsule, make_hook, probe_wasm
 
 
 def eval_records(result):
-    lines = [json.loads(x) for x in (result.session / "eval.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (result.accessible / "eval.jsonl").read_text().splitlines()]
     return {x["scorer"]: x for x in lines if x["record_type"] == "event_score"}, lines[-1]
 
 
@@ -166,10 +166,10 @@ def test_eval_hook_scores_a_session(http_capsule, model_server, make_hook, eval_
     assert faults(result) == []
 
     # and `mur eval show` reads it
-    from mur.observability.evalfile import show
+    from mur.eval.file import show
 
     summary, _, path = show(None, result.session.parent)
-    assert path == result.session / "eval.jsonl"
+    assert path == result.accessible / "eval.jsonl"
     assert summary["overall"] == "fail" and summary["scorers"]["tool_order"]["pass_rate"] == 1.0
 
 
@@ -178,7 +178,7 @@ def test_eval_hook_without_config_or_without_a_grant(hello_capsule, make_hook, e
     result = run_session(hello_capsule([hook_entry("murmur-hook-eval", path)]), "Ada")
     assert result.status == "ok" and faults(result) == []
     assert "MURMUR_EVAL_CONFIG is not set" in result.hook_log("murmur-hook-eval")
-    assert not (result.session / "eval.jsonl").exists()
+    assert not (result.accessible / "eval.jsonl").exists()
 
     extra = {"observability": {"eval": {"scorers": [{"type": "exit_ok", "name": "ok"}]}}}
     result = run_session(hello_capsule([hook_entry("murmur-hook-eval", path)], extra), "Ada")
@@ -322,7 +322,7 @@ def test_on_stage_write_manifests_describes_shell_tools(hello_capsule, make_hook
     result = run_session(hello_capsule([hook], {"capabilities": {"shell": {"allow": ["bash"]},
                                                                  "limits": {"deadline_seconds": 30}}}), "Ada")
     assert result.status == "ok", result.error
-    manifest = (result.session / "tools" / "bash" / "murmur.yaml").read_text()
+    manifest = (result.accessible / "tools" / "bash" / "murmur.yaml").read_text()
     assert "description: probe-described bash" in manifest
     [stage] = [x for x in result.probe_lines("probe-stage") if x["event"] == "on-stage"]
     assert stage["data"] == {"shell_allow": ["bash"]}

@@ -2,23 +2,21 @@
 
 The claude CLI comes from npm (`.ci/install-claude.sh`); it is found through $MUR_CLAUDE_BIN, then
 `claude` on PATH, then the install script's default prefix. The driver component is built from
-examples/murmur-driver-anthropic with mur's componentize-py tooling (cached by input hash).
+examples/murmur-driver-anthropic with mur's componentize-py tooling (integration/conftest.py; cached).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from mur.inference.modelserver import ModelServer
+if TYPE_CHECKING:
+    from mur.testing.modelserver import ModelServer
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVER_DIR = ROOT / "examples" / "murmur-driver-anthropic"
-GREET_DIR = ROOT / "examples" / "hello" / "greet"
 DEFAULT_PREFIX = Path(os.environ.get("MUR_CLAUDE_PREFIX", Path.home() / ".cache" / "mur" / "claude-cli"))
 
 
@@ -49,10 +47,8 @@ def claude_bin() -> str:
 
 
 @pytest.fixture
-def claude_env(claude_bin, tmp_path):
+def claude_env(claude_bin, home):
     """`claude_env(server)` -> the CLI's environment pointed at the loopback model server."""
-    home = tmp_path / "home"
-    home.mkdir()
 
     def make(server: ModelServer) -> dict[str, str]:
         return {
@@ -65,42 +61,6 @@ def claude_env(claude_bin, tmp_path):
         }
 
     return make
-
-
-@pytest.fixture
-def model_server():
-    started: list[ModelServer] = []
-
-    def start(replies):
-        server = ModelServer(replies).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
-
-
-def _need_componentize_py() -> None:
-    if shutil.which("componentize-py") is None and not (Path(sys.executable).parent / "componentize-py").is_file():
-        pytest.skip("componentize-py is not installed (pip install -e '.[dev]')")
-
-
-@pytest.fixture(scope="session")
-def driver_wasm() -> Path:
-    """The murmur-driver-anthropic component (built with mur.wasm.build; cached)."""
-    from mur.wasm.build import build_component
-
-    _need_componentize_py()
-    return build_component(DRIVER_DIR, "driver")
-
-
-@pytest.fixture(scope="session")
-def greet_wasm() -> Path:
-    from mur.wasm.build import build_component
-
-    _need_componentize_py()
-    return build_component(GREET_DIR, "tool")
 
 
 @pytest.fixture(scope="session")

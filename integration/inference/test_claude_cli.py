@@ -7,7 +7,7 @@ import time
 import pytest
 
 from mur.errors import MurError
-from mur.inference.process import require_command, run_process_transport
+from mur.inference.process import run_process_transport
 from mur.inference.prompts import UNTRUSTED_CONTENT_NOTICE
 
 pytestmark = pytest.mark.requires_claude
@@ -86,11 +86,22 @@ def test_provider_error_reaches_the_result(model_server, claude_env, tmp_path):
     assert "claude returned an error" in outcome.error and "max_tokens: 999999 > 64000, which is the maximum allowed" in outcome.error
 
 
-def test_command_not_on_path_is_e_run_006(claude_bin, tmp_path):
+def test_command_not_on_path_is_e_run_006(claude_bin, tmp_path, monkeypatch):
+    from mur.manifest import load_capsule
+    from mur.session import launch_checks
+    from mur.session.options import RunOptions
+    from mur.session.prechecks import CheckedRun
+
+    manifest = tmp_path / "murmur.yaml"
+    manifest.write_text("name: c\nversion: '1'\ninference:\n  transport: process\n  model: m\n")
+    run = CheckedRun(load_capsule(manifest), RunOptions(manifest=manifest), None, None, None, "advisory")
+    monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MurError) as err:
-        require_command("claude", {"PATH": str(tmp_path)})
+        launch_checks.check_inference(run)
     assert err.value.code == "E-RUN-006" and "claude CLI" in err.value.hint
-    assert require_command("claude", {"PATH": str(__import__("pathlib").Path(claude_bin).parent)})
+    monkeypatch.setenv("PATH", str(__import__("pathlib").Path(claude_bin).parent))
+    launch_checks.check_inference(run)
+    assert run.process_command
 
 
 def test_should_stop_ends_the_cli_between_reads(model_server, claude_env, tmp_path):

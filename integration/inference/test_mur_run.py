@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from mur.trace.reader import load_events
+
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER_DIR = ROOT / "examples" / "murmur-driver-anthropic"
 GREET_DIR = ROOT / "examples" / "hello" / "greet"
@@ -65,7 +67,7 @@ def mur_run(manifest: Path, task: str, env: dict[str, str] | None = None, timeou
 
 
 def read_trace(workdir: Path) -> list[dict]:
-    return [json.loads(line) for line in (workdir / "trace.jsonl").read_text().splitlines()]
+    return load_events(workdir / "trace.jsonl")
 
 
 def session_dir(info: dict) -> Path:

@@ -17,11 +17,11 @@ T0 = 1_760_000_000_000
 
 
 class ReceiverProcess:
-    """`python -m mur.observability.receiver --port 0 ...` run as its own process."""
+    """`python -m mur.testing.otlp_receiver --port 0 ...` run as its own process."""
 
     def __init__(self, *args: str):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mur.observability.receiver", "--port", "0", "--quiet", *args],
+            [sys.executable, "-m", "mur.testing.otlp_receiver", "--port", "0", "--quiet", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         )
         line = self.proc.stdout.readline()

@@ -9,8 +9,8 @@ import time
 import httpx
 from otel_support import SID, session_events
 
-from mur.observability.otel import OtelExporter
-from mur.observability.spans import build_spans
+from mur.otel.exporter import OtelExporter
+from mur.otel.spans import build_spans
 
 
 def exporter_for(url: str, tmp_path, timeout: float = 5.0, **kw) -> OtelExporter:

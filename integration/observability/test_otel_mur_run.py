@@ -4,34 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from otel_support import ROOT
 
-from mur.observability.otel import OtelExporter
-from mur.observability.timeline import load_events
-
-
-@pytest.fixture(scope="module")
-def built_hello() -> Path:
-    """examples/hello with its components built (componentize-py, cached across runs)."""
-    from mur.wasm.build import build_guest_dir
-
-    src = ROOT / "examples" / "hello"
-    build_guest_dir(src / "greet")
-    build_guest_dir(src)
-    return src
-
-
-@pytest.fixture
-def hello(built_hello: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "hello"
-    shutil.copytree(built_hello, dest, ignore=shutil.ignore_patterns("workdir", "__pycache__", ".murmur"))
-    return dest
+from mur.otel.exporter import OtelExporter
+from mur.trace.reader import load_events
 
 
 def mur(*args: str, cwd: Path, home: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -44,9 +24,7 @@ def mur(*args: str, cwd: Path, home: Path, timeout: float = 300) -> subprocess.C
 
 
 @pytest.mark.slow
-def test_a_real_session_trace_exports_and_shows(hello: Path, tmp_path: Path, receiver):
-    home = tmp_path / "home"
-    home.mkdir()
+def test_a_real_session_trace_exports_and_shows(hello: Path, home: Path, receiver):
     run = mur("run", "--task", "Ada", cwd=hello, home=home)
     assert run.returncode == 0, run.stderr
     [session] = sorted((hello / "workdir").iterdir())
@@ -77,12 +55,10 @@ def test_a_real_session_trace_exports_and_shows(hello: Path, tmp_path: Path, rec
 
 
 @pytest.mark.slow
-def test_mur_run_exports_to_observability_otel_endpoint(hello: Path, tmp_path: Path, receiver):
+def test_mur_run_exports_to_observability_otel_endpoint(hello: Path, home: Path, receiver):
     rx = receiver()
     manifest = hello / "murmur.yaml"
     manifest.write_text(manifest.read_text() + f"\nobservability:\n  otel_endpoint: {rx.url}\n")
-    home = tmp_path / "home"
-    home.mkdir()
     run = mur("run", "--task", "Ada", cwd=hello, home=home)
     assert run.returncode == 0, run.stderr
     [session] = sorted((hello / "workdir").iterdir())

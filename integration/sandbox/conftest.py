@@ -7,11 +7,11 @@ Escape attempts record a line for the end-of-run report (``record_escape``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import tempfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,8 @@ from mur.manifest.capsule import Capabilities
 from mur.manifest.network import parse_allow_list
 from mur.sandbox.probe import probe_host
 from mur.sandbox.shell import ShellSandbox
-from sbx_support import ESCAPES, HOST_ENV, assert_nothing_left, capabilities
+from sbx_support import ESCAPES, HOST_ENV, assert_nothing_left, capabilities, serving
+from hostile import HostileCapsule, make_unprivileged_user, remove_unprivileged_user
 
 
 @pytest.fixture(autouse=True)
@@ -52,50 +53,64 @@ def outside():
 
 @pytest.fixture
 def sandbox(workdir, request):
-    """``sandbox(caps, network_allow=[], host_env=None)`` -> a started ShellSandbox, closed and leak-checked."""
+    """``sandbox(caps, network_allow=[], host_env=None, own_workdir=False, **ShellSandbox kwargs)`` -> a started
+    ShellSandbox, closed and leak-checked (``own_workdir``: not the test's shared workdir, for a second session)."""
     made: list[ShellSandbox] = []
 
-    def make(caps: Capabilities | None = None, network_allow=(), host_env=None, **kw) -> ShellSandbox:
-        sb = ShellSandbox(caps or capabilities(), workdir, f"ses_test{os.getpid()}_{len(made)}_{request.node.name[-20:]}",
+    def make(caps: Capabilities | None = None, network_allow=(), host_env=None, own_workdir=False,
+             **kw) -> ShellSandbox:
+        where = Path(tempfile.mkdtemp(prefix="mur-sbx-")) if own_workdir else workdir  # a second session's own
+        extra.extend([where] if own_workdir else [])
+        sb = ShellSandbox(caps or capabilities(), where, f"ses_test{os.getpid()}_{len(made)}_{request.node.name[-20:]}",
                           parse_allow_list(list(network_allow)), host_env=host_env or HOST_ENV, **kw)
         made.append(sb)
         sb.warnings = sb.start()
         return sb
 
+    extra: list[Path] = []
     yield make
-    for sb in made:
+    for sb in reversed(made):  # later sessions may hold victims of earlier ones' attacks
         sb.close()
+    for sb in made:
         assert_nothing_left(sb)
+    for path in extra:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
 def tcp_listeners():
     """Two loopback TCP listeners that greet every connection."""
-    servers = []
-    for _ in range(2):
-        srv = socket.create_server(("127.0.0.1", 0))
-        srv.settimeout(0.2)
-        servers.append(srv)
-    stop = threading.Event()
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(serving(socket.create_server(("127.0.0.1", 0)),
+                                               lambda conn: conn.sendall(b"hello\n"))) for _ in range(2)]
+        yield [s.getsockname()[1] for s in servers]
 
-    def serve(srv):
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.sendall(b"hello\n")
 
-    threads = [threading.Thread(target=serve, args=(s,), daemon=True) for s in servers]
-    for t in threads:
-        t.start()
-    yield [s.getsockname()[1] for s in servers]
-    stop.set()
-    for t in threads:
-        t.join(timeout=2)
-    for s in servers:
-        s.close()
+@pytest.fixture
+def unprivileged_user():
+    """A uid with its own HOME (and v1 cgroups delegated to it) to run `mur run` as non-root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to set up another uid")
+    user = make_unprivileged_user()
+    if isinstance(user, str):
+        pytest.skip(user)
+    yield user
+    remove_unprivileged_user(user)
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    """``hostile(user=None, shell_allow=..., capabilities="", ...)`` -> a HostileCapsule to drive.
+
+    With ``user`` the capsule lives in that user's HOME (tmp_path is not reachable by other uids)."""
+    count = [0]
+
+    def make(user=None, **kw) -> HostileCapsule:
+        count[0] += 1
+        base = user.home if user is not None else tmp_path
+        return HostileCapsule(base / f"capsule{count[0]}", user=user, **kw)
+
+    return make
 
 
 @pytest.fixture

@@ -3,10 +3,15 @@ files exist in this repository, so tests must not ``import conftest``)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import http.server
 import os
+import socket
 import subprocess
 import sysconfig
+import threading
+from typing import Callable, Iterator
 
 from mur.manifest.capsule import Capabilities
 from mur.sandbox import access
@@ -52,11 +57,12 @@ def _processes_in(workdir: str) -> list[int]:
 
 
 def assert_nothing_left(sb: ShellSandbox) -> None:
-    """No cgroup, no process, no ACL entry for the sandbox uid after close()."""
+    """No cgroup, no process, no ACL entry for the session uid, no uid lease after close()."""
     if sb.cgroup is not None:
         leftovers = [d for d in sb.cgroup.dirs.values() if os.path.exists(d)]
         assert leftovers == [], f"cgroups left behind: {leftovers}"
     assert _processes_in(str(sb.workdir)) == [], "processes left running in the workdir"
+    uid = sb.policy.run_as[0] if sb.policy is not None and sb.policy.run_as else 65534
     for root, dirs, files in os.walk(sb.workdir):
         for name in dirs + files + ["."]:
             path = os.path.join(root, name)
@@ -67,4 +73,48 @@ def assert_nothing_left(sb: ShellSandbox) -> None:
                     entries = access.decode(os.getxattr(path, attr))
                 except OSError:
                     continue
-                assert not any(t == access.USER and i == 65534 for t, _p, i in entries), f"ACL left on {path}"
+                assert not any(t == access.USER and i == uid for t, _p, i in entries), f"ACL left on {path}"
+    if sb.policy is not None and sb.policy.run_as is not None:
+        assert not os.path.exists(f"/run/mur/uids/{uid}"), "uid lease left behind"
+
+
+@contextlib.contextmanager
+def serving(srv: socket.socket, handle: Callable[[socket.socket], None]) -> Iterator[socket.socket]:
+    """Accept on a listening socket in a thread, ``handle(conn)`` each connection, until the block ends."""
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    handle(conn)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        srv.close()
+
+
+class HelloHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with ``hello <Host header>``."""
+
+    def do_GET(self):  # noqa: N802
+        body = f"hello {self.headers.get('Host')}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass

@@ -156,19 +156,7 @@ def test_open_netlink_and_packet_sockets(sandbox, record_escape):
     record_escape("open netlink / packet sockets", "EACCES, EACCES", "root opens netlink")
 
 
-def test_connect_to_a_tcp_port_not_allowed(sandbox, tcp_listeners, record_escape):
-    allowed, denied = tcp_listeners
-    sb = sandbox(network_allow=[f"127.0.0.1:{allowed}", "unresolvable-host.invalid:1"])
-    read = "exec 3<>/dev/tcp/127.0.0.1/{port} && head_line=$(timeout_read=1; read -r l <&3; echo \"$l\") && echo \"$head_line\""
-    ok = sb.run("bash", command=read.format(port=allowed))
-    assert ok.exit_code == 0 and ok.stdout == "hello\n"
-    r = sb.run("bash", command=read.format(port=denied))
-    assert r.exit_code != 0 and "Permission denied" in r.stderr and "hello" not in r.stdout
-    bind = sb.run("python3", args=["-c", "import socket; socket.create_server(('127.0.0.1', 0))"])
-    assert bind.exit_code != 0 and "Permission denied" in bind.stderr
-    control = bare(["bash", "-c", read.format(port=denied)])
-    assert control.returncode == 0 and control.stdout == "hello\n"
-    record_escape("connect to a TCP port not allowed (+ bind)", f"rc {r.exit_code}: Permission denied", "connects")
+# TCP ports, hosts and the egress proxy: test_sandbox_network.py; other families: test_sandbox_sockets.py.
 
 
 # --- resources -------------------------------------------------------------------------------
@@ -308,3 +296,24 @@ def test_namespaces_ptrace_and_mount_are_refused(sandbox, record_escape):
         "libc.mount(b'none', b'.', b'tmpfs', 0, None)", "0")])
     assert control.stdout.split("\n")[0] == "unshare 0 0"  # root may create a user namespace bare
     record_escape("unshare(CLONE_NEWUSER) / mount / ptrace", "EPERM x3", "root unshares")
+
+
+def test_as_another_user_a_copied_binary_cannot_run_through_the_loader(unprivileged_user, record_escape):
+    """Without root the noexec workdir comes from the user namespace's mount namespace."""
+    from asuser import run_sessions  # type: ignore[import-not-found]
+
+    out = run_sessions(unprivileged_user, {"sessions": [{"caps": {"shell": {"allow": ["bash", "cat"]}}}], "calls": [
+        [0, {"binary": "cat", "command": "cat /usr/bin/cat"}],
+        [0, {"binary": "bash", "command": "echo note > note.txt; /lib64/ld-linux-x86-64.so.2 /usr/bin/cat note.txt"}],
+    ]})
+    session = out["sessions"][0]
+    assert "mnt" in session["namespaces"]
+    # the loader maps the real cat fine (control), then is refused a copy in the (noexec) workdir
+    copy = run_sessions(unprivileged_user, {"sessions": [{"caps": {"shell": {"allow": ["bash", "cp", "cat"]}}}],
+                                            "calls": [[0, {"binary": "bash", "command": (
+                                                "cp /usr/bin/cat ./mycat 2>&1 || exit 9; echo note > note.txt; "
+                                                "/lib64/ld-linux-x86-64.so.2 ./mycat note.txt; echo rc=$?")}]]})
+    loader = copy["sessions"][0]["results"][0]
+    assert "rc=" in loader["stdout"] and "rc=0" not in loader["stdout"] and "note" not in loader["stdout"], loader
+    assert session["results"][1]["stdout"] == "note\n"
+    record_escape("ld.so ./copied-binary as non-root", "refused (noexec mount, user namespace)", "ld.so runs cat")

@@ -43,7 +43,7 @@ def test_command_and_args_forms_env_and_stdin(sandbox):
     assert r.stdout == f"a b bar none {sb.workdir}/.capsule-home\n"
     assert r.command == "bash -c 'echo \"$0 $1 $FOO ${GITHUB_TOKEN-none} $HOME\"' a b"
     assert sb.run("cat", args=[], stdin=b"from stdin").stdout == "from stdin"
-    assert sb.run("bash", command="id -u 2>/dev/null; echo $UID").stdout.strip() == "65534"
+    assert sb.run("bash", command="echo $UID").stdout.strip() == str(sb.policy.run_as[0])  # the session's own uid
     fields = shell_trace_fields(r, turn=2)
     assert fields["binary"] == os.path.realpath("/usr/bin/bash") and fields["exit_code"] == 0
     assert "resource_limit" not in fields
@@ -92,16 +92,32 @@ def test_unresolved_binary_and_refusals(sandbox):
         sb.run("bash", command="true")
 
 
-def test_full_tier_warning_states_scope_ports_and_unix_sockets(sandbox, tcp_listeners):
+def test_full_tier_warning_states_scope_network_sockets_and_processes(sandbox, tcp_listeners):
     port = tcp_listeners[0]
     notes: list[str] = []
     sb = sandbox(network_allow=[f"localhost:{port}", "https://nowhere.invalid"], log=notes.append)
     codes = [c for c, _ in sb.warnings]
     assert codes == ["W-SEC-005"]
     text = sb.warnings[0][1]
-    assert f"TCP connect only to port(s) {port}" in text and "AF_UNIX sockets are refused" in text
+    assert f"network only through mur's egress proxy (HTTP(S)_PROXY, in a private network namespace) to exactly " \
+           f"[localhost:{port}]" in text
+    assert "AF_UNIX sockets are refused" in text and f"tools run as uid {sb.policy.run_as[0]}" in text
     assert "landlock+seccomp" in text and "bash, cat, python3" in text
     assert any("nowhere.invalid" in n and "did not resolve" in n for n in notes)
+    assert any("network netns+egress-proxy, processes session-uid, namespaces net+ipc+mnt" in n for n in notes)
+
+
+def test_without_a_namespace_the_port_rules_fallback_says_so(sandbox, tcp_listeners):
+    """A host that cannot create the namespace (probe says so): Landlock's port rules, stated."""
+    port = tcp_listeners[0]
+    probe = classify("linux", probe_host().landlock_abi, True, None, "hybrid", True, False, root=True, netns=False)
+    sb = sandbox(network_allow=[f"localhost:{port}"], probe=probe)
+    assert sb.policy.network.mode == "ports" and sb.policy.namespaces == ()
+    text = sb.warnings[0][1]
+    assert f"no private network namespace on this host, so TCP connect is limited by port only: port(s) {port} on " \
+           "ANY address" in text
+    read = f"exec 3<>/dev/tcp/127.0.0.1/{port} && read -r l <&3 && echo \"$l\""
+    assert sb.run("bash", command=read).stdout == "hello\n"  # any address on the allowed port: the fallback's gap
 
 
 def test_two_sessions_have_separate_cgroups(sandbox, workdir):
@@ -169,3 +185,21 @@ def test_spawn_only_capsules_get_the_aggregate_bound_too(workdir):
     finally:
         sb.close()
     assert all(not os.path.exists(d) for d in sb.cgroup.dirs.values())
+
+
+def test_a_namespace_the_probe_promised_but_launch_cannot_make_is_refused(sandbox, monkeypatch):
+    """Never a silent fallback to port rules: E-CAP-005 when network.allow needs the namespace."""
+    from mur.sandbox import namespaces
+
+    def fail(*_a, **_kw):
+        raise OSError("cannot create the session namespaces (net+ipc+mnt): simulated")
+
+    monkeypatch.setattr(namespaces, "create", fail)
+    with pytest.raises(MurError) as info:
+        sandbox(network_allow=["https://api.example.com"], resolve=lambda h: ["127.0.0.1"])
+    assert info.value.code == "E-CAP-005" and "simulated" in info.value.message
+    notes: list[str] = []
+    sb = sandbox(log=notes.append)  # no network grant: the namespaces are defence in depth, logged
+    assert sb.policy.namespaces == () and sb.policy.network.mode == "none"
+    assert any("could not be created" in n for n in notes)
+    assert sb.run("bash", command="echo ok").stdout == "ok\n"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from mur.trace.reader import load_events as read_trace  # noqa: F401 - the product's one reader
 
 
 def run_mur(*args: str, cwd: Path, home: Path | None = None, env: dict | None = None, timeout: float = 120):
@@ -27,6 +28,3 @@ def session_dirs(capsule_dir: Path) -> list[Path]:
     root = capsule_dir / "workdir"
     return sorted(root.iterdir()) if root.is_dir() else []
 
-
-def read_trace(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from session_support import read_trace, run_mur, session_dirs
 
 SES = re.compile(r"^ses_[0-9a-f]{32}$")
@@ -20,10 +22,13 @@ def test_hello_runs_and_lays_out_the_workdir(hello, home):
     [wd] = session_dirs(hello)
     assert wd.name == lines[1].split(": ")[1]
     assert (wd / "out" / "result.txt").read_text().strip() == "Hello, Ada!"
-    for rel in ("MURMUR.md", "trace.jsonl", "task.md", "logs", "tools/greet/murmur.yaml", "tools/greet/greet.wasm"):
+    # the runtime's record in the session directory, the tools' files in its work/ (docs/run.md)
+    for rel in ("trace.jsonl", "logs", "out/result.txt", "work/MURMUR.md", "work/task.md",
+                "work/tools/greet/murmur.yaml", "work/tools/greet/greet.wasm", "work/out/result.txt"):
         assert (wd / rel).exists(), rel
-    md = (wd / "MURMUR.md").read_text()
-    assert "## Installed Tools" in md and "`greet`" in md and wd.name in md
+    assert sorted(p.name for p in wd.iterdir()) == ["logs", "out", "trace.jsonl", "work"]
+    md = (wd / "work" / "MURMUR.md").read_text()
+    assert "## Installed Tools" in md and "`greet`" in md and wd.name in md and str(wd / "logs") in md
 
 
 def test_json_startup_line_is_deploys_contract(hello, home):
@@ -69,14 +74,41 @@ def test_trace_lines_follow_the_schema(hello, home):
         assert isinstance(end[key], int)
 
 
-def test_workdir_flag_places_the_session_under_dot_murmur(hello, home, tmp_path):
+def test_workdir_flag_keeps_the_session_directory_out_of_the_tools_reach(hello, home, tmp_path):
     target = tmp_path / "wd"
     proc = run_mur("run", "--task", "Di", "--workdir", str(target), "--json", cwd=hello, home=home)
     assert proc.returncode == 0, proc.stderr
-    ses = json.loads(proc.stdout.splitlines()[0])["session_id"]
-    assert (target / "task.md").read_text() == "Di"
-    assert (target / ".murmur" / ses / "trace.jsonl").is_file()
-    assert (target / ".murmur" / ses / "out" / "result.txt").read_text().strip() == "Hello, Di!"
+    info = json.loads(proc.stdout.splitlines()[0])
+    ses = info["session_id"]
+    assert (target / "task.md").read_text() == "Di" and (target / "MURMUR.md").is_file()
+    assert not (target / ".murmur").exists()  # upstream's DIR/.murmur/<id> would be tool-writable
+    session = hello / "workdir" / ses
+    assert info["workdir"] == str(session)
+    assert (session / "trace.jsonl").is_file() and not (session / "work").exists()
+    assert (session / "out" / "result.txt").read_text().strip() == "Hello, Di!"
+
+
+def test_a_workdir_holding_the_session_directories_keeps_the_session_in_murs_home(hello, home):
+    target = hello / "workdir"
+    proc = run_mur("run", "--task", "Ed", "--workdir", str(target), "--json", cwd=hello, home=home)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.splitlines()[0])
+    session = home / ".murmur" / "sessions" / info["session_id"]
+    assert info["workdir"] == str(session) and (session / "trace.jsonl").is_file()
+    assert (target / "task.md").read_text() == "Ed" and not (target / info["session_id"]).exists()
+    shown = run_mur("trace", "show", info["session_id"], cwd=hello, home=home)
+    assert shown.returncode == 0 and info["session_id"] in shown.stdout, shown.stderr
+
+
+@pytest.mark.parametrize("what", ["manifest", "home"])
+def test_a_workdir_holding_the_manifest_or_murs_home_is_refused_before_anything_is_created(hello, home, what):
+    target = hello if what == "manifest" else home
+    proc = run_mur("run", "--task", "Fy", "--workdir", str(target), cwd=hello, home=home)
+    assert proc.returncode == 1
+    expected = "contains the capsule's manifest directory" if what == "manifest" else "contains mur's home"
+    assert "error[E-IO-002]: --workdir" in proc.stderr and expected in proc.stderr, proc.stderr
+    assert "hint: " in proc.stderr and "Traceback" not in proc.stderr
+    assert not (hello / "workdir").exists() and not (target / "task.md").exists()
 
 
 def test_task_from_a_file_is_copied(hello, home, tmp_path):
@@ -84,7 +116,7 @@ def test_task_from_a_file_is_copied(hello, home, tmp_path):
     task.write_text("Eve")
     assert run_mur("run", "--task", str(task), cwd=hello, home=home).returncode == 0
     [wd] = session_dirs(hello)
-    assert (wd / "task.md").read_text() == "Eve"
+    assert (wd / "work" / "task.md").read_text() == "Eve"
     assert (wd / "out" / "result.txt").read_text().strip() == "Hello, Eve!"
 
 

@@ -6,7 +6,8 @@
   only after a successful task (a failed task leaves the last good history in place);
 * ``task.md`` (accessible workdir) — the task text, written before each A2A task runs.
 
-Results and history are written atomically (temp file in the same directory, fsync, rename), so
+Results and history live in the session directory, which no tool can write; task.md lives in the
+tools' workdir and is written through mur.fsafe. Results and history are written atomically (temp file in the same directory, fsync, rename), so
 a reader or a crash never sees half a file.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from mur.a2a.protocol import dumps, unicode_text
 from mur.errors import MurError
+from mur.fsafe import Tree
 from mur.fsutil import atomic_write_text
 
 
@@ -76,21 +78,23 @@ def save_history(workdir: Path, context_id: str, history: list) -> None:
 def write_task_md(task_dir: Path, text: str) -> None:
     """``task.md`` holds the running task's text (upstream writes it for every A2A task).
 
-    A plain write: nothing reads it until the executor starts, and it is scratch input rewritten
-    for every task, where a temp file + fsync + rename would dominate the per-task cost.
+    task_dir is the tools' workdir: the file is replaced by rename (whatever a tool left under that
+    name, a link included, is replaced, never written through). No fsync: nothing reads it until the
+    executor starts, and it is scratch input rewritten for every task.
     """
     try:
-        task_dir.mkdir(parents=True, exist_ok=True)
-        (task_dir / "task.md").write_text(text, encoding="utf-8")
+        with Tree(task_dir, create=True) as tree:
+            tree.write_text("task.md", text, durable=False)
     except OSError as exc:
-        raise MurError("E-IO-003", f"cannot write {task_dir / 'task.md'}: {exc}") from exc
+        raise MurError("E-IO-003", f"cannot write {task_dir / 'task.md'}: {exc.strerror or exc}") from exc
 
 
 def remove_task_md(task_dir: Path) -> None:
-    """Delete ``task.md`` (queue mode, after each task); missing is fine."""
+    """Delete ``task.md`` (queue mode, after each task); missing is fine. A link is removed, never followed."""
     try:
-        (task_dir / "task.md").unlink()
+        with Tree(task_dir) as tree:
+            tree.unlink("task.md")
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise MurError("E-IO-003", f"cannot remove {task_dir / 'task.md'}: {exc}") from exc
+        raise MurError("E-IO-003", f"cannot remove {task_dir / 'task.md'}: {exc.strerror or exc}") from exc

@@ -54,6 +54,7 @@ from mur.a2a.tasks import (
     TaskRegistry,
 )
 from mur.errors import MurError
+from mur.trace import events as ev
 
 DEFAULT_IDLE_TIMEOUT = 30.0
 DEFAULT_TERM_GRACE = 5.0
@@ -132,14 +133,18 @@ class Terminated(BaseException):
     """
 
 
+def _env_seconds(name: str, default: float) -> float:
+    """``float($name)``, or ``default`` when it is unset or not a number."""
+    try:
+        return float(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        return default
+
+
 def resolve_idle_timeout(value: float | None) -> float | None:
     """Seconds to wait for a task; None = forever. Argument, else MURMUR_A2A_TIMEOUT_SECS, else 30."""
     if value is None:
-        raw = os.environ.get("MURMUR_A2A_TIMEOUT_SECS", "").strip()
-        try:
-            value = float(raw) if raw else DEFAULT_IDLE_TIMEOUT
-        except ValueError:
-            value = DEFAULT_IDLE_TIMEOUT
+        value = _env_seconds("MURMUR_A2A_TIMEOUT_SECS", DEFAULT_IDLE_TIMEOUT)
     if value < 0:
         value = DEFAULT_IDLE_TIMEOUT
     return None if value == 0 else value
@@ -264,13 +269,8 @@ class CapsuleService:
     def start(self) -> str:
         """Bind (E-RUN-010 when the port is taken; E-A2A-005 off loopback without a token) and serve
         in the background; returns ``localhost:<port>`` (``https://localhost:<port>`` with TLS)."""
-        sock = bind_socket(self._bind, self._port)
-        address, port = sock.getsockname()[:2]
-        try:
-            require_token_off_loopback(address, self._auth)
-        except MurError:
-            sock.close()
-            raise
+        sock = bind_socket(self._bind, self._port, check=lambda address: require_token_off_loopback(address, self._auth))
+        port = sock.getsockname()[1]
         self.url = capsule_url(self._bind, port, tls=self._auth.tls)
         door = Door(
             registry=self.registry,
@@ -294,11 +294,7 @@ class CapsuleService:
         MURMUR_A2A_LINGER_SECS (default 2; 0 = no linger). Skipped on SIGTERM and when no task came over A2A.
         """
         if seconds is None:
-            raw = os.environ.get("MURMUR_A2A_LINGER_SECS", "").strip()
-            try:
-                seconds = float(raw) if raw else DEFAULT_LINGER
-            except ValueError:
-                seconds = DEFAULT_LINGER
+            seconds = _env_seconds("MURMUR_A2A_LINGER_SECS", DEFAULT_LINGER)
         if seconds <= 0 or self._terminating.is_set() or not self.registry.served_a2a():
             return
         self._terminating.wait(seconds)
@@ -404,7 +400,7 @@ class CapsuleService:
         if task.source == "a2a":
             self._trace(
                 {
-                    "event_type": "a2a_task_received",
+                    "event_type": ev.A2A_TASK_RECEIVED,
                     "task_id": task.id,
                     "context_id": task.context_id,
                     "message_id": task.message_id,
@@ -413,7 +409,7 @@ class CapsuleService:
             )
         self._trace(
             {
-                "event_type": "task_start",
+                "event_type": ev.TASK_START,
                 "task_id": task.id,
                 "context_id": task.context_id,
                 "source": task.source,
@@ -424,7 +420,7 @@ class CapsuleService:
     def _trace_end(self, task: Task, state: str, outcome: TaskOutcome, started: float) -> None:
         """The task_end trace event (a failed one says why in ``error``), flushed."""
         end: dict[str, Any] = {
-            "event_type": "task_end",
+            "event_type": ev.TASK_END,
             "task_id": task.id,
             "exit_status": "ok" if state == COMPLETED else "failed",
             "duration_ms": int((time.monotonic() - started) * 1000),

@@ -28,7 +28,7 @@ import re
 import socket
 import threading
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -112,7 +112,7 @@ class Door:
         await response(scope, receive, send)
 
     async def _route(self, request: Request, receive) -> Response:
-        path, method = request.url.path, request.method
+        path, method = request.scope["path"], request.method
         if "transfer-encoding" in request.headers and "content-length" in request.headers:
             # RFC 9112 section 6.3: a request framed both ways is a smuggling attempt (or a broken
             # proxy); answering it and closing is the only reading every hop agrees on.
@@ -120,7 +120,7 @@ class Door:
         if path == CARD_PATH and method == "GET":
             host = request.headers.get("host", "")
             host = host if _HOST.match(host) else self.fallback_host
-            url = f"{request.url.scheme}://{host}"
+            url = f"{request.scope['scheme']}://{host}"
             return json_response(rpc.build_card(self.card, url, self.task_acceptance, secured=self.auth.token is not None))
         if self.auth.token is not None:
             presented = request.headers.get("authorization")
@@ -201,7 +201,7 @@ class Door:
             message_id=msg.message_id,
             text=msg.text,
             source="a2a",
-            traceparent=request.headers.get("traceparent"),
+            traceparent=_traceparent(request),
         )
 
     def _message_send(self, req: rpc.RpcRequest, request: Request) -> dict:
@@ -361,6 +361,12 @@ def _unauthorized(presented: bool) -> Response:
     return json_response(body, status=401, headers={"www-authenticate": challenge})
 
 
+def _traceparent(request: Request) -> str | None:
+    """The caller's W3C traceparent as sent (55 characters today), if it is of sane length."""
+    value = request.headers.get("traceparent")
+    return value if value is not None and len(value) <= 256 else None
+
+
 def _last_event_id(request: Request) -> int | None:
     value = request.headers.get("last-event-id", "").strip()
     return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
@@ -369,13 +375,16 @@ def _last_event_id(request: Request) -> int | None:
 # --- binding and serving ------------------------------------------------------------------------
 
 
-def bind_socket(bind: str, port: int | None) -> socket.socket:
-    """A listening TCP socket on ``bind``:``port`` (0/None: OS-assigned); E-RUN-010 when taken."""
+def bind_socket(bind: str, port: int | None, check: Callable[[str], None] | None = None) -> socket.socket:
+    """A listening TCP socket on ``bind``:``port`` (0/None: OS-assigned); E-RUN-010 when taken.
+    ``check(address)`` sees the resolved address first and may refuse it by raising."""
     try:
         infos = socket.getaddrinfo(bind, port or 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise MurError("E-IO-003", f"cannot resolve bind address {bind!r}: {exc}", hint="pass an IP address to --bind") from exc
     family, kind, proto, _, address = infos[0]
+    if check is not None:
+        check(address[0])
     # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on such sockets, and
     # without it every response pays Nagle + delayed ACK (~40 ms).
     sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from mur.artifacts.package import PayloadShapeError, select_root_wasm
 from mur.errors import MurError, warn
-from mur.fsutil import fsync_dir
+from mur.fsutil import DISK_FULL, fsync_dir, writing
 from mur.manifest.yamlio import one_line
 
 MANIFEST_FILENAME = "murmur.yaml"
@@ -89,7 +89,7 @@ def _io_error(prefix: str, path: str, exc: OSError) -> MurError:
 def read_build_manifest(source: str) -> tuple[Any, Any, str]:
     """(ArtifactManifest, parsed YAML root, manifest path) for `<source>/murmur.yaml`."""
     from mur.manifest.artifact import parse_artifact_manifest
-    from mur.manifest.yamlio import parse_yaml
+    from mur.manifest.yamlio import naming_file, parse_yaml
 
     path = os.path.join(source, MANIFEST_FILENAME)
     try:
@@ -105,7 +105,10 @@ def read_build_manifest(source: str) -> tuple[Any, Any, str]:
         raise MurError(
             "E-IO-003", f"failed to read {MANIFEST_FILENAME} at {path}: stream did not contain valid UTF-8"
         ) from exc
-    manifest = parse_artifact_manifest(text)  # explicit nulls are wrong types there, as upstream
+    try:
+        manifest = parse_artifact_manifest(text)  # explicit nulls are wrong types there, as upstream
+    except MurError as err:
+        raise naming_file(err, os.path.normpath(path)) from err.__cause__
     return manifest, parse_yaml(text), path
 
 
@@ -232,7 +235,7 @@ def write_zip_atomically(output_path: str, fill: Callable[[zipfile.ZipFile], Non
     except ValueError as exc:  # a NUL byte in the version, hence in the default file name
         raise MurError("E-IO-003", f"failed to create output file at {one_line(output_path)}: {exc}") from exc
     try:
-        with os.fdopen(fd, "wb") as out:
+        with writing(output_path), os.fdopen(fd, "wb") as out:
             with zipfile.ZipFile(out, "w") as zf:
                 fill(zf)
             out.flush()
@@ -284,6 +287,8 @@ def _pack_file(zf: zipfile.ZipFile, entry: PackedEntry) -> None:
             with zf.open(zip_entry_info(entry.archive_name, size), "w") as dst:
                 shutil.copyfileobj(src, dst, 1024 * 1024)
         except OSError as exc:
+            if exc.errno in DISK_FULL:  # writing the archive, not reading the entry: named by the caller
+                raise
             raise _io_error("failed to package file", entry.source_path, exc) from exc
 
 

@@ -28,6 +28,7 @@ from typing import Any, Iterator
 import yaml
 
 from mur.errors import MurError
+from mur.fsutil import DISK_FULL, disk_full_error
 
 LOCK_VERSION = 1
 LOCK_FILENAME = "murmur.lock"
@@ -57,6 +58,13 @@ class MurmurLock:
         else:
             current.resolved_version = version
             current.sha256 = sha256
+
+    def remove_versions(self, name: str, versions: list[str]) -> bool:
+        """Drop the entries pinning `name` at one of `versions`; whether any was dropped."""
+        kept = [a for a in self.artifacts if not (a.name == name and a.resolved_version in versions)]
+        dropped = len(kept) != len(self.artifacts)
+        self.artifacts = kept
+        return dropped
 
     def validate(self) -> None:
         """E-RUN-003 unless lock_version is 1 and every entry names a version and a hash."""
@@ -185,6 +193,8 @@ def write_lock(path: Path, lock: MurmurLock) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if exc.errno in DISK_FULL:
+            raise disk_full_error(exc, path) from exc
         raise MurError("E-IO-003", f"failed to write murmur.lock at {path}: {exc.strerror or exc}") from exc
     with contextlib.suppress(OSError):
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)

@@ -5,7 +5,6 @@ Every function returns data (lines to print, rows) and raises MurError; the CLI 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 from mur.artifacts import lock as lockfile
 from mur.artifacts.package import ArchiveError, read_manifest_bytes
+from mur.artifacts.progress import Transfer
 from mur.artifacts.refs import BareRef, GitHubRef, LocalFileRef, VersionedRef, parse_ref
 from mur.artifacts.registry_client import (
     LocalRegistry,
@@ -33,6 +33,7 @@ from mur.artifacts.store import (
     validate_version_segment,
 )
 from mur.errors import MurError
+from mur.paths import home_dir
 from mur.platform import current_platform
 
 MANIFEST_FILENAME = "murmur.yaml"
@@ -55,14 +56,11 @@ def find_project_root(cwd: Path | None = None) -> Path:
 
 
 def display_path(path: Path) -> str:
-    """`~/...` when under $HOME, else the path."""
-    home = os.environ.get("HOME")
-    if home:
-        try:
-            return "~/" + str(Path(path).relative_to(home))
-        except ValueError:
-            pass
-    return str(path)
+    """`~/...` when under the home directory (mur.paths), else the path."""
+    try:
+        return "~/" + str(Path(path).relative_to(home_dir()))
+    except (MurError, ValueError):  # no home directory, or not under it
+        return str(path)
 
 
 # --- publish ----------------------------------------------------------------------------------
@@ -105,8 +103,9 @@ def publish(
     platform: str | None = None,
     cwd: Path | None = None,
     transport: Any = None,
+    progress: Transfer | None = None,
 ) -> PublishOutcome:
-    """Publish a built `.mur.zip` to the local store or a remote registry."""
+    """Publish a built `.mur.zip` to the local store or a remote registry (upload reported to `progress`)."""
     from mur.manifest.artifact import validate_artifact_name
 
     cwd = Path(cwd or Path.cwd())
@@ -144,7 +143,7 @@ def publish(
     meta = meta_from_manifest(manifest, platforms=platforms)
     meta.runtime = runtime
 
-    target = resolve_registry(registry, cwd=cwd, transport=transport)
+    target = resolve_registry(registry, cwd=cwd, transport=transport, progress=progress)
     result = target.publish(meta, data)
     where = target.url if isinstance(target, RemoteRegistry) else display_path(global_store())
     return PublishOutcome(result.artifact_id, result.sha256, where, notes)
@@ -167,14 +166,9 @@ def _target_store(global_: bool, cwd: Path) -> tuple[Store, Path | None]:
     if global_:
         return Store(global_store()), None
     root = find_project_root(cwd)
-    store_path = project_store(root)
-    try:
-        store_path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise MurError(
-            "E-IO-003", f"failed to create project store at {store_path}: {exc.strerror or exc}"
-        ) from exc
-    return Store(store_path), root
+    # Not created here: Store.put makes the directories it writes into, so a refused install
+    # (unknown artifact, registry down, lock conflict) leaves no empty .murmur/artifacts/ behind.
+    return Store(project_store(root)), root
 
 
 def version_key(version: str) -> tuple:
@@ -263,8 +257,9 @@ def install(
     registry: str | None = None,
     cwd: Path | None = None,
     transport: Any = None,
+    progress: Transfer | None = None,
 ) -> InstallOutcome:
-    """`mur install REF`."""
+    """`mur install REF` (a download reported to `progress`)."""
     cwd = Path(cwd or Path.cwd())
     ref = parse_ref(ref_text)
     store, project_root = _target_store(global_, cwd)
@@ -277,7 +272,7 @@ def install(
             "download the .mur.zip and `mur install ./<file>.mur.zip`, or publish it to a registry "
             "and `mur install <name>@<version>`",
         )
-    target = resolve_registry(registry, cwd=cwd, transport=transport)
+    target = resolve_registry(registry, cwd=cwd, transport=transport, progress=progress)
     if isinstance(ref, BareRef):
         ref = VersionedRef(ref.name, latest_version(target, ref.name))
     return install_versioned(ref, target, store, project_root)
@@ -291,7 +286,8 @@ class ManifestInstallReport:
 
 
 def install_manifest(
-    *, global_: bool = False, registry: str | None = None, cwd: Path | None = None, transport: Any = None
+    *, global_: bool = False, registry: str | None = None, cwd: Path | None = None, transport: Any = None,
+    progress: Transfer | None = None,
 ) -> ManifestInstallReport:
     """`mur install` with no REF: every registry artifact the project's murmur.yaml declares."""
     from mur.manifest.load import load_capsule
@@ -304,7 +300,7 @@ def install_manifest(
     if not wanted:
         return report
     store, project_root = _target_store(global_, cwd)
-    target = resolve_registry(registry, cwd=cwd, transport=transport)
+    target = resolve_registry(registry, cwd=cwd, transport=transport, progress=progress)
     for decl in wanted:
         ref = VersionedRef(decl.name, decl.version or "")
         try:

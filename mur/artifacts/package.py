@@ -14,9 +14,10 @@ import os
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from mur.errors import MurError
+from mur.fsafe import Tree
 
 MANIFEST_ENTRY = "murmur.yaml"
 CAPSULE_WASM_ENTRY = "capsule.wasm"
@@ -157,13 +158,10 @@ class ArtifactArchive:
         except MurError as exc:
             raise ArchiveError(exc.message) from exc
 
-    def extract_all(self, dest: Path) -> list[str]:
-        """Unpack every file entry below `dest`; returns the relative paths written."""
+    def entries(self) -> Iterator[tuple[str, bytes]]:
+        """(sanitized relative path, bytes) of every file entry, within the decompression ceiling."""
         limit = max_decompressed_bytes()
         total = 0
-        written: list[str] = []
-        dest = Path(dest)
-        dest.mkdir(parents=True, exist_ok=True)
         for name in self.names:
             if name.startswith("/"):
                 raise UnsafeEntryPath(name, "contains an absolute path component")
@@ -174,29 +172,26 @@ class ArtifactArchive:
             total += len(data)
             if total > limit:
                 raise ArchiveError(f"zip entry '{name}' exceeds the {limit}-byte decompression ceiling")
-            target = dest.joinpath(*rel.split("/"))
-            _make_parents(dest, target.parent)
-            try:
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            except OSError as exc:
-                raise ArchiveError(f"zip entry '{name}' cannot be unpacked: {exc.strerror or exc}") from exc
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            written.append(rel)
-        return written
+            yield rel, data
 
-
-def _make_parents(base: Path, directory: Path) -> None:
-    """mkdir -p that refuses to walk through anything but real directories below `base`."""
-    rel = directory.relative_to(base)
-    current = base
-    for part in rel.parts:
-        current = current / part
+    def extract_all(self, dest: Path | Tree) -> list[str]:
+        """Unpack every file entry below `dest` (a path, or a Tree held open); returns the relative
+        paths written. Nothing is written through a link or over an existing file."""
+        tree = dest if isinstance(dest, Tree) else Tree(dest, create=True)
+        written: list[str] = []
         try:
-            os.mkdir(current, 0o755)
-        except FileExistsError:
-            if current.is_symlink() or not current.is_dir():
-                raise ArchiveError(f"zip entry path '{rel}' collides with a file in the archive") from None
+            for rel, data in self.entries():
+                try:
+                    fd = tree.create(rel, 0o644, parents=True)
+                except OSError as exc:
+                    raise ArchiveError(f"zip entry '{rel}' cannot be unpacked: {exc.strerror or exc}") from exc
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                written.append(rel)
+        finally:
+            if tree is not dest:
+                tree.close()
+        return written
 
 
 def read_manifest_bytes(data: bytes):

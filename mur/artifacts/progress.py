@@ -1,51 +1,25 @@
-"""Transfer progress bars on stderr (rich), shown only when stderr is a terminal.
+"""Transfer progress, reported through an injected callable: the library never draws.
 
-`MUR_NO_PROGRESS=1` turns them off everywhere; tests and pipes never see them, so stdout and
-stderr stay byte-stable for golden comparisons.
+A :class:`Transfer` wraps one upload or download: ``with transfer(description, total) as advance:``
+then ``advance(nbytes)`` per chunk. RemoteRegistry takes one (default :func:`silent`); the CLI
+passes mur.cli.progress.transfer_bar, a rich bar on stderr when stderr is a terminal.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
-from typing import Callable, Iterator
+from typing import Callable, ContextManager, Iterator, Protocol
+
+Advance = Callable[[int], None]
 
 
-def enabled() -> bool:
-    if os.environ.get("MUR_NO_PROGRESS") == "1":
-        return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+class Transfer(Protocol):
+    def __call__(self, description: str, total: int | None) -> ContextManager[Advance]:
+        """Enter for one transfer of `total` bytes (None: unknown); yields `advance(nbytes)`."""
+        ...
 
 
 @contextlib.contextmanager
-def transfer(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """Yield `advance(nbytes)`; draws a byte progress bar when enabled, else does nothing."""
-    if not enabled():
-        yield lambda n: None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    progress = Progress(
-        TextColumn("  {task.description}"),
-        BarColumn(bar_width=24),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    with progress:
-        task = progress.add_task(description, total=total)
-        yield lambda n: progress.advance(task, n)
+def silent(description: str, total: int | None) -> Iterator[Advance]:
+    """Reports nothing."""
+    yield lambda n: None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
+from mur.artifacts.progress import Transfer, silent
 from mur.artifacts.store import (
     ArtifactMeta,
     Store,
@@ -130,11 +131,13 @@ class LocalRegistry:
 class RemoteRegistry:
     """A Nexus registry over HTTP."""
 
-    def __init__(self, base_url: str, api_key: str, *, transport: Any = None, timeout: float = TIMEOUT_SECONDS):
+    def __init__(self, base_url: str, api_key: str, *, transport: Any = None, timeout: float = TIMEOUT_SECONDS,
+                 progress: Transfer | None = None):
         self.url = base_url.strip().rstrip("/")
         self._api_key = api_key
         self._transport = transport
         self._timeout = timeout
+        self._progress = progress or silent
 
     def _client(self):
         import httpx
@@ -157,13 +160,11 @@ class RemoteRegistry:
     def publish(self, meta: ArtifactMeta, data: bytes) -> PublishResult:
         import httpx
 
-        from mur.artifacts.progress import transfer
-
         params = [("name", meta.name), ("version", meta.version), ("runtime", meta.runtime)]
         params += [("platform", tag) for tag in meta.platform_tags]
         label = f"{meta.name}@{meta.version}"
         try:
-            with self._client() as client, transfer(f"\u2191 {label}", len(data)) as advance:
+            with self._client() as client, self._progress(f"\u2191 {label}", len(data)) as advance:
 
                 def body() -> Iterator[bytes]:
                     for start in range(0, len(data), _CHUNK):
@@ -187,7 +188,7 @@ class RemoteRegistry:
             except (ValueError, KeyError, TypeError) as exc:
                 raise registry_error(f"invalid publish response from {self.url}: {exc}") from exc
         if status == 409:
-            raise conflict_error(meta.name, meta.version)
+            raise conflict_error(meta.name, meta.version, remote=True)
         if status == 422:
             message = _server_error(resp) or "artifact rejected by registry"
             prefix, suffix = "reserved artifact version '", "' is not allowed"
@@ -206,8 +207,6 @@ class RemoteRegistry:
     def fetch(self, name: str, version: str, platform: str | None = None) -> Fetched:
         import httpx
 
-        from mur.artifacts.progress import transfer
-
         url = f"{self.url}/v1/artifacts/{quote(name, safe='')}/{quote(version, safe='')}"
         params = {"platform": platform} if platform else None
         try:
@@ -220,7 +219,7 @@ class RemoteRegistry:
                     total = int(resp.headers.get("content-length") or 0) or None
                     digest = hashlib.sha256()
                     buf = bytearray()
-                    with transfer(f"\u2193 {name}@{version}", total) as advance:
+                    with self._progress(f"\u2193 {name}@{version}", total) as advance:
                         for chunk in resp.iter_bytes():
                             digest.update(chunk)
                             buf += chunk
@@ -323,7 +322,8 @@ def workspace_registry_config(start: Path) -> dict[str, str]:
 
 
 def resolve_registry(
-    override: str | None = None, *, cwd: Path | None = None, transport: Any = None, env: dict | None = None
+    override: str | None = None, *, cwd: Path | None = None, transport: Any = None, env: dict | None = None,
+    progress: Transfer | None = None,
 ) -> LocalRegistry | RemoteRegistry:
     """The registry a command should use (see module docstring for the order)."""
     import os
@@ -353,4 +353,4 @@ def resolve_registry(
             "NEXUS_API_KEY is required for remote registry mode. Set it or use local mode.",
             "export NEXUS_API_KEY=<key>, or pass --registry local",
         )
-    return RemoteRegistry(url, api_key, transport=transport)
+    return RemoteRegistry(url, api_key, transport=transport, progress=progress)

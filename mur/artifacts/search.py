@@ -5,10 +5,12 @@ Where it looks (``load_entries``), agreeing with `mur install`'s choice of regis
     --registry local              the project store (in a project) and the global store (.meta.json)
     --registry http(s)://HOST     a Nexus registry's `GET /v1/artifacts` (bearer NEXUS_API_KEY)
     --registry PATH | file://...  a static artifacts-index.json (so is an http(s) URL ending in .json)
+    --remote                      the static index at registry.index_url (config.yaml), else
+                                  upstream's default on raw.githubusercontent.com
     no --registry                 the nearest murmur.yaml's registry.remote_url / registry.default,
                                   read exactly as install reads them; when it sets neither, the
-                                  static index at registry.index_url (config.yaml) or upstream's
-                                  default on raw.githubusercontent.com
+                                  static index at registry.index_url when configured; otherwise the
+                                  local stores only: offline first, nothing configured reaches out
 
 The static index is upstream section 5.3: `{"schema_version": "1", "updated_at": ...,
 "artifacts": [{name, version, runtime, description?, tags?, platforms?}]}`. Failures are E-IO-003
@@ -255,8 +257,26 @@ def _is_index_location(registry: str) -> bool:
     return urlparse(registry).path.lower().endswith(".json")
 
 
+def searches_local_only(registry: str | None = None, *, remote: bool = False, cwd: Path | None = None) -> bool:
+    """Whether `mur search` with these options reads the local stores and nothing else."""
+    if remote:
+        return False
+    if registry is not None:
+        return registry.strip().lower() == "local"
+    cwd = Path(cwd or Path.cwd())
+    workspace = workspace_registry_config(cwd)
+    if (workspace.get("remote_url") or "").strip():
+        return False
+    if workspace.get("default") is not None:
+        return workspace["default"] == "local"
+    from mur.manifest.config import load_config
+
+    return load_config(cwd=cwd).registry_index_url is None
+
+
 def load_entries(
-    registry: str | None = None, *, cwd: Path | None = None, transport: Any = None, env: dict | None = None
+    registry: str | None = None, *, remote: bool = False, cwd: Path | None = None, transport: Any = None,
+    env: dict | None = None,
 ) -> list[IndexEntry]:
     """Every entry of the index `mur search` reads (see the module docstring for the order)."""
     cwd = Path(cwd or Path.cwd())
@@ -267,13 +287,17 @@ def load_entries(
         if _is_index_location(text):
             return read_index(text, cwd=cwd, transport=transport)
         return _registry_entries(resolve_registry(text, cwd=cwd, transport=transport, env=env), cwd)
+    from mur.manifest.config import load_config
+
+    if remote:
+        return read_index(load_config(cwd=cwd).registry_index_url or DEFAULT_INDEX_URL, cwd=cwd, transport=transport)
     workspace = workspace_registry_config(cwd)
     if (workspace.get("remote_url") or "").strip() or workspace.get("default") is not None:
         return _registry_entries(resolve_registry(None, cwd=cwd, transport=transport, env=env), cwd)
-    from mur.manifest.config import load_config
-
-    location = load_config(cwd=cwd).registry_index_url or DEFAULT_INDEX_URL
-    return read_index(location, cwd=cwd, transport=transport)
+    location = load_config(cwd=cwd).registry_index_url
+    if location is not None:
+        return read_index(location, cwd=cwd, transport=transport)
+    return local_entries(cwd)
 
 
 # --- matching and ranking ---------------------------------------------------------------------
@@ -319,6 +343,7 @@ def search(
     query: str,
     *,
     registry: str | None = None,
+    remote: bool = False,
     limit: int = DEFAULT_LIMIT,
     cwd: Path | None = None,
     transport: Any = None,
@@ -327,7 +352,7 @@ def search(
     """`mur search QUERY`: at most `limit` ranked matches."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    entries = load_entries(registry, cwd=cwd, transport=transport, env=env)
+    entries = load_entries(registry, remote=remote, cwd=cwd, transport=transport, env=env)
     return rank_entries(entries, query)[:limit]
 
 

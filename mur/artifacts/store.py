@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mur.errors import MurError
+from mur.fsutil import DISK_FULL, disk_full_error, fsync_dir
 from mur.manifest.yamlio import one_line
-from mur.fsutil import fsync_dir
-from mur.paths import home_dir
+from mur.paths import MURMUR_DIR, home_dir, project_murmur_dir
 from mur.platform import current_platform
 
-STORE_SUBDIR = (".murmur", "artifacts")
+STORE_DIR = "artifacts"  # under ~/.murmur and <project>/.murmur
 RUNTIME_TYPES = ("wasm", "native", "static")
 _STALE_TMP_SECONDS = 3600
 
@@ -42,12 +42,12 @@ _STALE_TMP_SECONDS = 3600
 
 def global_store(home: Path | None = None) -> Path:
     """`~/.murmur/artifacts` for `home` (default: $HOME)."""
-    return Path(home if home is not None else home_dir()).joinpath(*STORE_SUBDIR)
+    return Path(home if home is not None else home_dir()) / MURMUR_DIR / STORE_DIR
 
 
 def project_store(project_dir: Path) -> Path:
     """`<project_dir>/.murmur/artifacts`."""
-    return Path(project_dir).joinpath(*STORE_SUBDIR)
+    return project_murmur_dir(project_dir) / STORE_DIR
 
 
 
@@ -306,15 +306,28 @@ class Store:
 
     @contextlib.contextmanager
     def locked(self, name: str, version: str) -> Iterator[Path]:
-        """Exclusive lock on one name@version directory (created if missing)."""
+        """Exclusive lock on one name@version directory (created if missing).
+
+        A writer that fails in a directory it created removes it again, lock file included (see
+        put): a waiter that then gets the lock holds an unlinked file, sees that and starts over."""
         directory = self.artifact_dir(name, version)
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise MurError("E-IO-003", f"registry I/O error: cannot create {directory}: {exc.strerror or exc}") from exc
-        try:
+        for _ in range(100):
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                continue  # a parent was removed by a failed writer between mkdir and open
+            except OSError as exc:
+                if exc.errno in DISK_FULL:
+                    raise disk_full_error(exc, directory) from exc
+                raise MurError("E-IO-003", f"registry I/O error: cannot create {directory}: {exc.strerror or exc}") from exc
             fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink > 0:
+                break
+            os.close(fd)
+        else:
+            raise MurError("E-IO-003", f"registry I/O error: cannot lock {directory}: it keeps being removed")
+        try:
             yield directory
         finally:
             os.close(fd)
@@ -334,21 +347,69 @@ class Store:
         `src_file` must live on the same filesystem (it is hard-linked, then removed).
         """
         keys: list[str | None] = [f"{o}-{a}" for o, a in meta.platforms] or [None]
-        with self.locked(meta.name, meta.version) as directory:
-            _clean_stale_tmp(directory)
-            if not overwrite:
-                for key in keys:
-                    if self.zip_path(meta.name, meta.version, key).exists():
-                        raise conflict_error(meta.name, meta.version)
-            written = []
-            for key in keys:
-                per = ArtifactMeta(**{**meta.__dict__})
-                per.platforms = [split_platform(key)] if key else []  # type: ignore[list-item]
-                written.append(self._commit(directory, per, key, sha256, data, src_file))
-            fsync_dir(directory)
+        created = _missing_dirs(self.artifact_dir(meta.name, meta.version))
+        try:
+            with self.locked(meta.name, meta.version) as directory:
+                try:
+                    written = self._put_locked(directory, meta, keys, sha256, data, src_file, overwrite)
+                except BaseException:
+                    if directory in created:  # nothing of ours may stay behind: not even the lock file
+                        _remove_lock_dir(directory)
+                    raise
+        except BaseException:
+            for parent in created[1:]:  # store root and name dirs this call created, when still empty
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+            raise
         if src_file is not None:
             with contextlib.suppress(OSError):
                 os.unlink(src_file)
+        return written
+
+    def remove(self, name: str, version: str) -> list[Path]:
+        """Delete name@version (every platform variant) under its lock; returns the zips removed.
+
+        The directory goes too, lock file last: a writer waiting on that lock sees it unlinked and
+        starts over in a fresh directory (see `locked`)."""
+        directory = self.artifact_dir(name, version)
+        if not directory.is_dir():
+            return []
+        with self.locked(name, version):
+            removed = [directory / e for e in sorted(os.listdir(directory)) if e.endswith(".mur.zip")]
+            try:
+                for entry in os.listdir(directory):
+                    if entry != ".lock":
+                        (directory / entry).unlink()
+                (directory / ".lock").unlink()
+                directory.rmdir()
+            except OSError as exc:
+                raise MurError("E-IO-003", f"registry I/O error: cannot remove {directory}: {exc.strerror or exc}") from exc
+        with contextlib.suppress(OSError):
+            directory.parent.rmdir()  # the name's last version
+        return removed
+
+    def versions(self, name: str) -> list[str]:
+        """The version directories of `name` in this store, complete or not, sorted."""
+        _check_segments(name, "0")
+        try:
+            entries = sorted(os.listdir(self.root / name))
+        except OSError:
+            return []
+        return [v for v in entries if not v.startswith(".") and (self.root / name / v).is_dir()]
+
+    def _put_locked(self, directory: Path, meta: ArtifactMeta, keys: list[str | None], sha256: str, data,
+                    src_file, overwrite: bool) -> list[Path]:
+        _clean_stale_tmp(directory)
+        if not overwrite:
+            for key in keys:
+                if self.zip_path(meta.name, meta.version, key).exists():
+                    raise conflict_error(meta.name, meta.version)
+        written = []
+        for key in keys:
+            per = ArtifactMeta(**{**meta.__dict__})
+            per.platforms = [split_platform(key)] if key else []  # type: ignore[list-item]
+            written.append(self._commit(directory, per, key, sha256, data, src_file))
+        fsync_dir(directory)
         return written
 
     def _commit(self, directory: Path, meta: ArtifactMeta, key: str | None, sha256: str, data, src_file) -> Path:
@@ -376,15 +437,19 @@ class Store:
             for tmp in (tmp_zip, tmp_sha, tmp_meta):
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+            if exc.errno in DISK_FULL:
+                raise disk_full_error(exc, zip_path) from exc
             raise MurError("E-IO-003", f"registry I/O error: writing {zip_path}: {exc.strerror or exc}") from exc
         return zip_path
 
 
-def conflict_error(name: str, version: str) -> MurError:
+def conflict_error(name: str, version: str, *, remote: bool = False) -> MurError:
+    remove = ("remove it on the registry host" if remote
+              else f"`mur unpublish {name}@{version}` removes the existing one")
     return MurError(
         "E-REG-003",
         f"artifact {name}@{version} already exists in registry",
-        "use a new version string or remove the existing artifact",
+        f"use a new version string, or {remove}",
     )
 
 
@@ -464,6 +529,23 @@ def _write_synced(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
 
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """`directory` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
+
+
+def _remove_lock_dir(directory: Path) -> None:
+    """Remove a name@version directory holding nothing but its lock file (under that lock)."""
+    with contextlib.suppress(OSError):
+        if [e.name for e in directory.iterdir()] == [".lock"]:
+            (directory / ".lock").unlink()
+            directory.rmdir()
 
 
 def _clean_stale_tmp(directory: Path) -> None:

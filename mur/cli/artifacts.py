@@ -19,8 +19,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Publish an artifact to the local store (default) or a registry."""
         from mur.artifacts.operations import publish as do_publish
+        from mur.cli.progress import transfer_bar
 
-        outcome = do_publish(artifact, registry=registry, platform=platform)
+        outcome = do_publish(artifact, registry=registry, platform=platform, progress=transfer_bar)
         for note in outcome.notes:
             print(note)
         print(f"Published {outcome.artifact_id}", flush=True)
@@ -35,9 +36,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Install artifacts into the project store (pinning murmur.lock) or the global store."""
         from mur.artifacts import operations
+        from mur.cli.progress import transfer_bar
 
         if ref is not None:
-            outcome = operations.install(ref, global_=global_, registry=registry)
+            outcome = operations.install(ref, global_=global_, registry=registry, progress=transfer_bar)
             if outcome.from_file:
                 print(f"Installed {outcome.name}@{outcome.version} from {outcome.source}", flush=True)
             else:
@@ -46,7 +48,7 @@ def register(app: typer.Typer) -> None:
                     flush=True,
                 )
             return
-        report = operations.install_manifest(global_=global_, registry=registry)
+        report = operations.install_manifest(global_=global_, registry=registry, progress=transfer_bar)
         if report.total == 0:
             print("No artifacts in manifest.")
             return
@@ -95,15 +97,20 @@ def register(app: typer.Typer) -> None:
         registry: Optional[str] = typer.Option(
             None, "--registry", help="'local', a registry URL, or an artifacts-index.json path or URL."
         ),
+        remote: bool = typer.Option(
+            False, "--remote", help="Search the remote index: registry.index_url, else the public default index."
+        ),
         limit: int = typer.Option(10, "--limit", help="Show at most this many results (>= 1)."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON line (a list)."),
     ) -> None:
-        """Search an artifact index: NAME VERSION RUNTIME DESCRIPTION."""
+        """Search artifacts: NAME VERSION RUNTIME DESCRIPTION (the local stores unless a remote is configured)."""
         if limit < 1:
             _usage_error(ctx, f"invalid value '{limit}' for '--limit': must be at least 1")
+        if remote and registry is not None:
+            _usage_error(ctx, "the argument '--remote' cannot be used with '--registry'")
         from mur.artifacts import search as searching
 
-        hits = searching.search(query, registry=registry, limit=limit)
+        hits = searching.search(query, registry=registry, remote=remote, limit=limit)
         if json_:
             from mur.cli.render import emit_json
 
@@ -112,7 +119,11 @@ def register(app: typer.Typer) -> None:
         if not hits:
             from mur.manifest.yamlio import one_line
 
-            print(f"No artifacts match '{one_line(query)}'.", flush=True)
+            if searching.searches_local_only(registry, remote=remote):
+                print(f"No artifacts match '{one_line(query)}' in the local stores.", flush=True)
+                print("  hint: search a remote index with --remote, or --registry URL|PATH", file=sys.stderr)
+            else:
+                print(f"No artifacts match '{one_line(query)}'.", flush=True)
             return
         print(searching.render_table(hits), flush=True)
 

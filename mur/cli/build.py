@@ -1,5 +1,9 @@
 """`mur build [SOURCE] [-o OUT]`: pack an artifact directory into `<name>-<version>.mur.zip`.
 
+A directory holding `app.py` is a Python guest: it is compiled first (componentize-py, cached by
+input hash; mur/wasm/build.py). A capsule's guest dir has no archive: building it places
+capsule.wasm, and the guest dirs of its local-source tools get built too.
+
 `mur build --skill [NAME|PATH] [SOURCE] [--version V] [--summary TEXT]` packages an external skill
 instead (mur/artifacts/skillbuild.py). `--skill` takes zero or one value, which click cannot say:
 the command rewrites it to `--skill=VALUE` (the next token, unless it is an option) or `--skill=`.
@@ -11,6 +15,8 @@ from typing import Optional
 
 import typer
 
+ARTIFACT_KEYS = {"runtime", "requires_files", "execution", "implementation"}
+CAPSULE_KEYS = {"artifacts", "inference", "capabilities", "lifecycle"}
 # Options of `mur build` that consume the next token; that token is never --skill's value.
 _VALUE_OPTIONS = ("-o", "--output", "--version", "--summary")
 
@@ -42,6 +48,44 @@ def skill_value_explicit(args: list[str]) -> list[str]:
     return out
 
 
+def _build_guests(source: str) -> bool:
+    """Compile the Python guests first (app.py); True for a capsule, which has no .mur.zip."""
+    from pathlib import Path
+
+    from mur.wasm.build import build_guests, is_guest_dir
+
+    directory = Path(source)
+    if not (directory / "murmur.yaml").is_file():
+        return False
+    keys = _top_level_keys(directory / "murmur.yaml")
+    guest = is_guest_dir(directory)
+    # A capsule manifest: no artifact field, and a capsule component (app.py) or a capsule's blocks.
+    capsule = not keys & ARTIFACT_KEYS and (guest or bool(keys & CAPSULE_KEYS))
+    if not (capsule or guest):
+        return False
+    from mur.cli.render import note
+
+    built = build_guests(directory, progress=note)
+    for path, changed in built:
+        note(f"{'built' if changed else 'up to date'}: {path}")
+    if not capsule:
+        return False
+    print(f"Built capsule {directory}: {len(built)} component{'s' * (len(built) != 1)} "
+          f"(run it with: mur run -m {directory})", flush=True)
+    return True
+
+
+def _top_level_keys(path) -> set:
+    """The top-level keys of a YAML file (empty when it does not parse: the build reports that)."""
+    from mur.manifest.yamlio import parse_yaml
+
+    try:
+        data = parse_yaml(path.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - the regular build path gives the proper error
+        return {"runtime"}
+    return set(data) if isinstance(data, dict) else {"runtime"}
+
+
 def register(app: typer.Typer) -> None:
     class BuildCommand(typer.core.TyperCommand):
         def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
@@ -70,6 +114,8 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter(f"{flag} is only valid with --skill", param_hint=flag)
             from mur.artifacts.build import build_artifact
 
+            if _build_guests(source):
+                return
             path = build_artifact(source, output)
         else:
             from mur.artifacts.skillbuild import build_skill

@@ -1,4 +1,4 @@
-"""`mur config set KEY VALUE [-g]` and `mur config show [--json]`."""
+"""`mur config set|get|unset KEY [-g]` and `mur config show [--json]`."""
 
 from __future__ import annotations
 
@@ -6,28 +6,64 @@ import sys
 
 import typer
 
+_GLOBAL_HELP = "The global file ~/.murmur/config.yaml, not ./.murmur/config.yaml."
+
+
+def _keys() -> list[str]:
+    from mur.manifest.configwrite import KEYS
+
+    return list(KEYS)
+
+
+def _key_argument():
+    return typer.Argument(..., autocompletion=_keys, help="A config key; `mur config show` lists them.")
+
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Read or change ~/.murmur/config.yaml and .murmur/config.yaml.", no_args_is_help=True)
 
     @group.command("set")
-    def set_(key: str = typer.Argument(..., help="registry.default, registry.index_url, inference.provider, "
-                                                 "inference.model, inference.api_key or inference.endpoint."),
-             value: str = typer.Argument(...),
-             global_: bool = typer.Option(False, "--global", "-g", help="Write ~/.murmur/config.yaml, not ./.murmur/."),
-             ) -> None:
-        """Set one key in the project (default) or global config file."""
-        from mur.manifest.configwrite import set_key
+    def set_(key: str = _key_argument(), value: str = typer.Argument(...),
+             global_: bool = typer.Option(False, "--global", "-g", help=_GLOBAL_HELP)) -> None:
+        """Set one key in the project (default) or global config file; the value is checked first."""
+        from mur.manifest.configwrite import SECRET, set_key
 
         path = set_key(key, value, global_)
-        shown = "<hidden>" if key == "inference.api_key" else value
+        shown = "<hidden>" if key == SECRET else value
         print(f"set {key} = {shown} in {path}", file=sys.stderr)
+
+    @group.command("get")
+    def get(key: str = _key_argument(),
+            global_: bool = typer.Option(False, "--global", "-g", help="Only what the global file says."),
+            json_out: bool = typer.Option(False, "--json", help="One JSON line: key, value, file.")) -> None:
+        """Print a key's effective value (project over global, as `mur run` reads it); api_key shows as <set>."""
+        from mur.cli.render import emit_json, note
+        from mur.manifest.configwrite import get_key
+
+        setting = get_key(key, global_)
+        if json_out:
+            emit_json(setting.to_json())
+        elif setting.value is None:
+            note(f"{key} is not set")
+        else:
+            print(setting.to_json()["value"])
+            note(f"(from {setting.file or 'the built-in default'})")
+
+    @group.command("unset")
+    def unset(key: str = _key_argument(),
+              global_: bool = typer.Option(False, "--global", "-g", help=_GLOBAL_HELP)) -> None:
+        """Remove one key from the project (default) or global config file."""
+        from mur.manifest.configwrite import unset_key
+
+        path, removed = unset_key(key, global_)
+        print(f"unset {key} in {path}" if removed else f"{key} was not set in {path}", file=sys.stderr)
 
     @group.command("show")
     def show(json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """The merged configuration (global, then project), api_key redacted."""
+        """The merged configuration (global, then project), api_key redacted, and the settable keys."""
         from mur.cli.render import emit_json
         from mur.manifest.config import load_config
+        from mur.manifest.configwrite import KEYS
 
         cfg = load_config()
         inference = {k: ("<set>" if k == "api_key" else v) for k, v in cfg.inference.items()}
@@ -43,8 +79,14 @@ def register(app: typer.Typer) -> None:
         print("files       " + (", ".join(data["files"]) or "(none: built-in defaults)"))
         print(f"containment {cfg.containment or '-'}")
         print(f"registry    default={cfg.registry_default or '-'} index_url={cfg.registry_index_url or '-'} "
+              f"remote_url={cfg.registry_remote_url or '-'} "
               f"sources={','.join(s.get('name', '') for s in cfg.registry_sources) or '-'}")
         print("inference   " + (" ".join(f"{k}={v}" for k, v in inference.items()) or "-"))
         print(f"deploy      release_source={cfg.release_source or '-'}")
+        print()
+        print("settable keys (mur config set KEY VALUE [-g]):")
+        width = max(map(len, KEYS))
+        for key, spec in KEYS.items():
+            print(f"  {key.ljust(width)}  {spec.about}")
 
     app.add_typer(group, name="config")

@@ -18,33 +18,10 @@ from typing import Any, Iterator, List, Optional
 
 import typer
 
-from mur.cli.render import emit, emit_json
+from mur.cli.render import StepReporter, emit, emit_json
 
 INITS = ("auto", "systemd", "supervisor")
 CLASSES = ("advisory", "scoped", "sealed")
-
-
-class ConsoleReporter:
-    """Progress on stderr (stdout stays for the result or the --json line)."""
-
-    def __init__(self) -> None:
-        from mur.cli.render import stderr_console
-
-        self.console = stderr_console()
-
-    def note(self, text: str) -> None:
-        self.console.print(f"  {text}", style="dim", markup=False)
-
-    @contextlib.contextmanager
-    def step(self, text: str) -> Iterator[None]:
-        start = time.monotonic()
-        self.console.print(f"· {text}", markup=False)
-        try:
-            yield
-        except BaseException:
-            self.console.print(f"✗ {text}", style="red", markup=False)
-            raise
-        self.console.print(f"✓ {text} ({time.monotonic() - start:.1f}s)", style="green", markup=False)
 
 
 def _text(value: Any) -> str:
@@ -196,7 +173,7 @@ def register(app: typer.Typer) -> None:
             seccomp_profile=str(seccomp_profile) if seccomp_profile else None, keep_lifecycle=keep_lifecycle,
             precompile=not no_precompile, keep_sessions=keep_sessions, no_boot_hook=no_boot_hook, tls=tls,
             tls_cert=tls_cert.resolve() if tls_cert else None, tls_key=tls_key.resolve() if tls_key else None)
-        reporter = ConsoleReporter()
+        reporter = StepReporter()
         if check:
             report = operations.check(req, reporter)
             emit(report.to_dict(), json_out, lambda _r: report.render())
@@ -216,7 +193,7 @@ def register(app: typer.Typer) -> None:
         """Service state, URL, and whether the agent card answers (exit 3 when it is not running)."""
         from mur.deploy.operations import status as run
 
-        result = run(dep, ConsoleReporter())
+        result = run(dep, StepReporter())
         emit(result, json_out, _human_status)
         if result.get("status") != "running":
             raise typer.Exit(3)
@@ -254,7 +231,7 @@ def register(app: typer.Typer) -> None:
         """Start a stopped deployment."""
         from mur.deploy.operations import start as run
 
-        emit(run(dep, ConsoleReporter()), json_out, _human_result)
+        emit(run(dep, StepReporter()), json_out, _human_result)
 
     @group.command("stop")
     def stop(dep: str = typer.Argument(..., metavar="ID"),
@@ -262,7 +239,7 @@ def register(app: typer.Typer) -> None:
         """Stop the service and everything it started; files stay."""
         from mur.deploy.operations import stop as run
 
-        emit(run(dep, ConsoleReporter()), json_out, _human_result)
+        emit(run(dep, StepReporter()), json_out, _human_result)
 
     @group.command("destroy")
     def destroy(dep: str = typer.Argument(..., metavar="ID"),
@@ -271,7 +248,7 @@ def register(app: typer.Typer) -> None:
         """Stop, remove everything of the deployment from its target, then forget it."""
         from mur.deploy.operations import destroy as run
 
-        emit(run(dep, ConsoleReporter(), force=force), json_out,
+        emit(run(dep, StepReporter(), force=force), json_out,
              lambda r: f"destroyed {r['deployment_id']} ({r.get('target')})\n")
 
     @group.command("rollback")
@@ -280,7 +257,7 @@ def register(app: typer.Typer) -> None:
         """Serve the previous release again (bundle, capsule and config together)."""
         from mur.deploy.operations import rollback as run
 
-        emit(run(dep, ConsoleReporter()), json_out, _human_result)
+        emit(run(dep, StepReporter()), json_out, _human_result)
 
     app.add_typer(group, name="deploy")
 

@@ -6,7 +6,7 @@ to an eval.jsonl or a session directory); default: the most recent session. Exit
 was scored. `mur eval diff [A B]` compares two sessions' pass rates per scorer (default @2 @1).
 E-EVAL-001: a line of the file is not an eval record; E-EVAL-002: no eval file (or no session) for the
 address. `mur eval run [CAPSULE_DIR] --dataset FILE.jsonl` runs the capsule once per dataset line
-(mur.observability.evalrun); failing cases are results (exit 0), only errors that stop the run exit 1.
+(mur.eval.run); failing cases are results (exit 0), only errors that stop the run exit 1.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Summarize one session's eval scores: pass rates per scorer, overall result, failing events."""
         from mur.cli.render import emit
-        from mur.observability.evalfile import render
-        from mur.observability.evalfile import show as show_eval
+        from mur.eval.file import render
+        from mur.eval.file import show as show_eval
 
         summary, scores, path = show_eval(session, workdir)
         emit(summary, json_out, lambda _: render(summary, scores, path))
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compare two sessions' eval scores: pass rate per scorer in each run, delta in points, overall."""
         from mur.cli.render import emit
-        from mur.observability.evaldiff import render, show as show_diff
+        from mur.eval.diff import render, show as show_diff
 
         result = show_diff(a, b, workdir)
         emit(result, json_out, render)
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the capsule once per dataset case and score each session with murmur-hook-eval."""
         from mur.cli.render import emit, note
-        from mur.observability.evalrun import (render_case_result, render_case_start, render_start,
+        from mur.eval.run import (render_case_result, render_case_start, render_start,
                                                render_summary, run_eval)
 
         def out(text: str) -> None:  # the per-case lines: progress on stderr when stdout carries JSON

@@ -18,14 +18,22 @@ from mur import __version__
 COMMAND_MODULES = (
     "mur.cli.run",
     "mur.cli.build",
+    "mur.cli.new",
     "mur.cli.artifacts",
+    "mur.cli.uninstall",
     "mur.cli.registry",
     "mur.cli.a2a",
     "mur.cli.deploy",
+    "mur.cli.image",
+    "mur.cli.export",
+    "mur.cli.host",
+    "mur.cli.vm",
     "mur.cli.probe",
     "mur.cli.trace",
     "mur.cli.eval",
     "mur.cli.config",
+    "mur.cli.gc",
+    "mur.cli.schema",
 )
 
 
@@ -40,7 +48,7 @@ def build_app() -> typer.Typer:
         name="mur",
         help="Package AI-agent capsules, run them in isolation, deploy them to Linux VMs and containers.",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, powershell)
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
     )
@@ -97,6 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the one place a stray exception becomes an error line
         if os.environ.get("MUR_DEBUG") == "1":
             raise
+        from mur.fsutil import DISK_FULL, disk_full_error
+
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:  # a write no adapter wrapped
+            print(disk_full_error(exc, None).render(), file=sys.stderr)
+            sys.exit(1)
         print(f"error[E-INTERNAL]: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
         print("  hint: rerun with MUR_DEBUG=1 to see the traceback, and report it", file=sys.stderr)
         sys.exit(1)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from mur.cli.render import emit_json
+
+if TYPE_CHECKING:
+    from mur.session.reporter import Startup
 
 CLASSES = ("advisory", "scoped", "sealed")
 
@@ -18,8 +22,35 @@ def _choice(value: Optional[str], allowed: tuple[str, ...], flag: str) -> Option
     return value
 
 
+class TerminalReporter:
+    """`mur run`'s stdout: the startup line (human, or one JSON line with --json) and the final status."""
+
+    def __init__(self, json_out: bool, verbose: bool):
+        self.json_out = json_out
+        self.verbose = verbose
+
+    def started(self, s: Startup) -> None:
+        if self.json_out:
+            emit_json({"url": s.url, "pid": s.pid, "session_id": s.session_id, "name": s.name,
+                       "version": s.version, "workdir": str(s.workdir)})
+            return
+        print(f"murmur: url {s.url}")
+        print(f"session: {s.session_id}")
+        if self.verbose:
+            print(f"workdir: {s.workdir}")
+            print(f"tools' workdir: {s.tools_workdir}")
+            print(f"manifest: {s.name} v{s.version}")
+            print(f"driver: {s.driver or '<none>'}")
+            print(f"skills: {s.skills} installed")
+        sys.stdout.flush()
+
+    def ended(self, status: str) -> None:
+        if not self.json_out:
+            print(f"status:  {status}")
+
+
 def run(
-    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest."),
+    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest: a file, or a directory holding murmur.yaml."),
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task: a file path (copied) or literal text."),
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="Override the system prompt."),
     lifecycle_task_acceptance: Optional[str] = typer.Option(
@@ -71,7 +102,7 @@ def run(
         tls_key=tls_key,
     )
     if explain_scope:
-        from mur.manifest.containment import render_scope_report
+        from mur.sandbox.scope import render_scope_report
         from mur.session.prechecks import explain
 
         report = explain(opts)
@@ -82,7 +113,7 @@ def run(
         return
     from mur.session.runner import run_session
 
-    run_session(opts)
+    run_session(opts, TerminalReporter(json_out, verbose))
 
 
 def register(app: typer.Typer) -> None:

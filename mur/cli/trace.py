@@ -15,14 +15,35 @@ import typer
 _ADDRESS = "Session address: full id, 4+ char suffix, @N (N-th most recent), or a path."
 
 
-def _workdir_option() -> Path:
-    return typer.Option(Path("workdir"), "--workdir", help="Directory holding the ses_* session directories.")
+def _workdir_option() -> Optional[Path]:
+    return typer.Option(None, "--workdir", help="Directory holding the ses_* session directories (default ./workdir).")
+
+
+def _manifest_option() -> Optional[Path]:
+    return typer.Option(None, "--manifest", "-m", help="Read the sessions of this capsule (its <dir>/workdir).")
+
+
+def _sessions_dir(workdir: Optional[Path], manifest: Optional[Path]) -> Path:
+    """--workdir as given, else the workdir `mur run -m MANIFEST` writes to, else ./workdir."""
+    if workdir is not None:
+        if manifest is not None:
+            raise typer.BadParameter("give --workdir or --manifest, not both", param_hint="--manifest")
+        return workdir
+    if manifest is None:
+        return Path("workdir")
+    from mur.errors import MurError
+    from mur.manifest.load import manifest_path
+
+    path = manifest_path(manifest)
+    if not path.is_file():
+        raise MurError("E-IO-001", f"manifest not found: {path}", "pass the murmur.yaml given to `mur run -m`")
+    return path.parent / "workdir"
 
 
 def _since(value: Optional[str]) -> Optional[str]:
     if value is None:
         return None
-    from mur.observability.report import parse_duration
+    from mur.trace.report import parse_duration
 
     try:
         parse_duration(value)
@@ -37,14 +58,15 @@ def register(app: typer.Typer) -> None:
     @trace_app.command("show")
     def show(
         session: Optional[str] = typer.Argument(None, help=f"{_ADDRESS} Default @1."),
-        workdir: Path = _workdir_option(),
+        workdir: Optional[Path] = _workdir_option(),
+        manifest: Optional[Path] = _manifest_option(),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (summary + timeline)."),
     ) -> None:
         """Summarize one session's trace and list its events as a timeline."""
         from mur.cli.render import emit
-        from mur.observability.timeline import render, show as show_session
+        from mur.trace.timeline import render, show as show_session
 
-        summary = show_session(session, workdir)
+        summary = show_session(session, _sessions_dir(workdir, manifest))
         emit(summary, json_out, render)
 
     @trace_app.command("steps")
@@ -52,28 +74,30 @@ def register(app: typer.Typer) -> None:
         session: Optional[str] = typer.Argument(None, help=f"{_ADDRESS} Default @1."),
         verbose: bool = typer.Option(False, "--verbose", "-v",
                                      help="Add tool inputs, traced outputs and shell commands."),
-        workdir: Path = _workdir_option(),
+        workdir: Optional[Path] = _workdir_option(),
+        manifest: Optional[Path] = _manifest_option(),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (tasks, attempts, turns, calls)."),
     ) -> None:
         """Show one session turn by turn: each turn's decision and tokens, and the calls it made."""
         from mur.cli.render import emit
-        from mur.observability.steps import render, show as show_steps
+        from mur.trace.steps import render, show as show_steps
 
-        result = show_steps(session, workdir, verbose)
+        result = show_steps(session, _sessions_dir(workdir, manifest), verbose)
         emit(result, json_out, render)
 
     @trace_app.command("diff")
     def diff(
         before: Optional[str] = typer.Argument(None, help=f"Run A. {_ADDRESS} Default @2 (with AFTER omitted too)."),
         after: Optional[str] = typer.Argument(None, help=f"Run B. {_ADDRESS} Default @1."),
-        workdir: Path = _workdir_option(),
+        workdir: Optional[Path] = _workdir_option(),
+        manifest: Optional[Path] = _manifest_option(),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (metrics, tool calls compared)."),
     ) -> None:
         """Compare two sessions: turns, tokens, calls, latency, status, and the tool-call sequence."""
         from mur.cli.render import emit
-        from mur.observability.tracediff import render, show as show_diff
+        from mur.trace.diff import render, show as show_diff
 
-        result = show_diff(before, after, workdir)
+        result = show_diff(before, after, _sessions_dir(workdir, manifest))
         emit(result, json_out, render)
 
     @trace_app.command("report")
@@ -82,17 +106,18 @@ def register(app: typer.Typer) -> None:
         last: Optional[int] = typer.Option(None, "--last", min=1, help="Only the N most recently created sessions."),
         since: Optional[str] = typer.Option(None, "--since", callback=_since,
                                             help="Only sessions started within this long: 30m, 2h, 1d."),
-        workdir: Path = _workdir_option(),
+        workdir: Optional[Path] = _workdir_option(),
+        manifest: Optional[Path] = _manifest_option(),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (sessions, totals, tools)."),
     ) -> None:
         """Aggregate several sessions: status breakdown, totals and averages, most used tools."""
         from mur.cli.render import emit, note
-        from mur.observability.report import render, report as build_report
+        from mur.trace.report import render, report as build_report
 
         if sessions and (last is not None or since is not None):
             raise typer.BadParameter("cannot be combined with session addresses",
                                      param_hint="--last" if last is not None else "--since")
-        result = build_report(list(sessions or []), workdir, last=last, since=since)
+        result = build_report(list(sessions or []), _sessions_dir(workdir, manifest), last=last, since=since)
         for skipped in result["skipped"]:
             note(f"note: skipped {skipped['session']}: [{skipped['code']}] {skipped['message']}")
         emit(result, json_out, render)

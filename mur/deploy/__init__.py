@@ -1,5 +1,8 @@
 """mur deploy: a capsule as a supervised, long-lived service on this machine, an SSH host or Docker.
 
+Progress goes to an injected mur.progress.Reporter (library code never prints); the pinned runtime
+and precompiled components come from mur.runtime.
+
 Data flows one way: manifest -> resolve (mur.resolve) -> capsule.py (what deploy ships) ->
 provider -> plan -> apply -> target.
 
@@ -21,7 +24,5 @@ provider -> plan -> apply -> target.
     supervisor.py        `mur supervise run|smoke`: the on-target supervisor process
     procid.py            process identity (pid + start time + boot id) for pid files
     env.py               --env / .env parsing, the env file on the target
-    bundle.py            the pinned runtime (built, fetched, verified); precompile.py: components
     hostprobe.py         `mur probe --json`: what this host can enforce
-    progress.py          the Reporter protocol (library code never prints)
 """

@@ -96,6 +96,13 @@ class DeployCapsule:
         return int(self.capsule.capabilities.resources.cgroup_pids_max) + 128
 
     @property
+    def digest(self) -> str:
+        """The capsule digest (manifest, files, artifacts): deploy's records and image labels share it."""
+        from mur.deploy.plan import capsule_digest
+
+        return capsule_digest(self)
+
+    @property
     def upload_bytes(self) -> int:
         return self.manifest.size + sum(f.size for f in self.files) + sum(a.files[0].size for a in self.artifacts)
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from mur.deploy import auth
 from mur.deploy.capsule import DeployCapsule, gather
 from mur.deploy.preflight import Report
-from mur.deploy.progress import QUIET, Reporter
+from mur.progress import QUIET, Reporter
 from mur.deploy.providers import provider_for
 from mur.deploy.providers.base import Context, DeployJob
 from mur.deploy.request import DeployRequest

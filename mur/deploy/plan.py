@@ -21,7 +21,7 @@ import hashlib
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from mur.deploy.env import render_env_file
 from mur.deploy.init import init_for
@@ -122,14 +122,26 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def capsule_digest(inp: ReleaseInputs) -> str:
-    """What the capsule is: manifest, referenced files, workdir seed, artifacts."""
+class CapsuleContent(Protocol):
+    manifest: FileRef
+    files: tuple[FileRef, ...]
+    artifacts: tuple[ArtifactRef, ...]
+
+
+def capsule_digest(content: CapsuleContent) -> str:
+    """What the capsule is: manifest, referenced files, artifacts (a ReleaseInputs or a DeployCapsule).
+
+    The same value `mur image build` labels an image with (dev.mur.capsule.digest), so a prebuilt
+    image can be matched against a manifest."""
     return _digest({
-        "manifest": inp.manifest.sha256,
-        "files": sorted((f.rel, f.sha256) for f in inp.files),
-        "workdir": sorted((f.rel, f.sha256, f.mode) for f in inp.workdir),
-        "artifacts": sorted((a.name, a.version, a.sha256) for a in inp.artifacts),
+        "manifest": content.manifest.sha256,
+        "files": sorted((f.rel, f.sha256) for f in content.files),
+        "artifacts": sorted((a.name, a.version, a.sha256) for a in content.artifacts),
     })
+
+
+def workdir_digest(seed: tuple[FileRef, ...]) -> str:
+    return _digest(sorted((f.rel, f.sha256, f.mode) for f in seed))
 
 
 def config_digest(inp: ReleaseInputs) -> str:
@@ -142,7 +154,8 @@ def config_digest(inp: ReleaseInputs) -> str:
 
 
 def release_digest(inp: ReleaseInputs) -> str:
-    return _digest({"bundle": inp.bundle.sha256, "capsule": capsule_digest(inp), "config": config_digest(inp)})
+    return _digest({"bundle": inp.bundle.sha256, "capsule": capsule_digest(inp), "workdir": workdir_digest(inp.workdir),
+                    "config": config_digest(inp)})
 
 
 def service_spec(lay: Layout, release_dir: str, svc: ServiceConfig) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from mur.deploy.bundle import Bundle
+from mur.runtime.bundle import Bundle
 from mur.deploy.capsule import DeployCapsule
 from mur.deploy.steps import Layout, Mkdir, Upload
 from mur.deploy.targets.base import Target

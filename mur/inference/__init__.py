@@ -7,6 +7,6 @@
   (:mod:`mur.inference.process`).
 
 :mod:`mur.inference.loop` is the agent loop (model-visible tools, max_turns, compaction, task
-reopening) over a ``ModelClient`` and a ``ToolBox``; :mod:`mur.inference.modelserver` is a loopback
+reopening) over a ``ModelClient`` and a ``ToolBox``; :mod:`mur.testing.modelserver` is a loopback
 Anthropic-compatible server replaying scripted replies, for tests and the offline demo.
 """

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from mur.fsafe import open_append
 from mur.inference.messages import text_of, user_text, usage_of
 from mur.inference.prompts import DEFAULT_COMPACTION_PROMPT
 
@@ -130,7 +131,7 @@ def dump_summary(workdir: Path, turn: int, tokens_before: int, tokens_after: int
     out.mkdir(parents=True, exist_ok=True)
     line = json.dumps({"turn": turn, "tokens_before": tokens_before, "tokens_after": tokens_after,
                        "summary": summary}, ensure_ascii=False)
-    fd = os.open(out / SUMMARIES_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = open_append(out / SUMMARIES_FILE)  # never through a link
     try:
         os.write(fd, (line + "\n").encode("utf-8"))
     finally:

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-from mur.errors import MurError
 from mur.inference.messages import estimate_tokens, from_driver_reply, to_driver_payload
 from mur.inference.provider import ProviderError, RetryPolicy, parse_retry_after, with_retries
 
@@ -54,30 +52,6 @@ def driver_env(inference: Any | None, api_key: str | None = None) -> dict[str, s
     if api_key:
         env["MURMUR_INFERENCE_API_KEY"] = api_key
     return env
-
-
-def require_driver(inference: Any | None, declared_drivers: list[str], staged_wasm: Path | None) -> str:
-    """Pre-flight for transport: http: the driver's name, else E-RUN-005 (spec: missing driver).
-
-    `declared_drivers` are the names of ``runtime: driver`` artifacts in the manifest;
-    `staged_wasm` is where the driver's component should be after staging/installation.
-    """
-    name = getattr(inference, "driver_artifact", None) if inference is not None else None
-    if not name:
-        raise MurError("E-RUN-005", "inference driver is not configured; add inference.driver.artifact to murmur.yaml")
-    if name not in declared_drivers:
-        raise MurError(
-            "E-RUN-005",
-            f"inference driver '{name}' is not declared in artifacts: with runtime: driver",
-            f"add `- name: {name}` with `runtime: driver` to artifacts:",
-        )
-    if staged_wasm is None or not Path(staged_wasm).is_file():
-        raise MurError(
-            "E-RUN-005",
-            f"inference driver '{name}' is missing: no component at {staged_wasm}",
-            "run `mur install` to fetch the driver artifact",
-        )
-    return name
 
 
 def _status_name(result: Any) -> str:

@@ -18,6 +18,7 @@ and, with ``dump_summaries``, ``out/compaction-summaries.jsonl``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -33,6 +34,7 @@ from mur.inference.compaction import (
 )
 from mur.inference.messages import blocks_of, estimate_tokens, text_of, tool_result_block, tool_uses, user_text, usage_of
 from mur.inference.prompts import ensure_notice
+from mur.trace import events as ev
 
 Trace = Callable[[dict[str, Any]], None]
 END_STOPS = ("end_turn", "stop_sequence", "max_tokens")
@@ -82,6 +84,7 @@ class LoopOutcome:
     error_code: str | None = None
     compactions: int = 0
     stopped: bool = False  # ended by should_stop (a cancel): never reopened
+    reopen_count: int = 0  # reopens granted before this outcome (run_reopenable_task; task_end's field)
 
 
 def write_result(workdir: Path, text: str) -> None:
@@ -146,7 +149,7 @@ class _Run:
         if result.model is not None:  # the compactor's own inference call
             self.outcome.input_tokens += result.input_tokens
             self.outcome.output_tokens += result.output_tokens
-            self.trace({"event_type": "inference", "turn": turn, "input_tokens": result.input_tokens,
+            self.trace({"event_type": ev.INFERENCE, "turn": turn, "input_tokens": result.input_tokens,
                         "output_tokens": result.output_tokens, "decision": "end_turn", "tool_name": None,
                         "origin": "compaction", "model": result.model})
         if result.messages is None:
@@ -154,7 +157,7 @@ class _Run:
         self.messages = list(result.messages)
         after = estimate_tokens({"system": self.system, "tools": self.specs, "messages": self.messages})
         self.outcome.compactions += 1
-        self.trace({"event_type": "compaction", "turn": turn, "tokens_before": tokens, "tokens_after": after})
+        self.trace({"event_type": ev.COMPACTION, "turn": turn, "tokens_before": tokens, "tokens_after": after})
         if getattr(comp, "dump_summaries", False) and self.workdir is not None:
             dump_summary(self.workdir, turn, tokens, after, result.summary)
 
@@ -188,7 +191,7 @@ class _Run:
         content = blocks_of(response)
         calls = tool_uses(content)
         decision = "tool_call" if stop == "tool_use" else "end_turn" if stop in ("end_turn", "stop_sequence") else "text"
-        self.trace({"event_type": "inference", "turn": turn, "input_tokens": input_tokens,
+        self.trace({"event_type": ev.INFERENCE, "turn": turn, "input_tokens": input_tokens,
                     "output_tokens": output_tokens, "decision": decision,
                     "tool_name": calls[0].get("name") if calls else None})
         if stop == "tool_use":
@@ -297,6 +300,39 @@ def run_task_with_reopens(task: str, *, max_turns: int, max_task_reopens: int,
         if len(feedback) >= max_task_reopens or used >= max_turns:
             return TaskOutcome("reopen_budget_exhausted", outcome, attempts, len(feedback))
         feedback.append(wish)
-        trace({"event_type": "task_reopened", "task_id": task_id, "hook_name": wish[0],
+        trace({"event_type": ev.TASK_REOPENED, "task_id": task_id, "hook_name": wish[0],
                "reason": wish[1], "reopen_number": len(feedback)})
         text = build_reopen_task(task, feedback)
+
+
+def run_reopenable_task(task: str, cfg: LoopConfig, client: ModelClient, tools: ToolBox, trace: Trace,
+                        history: list[dict] | None = None, workdir: Path | None = None, *,
+                        compactor: Compactor | None = None,
+                        on_task_end: Callable[[LoopOutcome], tuple[str, str] | None] | None = None,
+                        task_id: str = "") -> LoopOutcome:
+    """`run_agent_loop` attempts under `run_task_with_reopens`, folded into one LoopOutcome.
+
+    The caller supplies the decisions (a session passes its hooks' compactor and on-task-end);
+    the totals are the attempts' sums, the text and messages the last attempt's. An exhausted
+    reopen budget is E-RUN-007, naming both budgets.
+    """
+
+    def attempt(text: str, turns_left: int) -> LoopOutcome:
+        return run_agent_loop(text, dataclasses.replace(cfg, max_turns=turns_left), client, tools, trace,
+                              history, workdir, compactor=compactor)
+
+    out = run_task_with_reopens(task, max_turns=cfg.max_turns, max_task_reopens=cfg.max_task_reopens,
+                                attempt=attempt, on_task_end=on_task_end, trace=trace, task_id=task_id)
+    last = out.last
+    combined = LoopOutcome(
+        exit_status=out.exit_status, result=last.result, turns=out.turns, input_tokens=out.input_tokens,
+        output_tokens=out.output_tokens, tool_calls=out.tool_calls, messages=last.messages, error=last.error,
+        error_code=last.error_code, compactions=sum(a.compactions for a in out.attempts),
+        reopen_count=out.reopen_count,
+    )
+    if out.exit_status == "reopen_budget_exhausted":
+        combined.error_code = "E-RUN-007"
+        combined.error = (f"agent loop failed: a hook asked to reopen the task again after {out.reopen_count} "
+                          f"reopen(s) (inference.max_task_reopens: {cfg.max_task_reopens}, inference.max_turns: "
+                          f"{cfg.max_turns})")
+    return combined

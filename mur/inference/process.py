@@ -33,14 +33,12 @@ from typing import Any, Callable, Mapping
 from mur.errors import MurError
 from mur.inference.loop import LoopOutcome, write_result
 from mur.inference.prompts import build_process_system_prompt
+from mur.trace import events as ev
 
-DEFAULT_COMMAND = "claude"
 DEFAULT_TIMEOUT = 600.0
 EXIT_GRACE = 3.0
 STOP_POLL = 0.25  # seconds between should_stop checks while the CLI runs
 STDERR_TAIL = 4096
-INSTALL_HINT = ("install the claude CLI (`npm install -g @anthropic-ai/claude-code`, see "
-                "https://claude.ai/download) or point inference.command at a binary on PATH")
 
 Trace = Callable[[dict[str, Any]], None]
 
@@ -54,16 +52,6 @@ def command_on_path(command: str, path: str | None = None) -> str | None:
         return str(candidate.resolve()) if candidate.is_file() and os.access(candidate, os.X_OK) else None
     found = shutil.which(command, path=path)
     return str(Path(found).resolve()) if found else None
-
-
-def require_command(command: str | None, env: Mapping[str, str] | None = None) -> str:
-    """Pre-flight (before the workdir exists): the resolved CLI path, else E-RUN-006 with an install hint."""
-    name = command or DEFAULT_COMMAND
-    path = (env if env is not None else os.environ).get("PATH")
-    found = command_on_path(name, path)
-    if found is None:
-        raise MurError("E-RUN-006", f"inference.command '{name}' not found on PATH", INSTALL_HINT)
-    return found
 
 
 def process_argv(command: str, model: str, system_prompt: str | None) -> list[str]:
@@ -99,7 +87,7 @@ class _Stream:
         if self.open is None:
             return
         turn, self.open = self.open, None
-        self.trace({"event_type": "inference", "turn": turn["index"], "input_tokens": 0, "output_tokens": 0,
+        self.trace({"event_type": ev.INFERENCE, "turn": turn["index"], "input_tokens": 0, "output_tokens": 0,
                     "decision": "tool_call" if turn["tool"] else "end_turn", "tool_name": turn["tool"]})
 
     def assistant(self, message: dict[str, Any]) -> None:
@@ -140,7 +128,7 @@ class _Stream:
             text = inner if isinstance(inner, str) else "".join(
                 b.get("text", "") for b in inner or [] if isinstance(b, dict))
             self.tool_calls += 1
-            self.trace({"event_type": "tool_call", "turn": call["turn"], "tool_name": call["name"],
+            self.trace({"event_type": ev.TOOL_CALL, "turn": call["turn"], "tool_name": call["name"],
                         "input": call["input"], "input_bytes": call["input_bytes"],
                         "output_bytes": len(text.encode()),
                         "duration_ms": int((time.monotonic() - call["started"]) * 1000),

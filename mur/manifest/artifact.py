@@ -20,16 +20,18 @@ from typing import Any
 from mur.errors import MurError
 from mur.manifest.yamlio import (
     MANIFEST_FILENAME,
+    invalid_type,
     one_line,
     parse_yaml,
     read_manifest_text,
     single_line_error,
-    type_name,
 )
 
 MAX_NAME_LEN = 100
 EXECUTION_TYPES = ("wasm", "native", "static")
 RESERVED_VERSIONS = ("latest", "stable", "edge")
+# The keys the parser reads; every other key is kept in `extra` (description, input_schema, ...).
+PARSED_FIELDS = ("name", "version", "runtime", "implementation", "execution", "requires_files")
 
 
 @dataclass(frozen=True)
@@ -62,19 +64,12 @@ class ArtifactManifest:
         return value if isinstance(value, str) else ""
 
 
-def _invalid_type(field_name: str, expected: str, value: Any) -> MurError:
-    return MurError(
-        "E-MAN-003",
-        f"{MANIFEST_FILENAME}: field '{field_name}' has invalid type (expected {expected}, got {type_name(value)})",
-    )
-
-
 def _required_string(root: dict, key: str) -> str:
     if key not in root:
         raise MurError("E-MAN-001", f"{MANIFEST_FILENAME}: missing required field '{key}'")
     value = root[key]
     if not isinstance(value, str):  # an explicit null is a wrong type, as upstream reads it
-        raise _invalid_type(key, "string", value)
+        raise invalid_type(key, "string", value)
     return value
 
 
@@ -83,7 +78,7 @@ def _optional_string(root: dict, key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise _invalid_type(key, "string", value)
+        raise invalid_type(key, "string", value)
     return value
 
 
@@ -119,13 +114,13 @@ def parse_artifact_manifest(text: str) -> ArtifactManifest:
 def _parse_artifact_manifest(text: str) -> ArtifactManifest:
     root = parse_yaml(text)
     if not isinstance(root, dict):  # an empty document is null: a wrong type, as upstream reads it
-        raise _invalid_type("<root>", "mapping", root)
+        raise invalid_type("<root>", "mapping", root)
     name = _required_string(root, "name")
     version = _required_string(root, "version")
     runtime = _optional_string(root, "runtime") or "tool"
     implementation = _optional_string(root, "implementation")
     if "execution" in root and root["execution"] is None:
-        raise _invalid_type("execution", "string", None)
+        raise invalid_type("execution", "string", None)
     execution = _optional_string(root, "execution")
     if execution is not None:
         if execution.lower() not in EXECUTION_TYPES:
@@ -139,15 +134,14 @@ def _parse_artifact_manifest(text: str) -> ArtifactManifest:
     if declared:
         files = root["requires_files"]
         if not isinstance(files, list):
-            raise _invalid_type("requires_files", "sequence of strings", files)
+            raise invalid_type("requires_files", "sequence of strings", files)
         for entry in files:
             if not isinstance(entry, str):
-                raise _invalid_type("requires_files", "sequence of strings", entry)
+                raise invalid_type("requires_files", "sequence of strings", entry)
         requires = tuple(files)
     else:
         requires = ("skill.md",) if runtime == "skill" else ()
-    known = {"name", "version", "runtime", "implementation", "execution", "requires_files"}
-    extra = {k: v for k, v in root.items() if k not in known}
+    extra = {k: v for k, v in root.items() if k not in PARSED_FIELDS}
     return ArtifactManifest(
         name=name,
         version=version,

@@ -155,8 +155,12 @@ def resolve_source_token(entry: dict[str, Any], env: dict[str, str] | None = Non
     return token
 
 
-def load_config(cwd: Path | None = None, home: Path | None = None) -> MurConfig:
-    """Read and merge the global and project config files (either may be absent)."""
+def load_config(cwd: Path | None = None, home: Path | None = None,
+                pending: tuple[Path, dict[str, Any] | None] | None = None) -> MurConfig:
+    """Read and merge the global and project config files (either may be absent).
+
+    `pending` = (path, contents): merge as if that file held `contents` (None: absent), so a
+    change can be validated before it is written."""
     cfg = MurConfig()
     base = cwd or _current_dir()
     # A removed working directory holds no project file; the global one still applies.
@@ -165,7 +169,7 @@ def load_config(cwd: Path | None = None, home: Path | None = None) -> MurConfig:
     for path, scope in ((gpath, "global"), (ppath, "project")):
         if path is None or (ppath == gpath and scope == "project"):
             continue
-        data = read_config_file(path)
+        data = pending[1] if pending is not None and pending[0] == path else read_config_file(path)
         if data is None and scope == "global":
             layers.append((Path("<built-in default>"), "builtin", BUILTIN_DEFAULT))
         elif data is not None:

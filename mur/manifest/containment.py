@@ -6,6 +6,10 @@
   * Achieved class: from the host probe only (a real Landlock ruleset applied in a forked child, see
     mur.sandbox.probe), never from the manifest: `scoped` on Landlock-capable Linux, else `advisory`;
     `sealed` is never achievable. `capabilities.filesystem.workdir_exec: true` caps it at `advisory`.
+  * `scoped` also means network.allow is carried by a private network namespace for a capsule that
+    can spawn subprocesses and has network.allow: on a host that cannot create one the capsule
+    achieves only `advisory` (its tools would reach any address on an allowed port), so a scoped
+    floor is refused rather than silently degraded to Landlock's port rules.
   * Refusal: E-CAP-003 before any registry pull, compile or workdir creation.
 This module is pure: it takes the probe result as an argument.
 """
@@ -16,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mur.errors import MurError
-from mur.manifest.capsule import Capsule
 from mur.manifest.config import CLASS_RANK
 
 SCOPED_SHORTFALL = (
@@ -35,6 +38,13 @@ WORKDIR_EXEC_SHORTFALL = (
 )
 
 
+NETWORK_SHORTFALL = (
+    "scoped confines the network.allow of a capsule that spawns subprocesses to exactly its hosts, which needs "
+    "a private network namespace (mur as root, or unprivileged user namespaces); this host cannot create one, "
+    "so shell tools would reach every address on an allowed port"
+)
+
+
 class ProbeLike(Protocol):
     achieved: str
     mechanism: str
@@ -47,14 +57,6 @@ class Floor:
 
     declared: str
     source: str  # "manifest" | "config" | "cli" | "default"
-
-
-SOURCE_TEXT = {
-    "manifest": "capabilities.containment in murmur.yaml",
-    "config": "containment in .murmur/config.yaml",
-    "cli": "--containment",
-    "default": "nothing declared",
-}
 
 
 def parse_class(value: str, what: str = "--containment") -> str:
@@ -78,19 +80,30 @@ def effective_floor(manifest: str | None, config: str | None, cli: str | None) -
     return best or Floor("advisory", "default")
 
 
-def achieved_class(probe: ProbeLike, workdir_exec: bool) -> str:
-    """The host's class, capped at advisory when the capsule keeps its workdir executable."""
+def network_shortfall(caps: Any, probe: ProbeLike) -> bool:
+    """A Landlock host that cannot give subprocesses a network namespace, for a capsule whose
+    subprocesses have network.allow (probes that do not measure it count as able: fakes, old targets)."""
+    spawns = bool(caps.shell_allow or caps.spawn_allow)
+    return (spawns and bool(caps.network.allow) and probe.achieved == "scoped"
+            and not getattr(probe, "netns", True))
+
+
+def achieved_class(probe: ProbeLike, workdir_exec: bool, network_short: bool = False) -> str:
+    """The host's class, capped at advisory when the capsule keeps its workdir executable or its
+    network.allow cannot be carried by a namespace here."""
     achieved = probe.achieved if probe.achieved in ("advisory", "scoped") else "advisory"
-    return "advisory" if workdir_exec else achieved
+    return "advisory" if workdir_exec or network_short else achieved
 
 
-def shortfall_reason(declared: str, achieved: str, workdir_exec: bool) -> str | None:
+def shortfall_reason(declared: str, achieved: str, workdir_exec: bool, network_short: bool = False) -> str | None:
     """Why `achieved` falls short of `declared`, naming the missing mechanism; None when met."""
     if CLASS_RANK[achieved] >= CLASS_RANK[declared]:
         return None
     if declared == "sealed":
         return SEALED_SHORTFALL  # no host provides it, whatever the capsule declares
-    return WORKDIR_EXEC_SHORTFALL if workdir_exec else SCOPED_SHORTFALL
+    if workdir_exec:
+        return WORKDIR_EXEC_SHORTFALL
+    return NETWORK_SHORTFALL if network_short else SCOPED_SHORTFALL
 
 
 def floor_error(declared: str, achieved: str, reason: str) -> MurError:
@@ -103,114 +116,10 @@ def floor_error(declared: str, achieved: str, reason: str) -> MurError:
     )
 
 
-def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool) -> str:
+def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool, network_short: bool = False) -> str:
     """Raise E-CAP-003 when the floor is unmet; returns the achieved class."""
-    achieved = achieved_class(probe, workdir_exec)
-    reason = shortfall_reason(floor.declared, achieved, workdir_exec)
+    achieved = achieved_class(probe, workdir_exec, network_short)
+    reason = shortfall_reason(floor.declared, achieved, workdir_exec, network_short)
     if reason is not None:
         raise floor_error(floor.declared, achieved, reason)
     return achieved
-
-
-def scope_report(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, Any]:
-    """The `--explain-scope --json` object: containment + the capsule-wide grant set."""
-    caps = capsule.capabilities
-    workdir_exec = caps.filesystem.workdir_exec
-    achieved = achieved_class(probe, workdir_exec)
-    reason = shortfall_reason(floor.declared, achieved, workdir_exec)
-    shell = caps.shell
-    return {
-        "containment": {
-            "declared": floor.declared,
-            "declared_source": floor.source,
-            "achieved": achieved,
-            "floor_met": reason is None,
-            "reason": reason,
-            "mechanism": probe.mechanism,
-        },
-        "grants": {
-            "filesystem_scope": caps.filesystem.scope,
-            "network_allow": list(caps.network.allow),
-            "unix_sockets": caps.network.unix_sockets,
-            "shell_allow": caps.shell_allow,
-            "spawn_allow": caps.spawn_allow,
-            "env_allow": list(caps.env.allow),
-            "interpreter_runtime": [
-                {"binary": g.binary, "dirs": [{"path": d.path, "list_dir": d.list_dir} for d in g.dirs]}
-                for g in (shell.interpreter_runtime if shell else [])
-            ],
-        },
-    }
-
-
-def effective_grants(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, Any]:
-    """`session_start.effective_grants` in trace.jsonl (upstream section 3.3)."""
-    report = scope_report(capsule, floor, probe)
-    c, g = report["containment"], report["grants"]
-    out: dict[str, Any] = {
-        "declared_containment": c["declared"],
-        "achieved_containment": c["achieved"],
-        "floor_met": c["floor_met"],
-    }
-    if c["reason"] is not None:
-        out["shortfall_reason"] = c["reason"]
-    out.update(
-        {
-            "enforcement_tier": probe.mechanism,
-            "filesystem_scope": g["filesystem_scope"],
-            "workdir_exec": capsule.capabilities.filesystem.workdir_exec,
-            "network_allow": g["network_allow"],
-            "unix_sockets": g["unix_sockets"],
-            "shell_allow": g["shell_allow"],
-            "spawn_allow": g["spawn_allow"],
-            "env_allow": g["env_allow"],
-            "interpreter_runtime_grants": _interpreter_lines(report),
-            "staged_runtime_grants": [],
-        }
-    )
-    return out
-
-
-def _interpreter_lines(report: dict[str, Any]) -> list[str]:
-    return [
-        f"{g['binary']}: {d['path']}{' (list_dir)' if d['list_dir'] else ''}"
-        for g in report["grants"]["interpreter_runtime"]
-        for d in g["dirs"]
-    ]
-
-
-def _push_list(out: list[str], label: str, values: list[str]) -> None:
-    if not values:
-        out.append(f"  {label}: <none>")
-        return
-    out.append(f"  {label}:")
-    out.extend(f"    - {v}" for v in values)
-
-
-def render_scope_report(report: dict[str, Any]) -> str:
-    """The human `--explain-scope` report, laid out as the spec shows it."""
-    c, g = report["containment"], report["grants"]
-    out = [
-        "Containment",
-        f"  declared:  {c['declared']}",
-        f"  source:    {SOURCE_TEXT.get(c['declared_source'], c['declared_source'])}",
-        f"  achieved:  {c['achieved']}",
-        f"  floor met: {'yes' if c['floor_met'] else 'no'}",
-    ]
-    if c["reason"]:
-        out.append(f"  reason:    {c['reason']}")
-    out.append(f"  mechanism: {c['mechanism']}")
-    out.append("")
-    out.append("Effective grants")
-    out.append(f"  filesystem scope: {g['filesystem_scope'] or '<none>'}")
-    _push_list(out, "network allow", g["network_allow"])
-    out.append(f"  unix sockets:     {'true' if g['unix_sockets'] else 'false'}")
-    _push_list(out, "shell allow", g["shell_allow"])
-    _push_list(out, "spawn allow", g["spawn_allow"])
-    _push_list(out, "env allow", g["env_allow"])
-    _push_list(out, "interpreter runtime", _interpreter_lines(report))
-    if not c["floor_met"]:
-        out.append("")
-        out.append("This is a report only — `mur run` without --explain-scope would refuse to launch here.")
-    return "\n".join(out) + "\n"
-

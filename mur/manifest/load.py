@@ -27,6 +27,8 @@ from mur.manifest.rules import validate_rules, validate_scopes_and_networks
 from mur.manifest.unknown import unknown_key_messages
 from mur.manifest.yamlio import (
     MANIFEST_FILENAME,
+    invalid_type,
+    naming_file,
     one_line,
     parse_yaml,
     read_manifest_text,
@@ -62,19 +64,29 @@ class LoadedCapsule:
 
 
 def load_capsule(path: str | Path, *, env: Mapping[str, str] | None = None, resolve_env: bool = True) -> LoadedCapsule:
-    """Read, parse and validate a capsule manifest file.
+    """Read, parse and validate a capsule manifest file (a directory means its murmur.yaml).
 
+    Errors name the file as the user gave it (`m.yaml: field ...`), not always `murmur.yaml`.
     `env` (default: the process environment) resolves `${VAR}` references such as
     `inference.api_key`; `resolve_env=False` leaves them unresolved (`LoadedCapsule.api_key` is
     None) for commands that never call the provider (install, doctor, deploy)."""
-    path = Path(path)
+    path = manifest_path(path)
     try:
         text = read_manifest_text(path)
     except MurError as err:  # the path is the user's and may hold a line break
         raise single_line_error(err) from err.__cause__
-    loaded = parse_capsule(text, env=env, resolve_env=resolve_env)
+    try:
+        loaded = parse_capsule(text, env=env, resolve_env=resolve_env)
+    except MurError as err:
+        raise naming_file(err, str(path)) from err.__cause__
     loaded.path = path.resolve()
     return loaded
+
+
+def manifest_path(path: str | Path) -> Path:
+    """`path`, or `path/murmur.yaml` when `path` is a directory (`mur run -m DIR`, as `mur build DIR`)."""
+    path = Path(path)
+    return path / MANIFEST_FILENAME if path.is_dir() else path
 
 
 def parse_capsule(text: str, *, env: Mapping[str, str] | None = None, resolve_env: bool = True) -> LoadedCapsule:
@@ -94,7 +106,7 @@ def _parse_capsule(text: str, env: Mapping[str, str] | None) -> LoadedCapsule:
             "E-MAN-003",
             f"{MANIFEST_FILENAME}: field '<root>' has invalid type (expected mapping, got {type_name(raw)})",
         )
-    cleaned = _normalize(raw, ())
+    cleaned = normalize(raw)
     for message in unknown_key_messages(cleaned):
         warn("W-MAN-001", one_line(message))
     try:
@@ -114,7 +126,7 @@ def _parse_capsule(text: str, env: Mapping[str, str] | None) -> LoadedCapsule:
     )
 
 
-def _normalize(value: Any, path: tuple[Any, ...]) -> Any:
+def normalize(value: Any, path: tuple[Any, ...] = ()) -> Any:
     """Treat YAML null and blank strings in mappings as absent (upstream trims and filters them);
     refuse mapping keys that are not strings (no field can be named by a number or a boolean)."""
     if path in _OPAQUE:
@@ -131,10 +143,10 @@ def _normalize(value: Any, path: tuple[Any, ...]) -> Any:
                 )
             if item is None or (isinstance(item, str) and not item.strip()):
                 continue
-            out[key] = _normalize(item, path + (key,))
+            out[key] = normalize(item, path + (key,))
         return out
     if isinstance(value, list):
-        return [_normalize(item, path + (index,)) for index, item in enumerate(value)]
+        return [normalize(item, path + (index,)) for index, item in enumerate(value)]
     return value
 
 
@@ -226,10 +238,7 @@ def _translate(exc: ValidationError) -> MurError:
     expected = _EXPECTED.get(kind)
     if expected is None:
         return MurError("E-MAN-003", f"{MANIFEST_FILENAME}: field '{path}' is invalid: {err.get('msg', kind)}")
-    return MurError(
-        "E-MAN-003",
-        f"{MANIFEST_FILENAME}: field '{path}' has invalid type (expected {expected}, got {type_name(value)})",
-    )
+    return invalid_type(path, expected, value)
 
 
 def _missing_hint(path: str) -> str | None:

@@ -105,6 +105,44 @@ def single_line_error(err: MurError) -> MurError:
     return clean
 
 
+def naming_file(err: MurError, shown: str) -> MurError:
+    """`err` with its leading `murmur.yaml:` replaced by the file the user actually gave (`-m m.yaml`)."""
+    prefix = f"{MANIFEST_FILENAME}:"
+    if shown == MANIFEST_FILENAME or not err.message.startswith(prefix):
+        return err
+    named = MurError(err.code, one_line(shown) + err.message[len(MANIFEST_FILENAME):], err.hint)
+    named.__cause__ = err.__cause__
+    return named
+
+
+# YAML 1.1's other booleans (PyYAML's default; many YAML tutorials use them). Read as YAML 1.2 they
+# are plain strings, so a boolean field given one is a type error; the hint says why.
+_YAML11_TRUE = ("yes", "y", "on")
+_YAML11_FALSE = ("no", "n", "off")
+
+
+def mistake_hint(path: str, expected: str, value: Any) -> str | None:
+    """A hint for the common YAML slips behind a type error: an unquoted number, `yes`/`no`."""
+    leaf = path.rsplit(".", 1)[-1].split("[", 1)[0] or path
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    # A float (`1.0`) is almost always a version; an integer only where a number reads naturally.
+    if expected == "string" and number and (isinstance(value, float) or leaf.endswith(("version", "name"))):
+        return f'quote it, e.g. {leaf}: "{value}" (unquoted, YAML reads {value} as a number)'
+    if expected == "boolean" and isinstance(value, str) and value.strip().lower() in _YAML11_TRUE + _YAML11_FALSE:
+        meant = "true" if value.strip().lower() in _YAML11_TRUE else "false"
+        return f"write {leaf}: {meant} (mur reads YAML 1.2, where only true and false are booleans)"
+    return None
+
+
+def invalid_type(path: str, expected: str, value: Any) -> MurError:
+    """E-MAN-003 for a field of the wrong type, with a hint when the slip is a common one."""
+    return MurError(
+        "E-MAN-003",
+        f"{MANIFEST_FILENAME}: field '{path}' has invalid type (expected {expected}, got {type_name(value)})",
+        mistake_hint(path, expected, value),
+    )
+
+
 def type_name(value: Any) -> str:
     """YAML's name for a value's type."""
     if value is None:

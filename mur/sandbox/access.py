@@ -12,6 +12,12 @@ the user passed with ``--workdir``: chowning their tree to ``nobody`` would be a
   this is what makes absolute paths such as ``HOME=<workdir>/.capsule-home`` usable;
 * ``revoke`` strips every such entry again at session end and restores the ancestors exactly.
   Files the tool created stay owned by 65534 (root can still manage them).
+* ``readonly`` directories (the session's logs, outside the workdir) get ``r-x`` / ``r--`` the same way.
+
+Tools can rename and link inside the workdir while we walk it, so the walk goes through directory
+fds (mur.fsafe) and every ACL is set on an fd opened without following a link, checked to be the
+entry that was listed: a swap mid-walk makes us skip an entry, never touch a file outside. Files
+with more than one link are never touched (one of the names may be outside the workdir).
 
 When the filesystem has no ACL support we fall back to chowning the workdir tree (not the
 ancestors) to the sandbox uid, and say so in the log.
@@ -24,6 +30,9 @@ import os
 import stat
 import struct
 from dataclasses import dataclass, field
+from typing import Iterator
+
+from mur.fsafe import DIR_FLAGS, Tree
 
 ACCESS, DEFAULT = "system.posix_acl_access", "system.posix_acl_default"
 USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
@@ -73,28 +82,28 @@ def without_user(entries: list[tuple[int, int, int]], uid: int) -> list[tuple[in
     return rest + [(MASK, mask, UNDEFINED_ID)]
 
 
-def _get(path: str, name: str) -> bytes | None:
+def _get(target: str | int, name: str) -> bytes | None:
     try:
-        return os.getxattr(path, name, follow_symlinks=False)
+        return os.getxattr(target, name)
     except OSError as exc:
         if exc.errno in (errno.ENODATA, getattr(errno, "ENOATTR", errno.ENODATA)):
             return None
         raise
 
 
-def _grant_one(path: str, st: os.stat_result, uid: int, perm: int, directory: bool) -> None:
-    current = _get(path, ACCESS)
+def _grant_one(fd: int, st: os.stat_result, uid: int, perm: int, directory: bool, default: int = 7) -> None:
+    current = _get(fd, ACCESS)
     base = decode(current) if current else from_mode(st.st_mode)
-    os.setxattr(path, ACCESS, encode(with_user(base, uid, perm)), follow_symlinks=False)
+    os.setxattr(fd, ACCESS, encode(with_user(base, uid, perm)))
     if directory:
-        current = _get(path, DEFAULT)
+        current = _get(fd, DEFAULT)
         base = decode(current) if current else from_mode(st.st_mode)
-        os.setxattr(path, DEFAULT, encode(with_user(base, uid, 7)), follow_symlinks=False)
+        os.setxattr(fd, DEFAULT, encode(with_user(base, uid, default)))
 
 
-def _revoke_one(path: str, uid: int, directory: bool) -> None:
+def _revoke_one(fd: int, uid: int, directory: bool) -> None:
     for name in (ACCESS, DEFAULT) if directory else (ACCESS,):
-        current = _get(path, name)
+        current = _get(fd, name)
         if current is None:
             continue
         entries = decode(current)
@@ -102,70 +111,90 @@ def _revoke_one(path: str, uid: int, directory: bool) -> None:
             continue
         kept = without_user(entries, uid)
         if kept is not None:
-            os.setxattr(path, name, encode(kept), follow_symlinks=False)
+            os.setxattr(fd, name, encode(kept))
             continue
-        os.removexattr(path, name, follow_symlinks=False)
+        os.removexattr(fd, name)
         if name == ACCESS:  # the mode's group bits showed the mask: give them back to the owning group
             group = next((p for t, p, _ in entries if t == GROUP_OBJ), None)
             if group is not None:
-                mode = stat.S_IMODE(os.lstat(path).st_mode)
-                os.chmod(path, (mode & ~0o070) | (group << 3), follow_symlinks=False)
+                mode = stat.S_IMODE(os.fstat(fd).st_mode)
+                os.fchmod(fd, (mode & ~0o070) | (group << 3))
 
 
-def _walk(root: str):
-    """(path, lstat, is_dir) for root and everything beneath it, never following symlinks."""
-    stack = [root]
-    while stack:
-        current = stack.pop()
-        try:
-            st = os.lstat(current)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            yield current, st, True
+def _entries(root: str) -> Iterator[tuple[int, os.stat_result, bool]]:
+    """(fd, stat, is_dir) for root and every directory and singly linked regular file beneath it,
+    each opened through its parent's fd without following a link (a tool may swap entries while
+    we walk: what is opened is checked to be what was listed). The fd is valid for one step."""
+    with Tree(root) as tree:
+        for dirfd, name, st in tree.walk():
+            if name == ".":
+                yield tree.fd, st, True
+                continue
+            directory = stat.S_ISDIR(st.st_mode)
+            if not directory and not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
+                continue  # links (symbolic or hard), fifos, sockets: never touched
+            flags = DIR_FLAGS if directory else os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
             try:
-                with os.scandir(current) as it:
-                    stack.extend(entry.path for entry in it)
+                fd = os.open(name, flags | os.O_NOFOLLOW, dir_fd=dirfd)
             except OSError:
                 continue
-        elif stat.S_ISREG(st.st_mode):
-            yield current, st, False
+            try:
+                now = os.fstat(fd)
+                if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                    yield fd, now, directory
+            finally:
+                os.close(fd)
 
 
 @dataclass
 class WorkdirAccess:
-    """Grants made for one session, undone by ``revoke``."""
+    """Grants made for one session, undone by ``revoke``.
+
+    ``readonly``: directories (the session's logs) the uid may read and list but not write.
+    """
 
     workdir: str
     uid: int
     gid: int
+    readonly: tuple[str, ...] = ()
     ancestors: list[tuple[str, bytes | None, int]] = field(default_factory=list)  # (path, old acl, old mode)
     mode: str = "none"  # "acl" | "chown" | "none"
     notes: list[str] = field(default_factory=list)
 
     def grant(self) -> None:
-        """Give uid rw on the workdir tree and search on any ancestor that lacks it."""
+        """Give uid rw on the workdir tree (r on ``readonly``) and search on any ancestor that lacks it."""
         try:
-            for path, st, is_dir in _walk(self.workdir):
-                _grant_one(path, st, self.uid, 7 if is_dir else 6, is_dir)
+            for fd, st, is_dir in _entries(self.workdir):
+                _grant_one(fd, st, self.uid, 7 if is_dir else 6, is_dir)
+            for root in self.readonly:
+                for fd, st, is_dir in _entries(root):
+                    _grant_one(fd, st, self.uid, 5 if is_dir else 4, is_dir, default=5)
             self.mode = "acl"
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP):
                 raise
-            for path, _st, _is_dir in _walk(self.workdir):
-                os.chown(path, self.uid, self.gid, follow_symlinks=False)
+            for fd, _st, _is_dir in _entries(self.workdir):
+                os.fchown(fd, self.uid, self.gid)
             self.mode = "chown"
             self.notes.append(f"no POSIX ACL support under {self.workdir}: the workdir tree was chowned to uid {self.uid}")
-        parent = os.path.dirname(self.workdir)
-        while parent and parent != "/":
+        seen: set[str] = set()
+        for root in (self.workdir, *self.readonly):
+            self._search_ancestors(root, seen)
+
+    def _search_ancestors(self, root: str, seen: set[str]) -> None:
+        parent = os.path.dirname(root)
+        while parent and parent != "/" and parent not in seen:
+            seen.add(parent)
             st = os.stat(parent)
             if not st.st_mode & 0o001 and st.st_uid != self.uid:
                 try:
                     old = _get(parent, ACCESS)
                     entries = decode(old) if old else from_mode(st.st_mode)
                     perm = next((p for t, p, i in entries if t == USER and i == self.uid), 0)
-                    os.setxattr(parent, ACCESS, encode(with_user(entries, self.uid, perm | 1)))
-                    self.ancestors.append((parent, old, stat.S_IMODE(st.st_mode)))
+                    mask = next((p for t, p, _i in entries if t == MASK), 7)
+                    if not perm & mask & 1:  # absent, or masked (a concurrent session's undo chmodded it)
+                        os.setxattr(parent, ACCESS, encode(with_user(entries, self.uid, perm | 1)))
+                        self.ancestors.append((parent, old, stat.S_IMODE(st.st_mode)))
                 except OSError as exc:
                     self.notes.append(f"{parent} is not searchable by uid {self.uid} ({exc.strerror}): "
                                       "absolute paths into the workdir will fail; relative paths work")
@@ -174,9 +203,13 @@ class WorkdirAccess:
     def revoke(self) -> None:
         """Undo ``grant`` (idempotent): strip the uid's entries, restore ancestors exactly."""
         if self.mode == "acl":
-            for path, _st, is_dir in _walk(self.workdir):
+            for root in (self.workdir, *self.readonly):
                 try:
-                    _revoke_one(path, self.uid, is_dir)
+                    for fd, _st, is_dir in _entries(root):
+                        try:
+                            _revoke_one(fd, self.uid, is_dir)
+                        except OSError:
+                            continue
                 except OSError:
                     continue
         for path, old, mode in reversed(self.ancestors):

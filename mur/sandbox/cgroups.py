@@ -12,7 +12,9 @@ Two layouts, one interface (``SessionCgroup``):
 * **v1 / hybrid / legacy**: one directory per controller at the controller roots,
   ``/sys/fs/cgroup/<ctrl>/mur/<session>``; memory through cgroupspy (``limit_in_bytes``), pids and
   cpu by direct writes (cgroupspy has no pids controller); blkio throttling and the freezer
-  (for a race-free kill) when mounted. Never under our own ``/process_api/...`` cgroup.
+  (for a race-free kill) when mounted. Never under our own ``/process_api/...`` cgroup as root;
+  without root, only inside our own cgroups when they are delegated to our uid (chowned, the v1
+  form of ``Delegate=yes``): ``<own cgroup>/mur/<session>``.
 
 The v2 code goes through a tiny filesystem adapter (``CgroupFS``) so unit tests can run it against a
 fake cgroupfs; the real v2 path is exercised by the VM integration tests.
@@ -89,6 +91,33 @@ def v2_mountpoint(mounts_text: str, root: str = CGROUP_ROOT) -> str | None:
     if root in points:
         return root
     return points[0] if points else None
+
+
+def delegated_v1_bases(proc_cgroup_text: str, roots: dict[str, str], uid: int,
+                       owner: Callable[[str], int] = lambda p: os.stat(p).st_uid) -> dict[str, str] | None:
+    """Non-root on v1: controller mountpoint -> the cgroup this process is in, when every required
+    one (memory, pids, cpu) is owned by ``uid``, i.e. delegated to it (a supervisor or an init
+    system chowned it, the v1 form of ``Delegate=yes``); None otherwise."""
+    own: dict[str, str] = {}
+    for line in proc_cgroup_text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[1]:
+            for ctrl in parts[1].split(","):
+                own[ctrl] = parts[2].strip() or "/"
+    bases: dict[str, str] = {}
+    for ctrl, mountpoint in roots.items():
+        path = own.get(ctrl)
+        if path is None or path == "/":
+            continue
+        base = os.path.join(mountpoint, path.lstrip("/"))
+        try:
+            if owner(base) == uid:
+                bases[mountpoint] = base
+        except OSError:
+            continue
+    if any(ctrl not in roots or roots[ctrl] not in bases for ctrl in ("memory", "pids", "cpu")):
+        return None
+    return bases
 
 
 def self_v2_path(proc_cgroup_text: str) -> str | None:
@@ -336,13 +365,17 @@ def _v1_memory_limit(mem_root: str, name: str, limit: int) -> str:
     return node.full_path.decode()
 
 
-def create_v1(name: str, limits: CgroupLimits, mounts_text: str, workdir_dev: str | None) -> SessionCgroup:
-    """Per-controller session cgroups on a v1 / hybrid host (needs root)."""
+def create_v1(name: str, limits: CgroupLimits, mounts_text: str, workdir_dev: str | None,
+              bases: dict[str, str] | None = None) -> SessionCgroup:
+    """Per-controller session cgroups on a v1 / hybrid host: under each controller's root as root,
+    under the delegated ``bases`` (mountpoint -> our own cgroup there) otherwise."""
     fs = CgroupFS()
     roots = v1_controller_roots(mounts_text)
     missing = [c for c in ("pids", "memory", "cpu") if c not in roots]
     if missing:
         raise CgroupUnavailable(f"cgroup v1 controller(s) {', '.join(missing)} not mounted")
+    if bases is not None:  # delegated: our own cgroups, and only controllers delegated to us
+        roots = {ctrl: bases[root] for ctrl, root in roots.items() if root in bases}
     cg = SessionCgroup(version=1, dirs={}, fs=fs)
     try:
         cg.dirs["memory"] = _v1_memory_limit(roots["memory"], name, limits.memory_bytes)
@@ -550,7 +583,11 @@ def create_session_cgroup(name: str, limits: CgroupLimits, *, workdir: str | Non
             is_root=os.geteuid() == 0, systemd=os.path.isdir("/run/systemd/system"), workdir_dev=workdir_dev,
         )
     if mode in ("hybrid", "legacy"):
+        bases = None
         if os.geteuid() != 0:
-            raise CgroupUnavailable(f"cgroup v1 ({mode}) hierarchies can only be managed as root")
-        return create_v1(name, limits, mounts_text, workdir_dev)
+            bases = delegated_v1_bases(_read("/proc/self/cgroup"), v1_controller_roots(mounts_text), os.geteuid())
+            if bases is None:
+                raise CgroupUnavailable(f"cgroup v1 ({mode}) hierarchies can only be managed as root, or inside "
+                                        f"memory, pids and cpu cgroups delegated to uid {os.geteuid()}")
+        return create_v1(name, limits, mounts_text, workdir_dev, bases)
     raise CgroupUnavailable("no cgroup filesystem is mounted")

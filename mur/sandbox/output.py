@@ -1,12 +1,19 @@
-"""Tool output: the first 16 KiB of each stream inline, the rest spooled for the full log."""
+"""Tool output: the first 16 KiB of each stream inline, the rest spooled for the full log.
+
+Spools and logs are created in a directory held open (a ``mur.fsafe.Tree``), ``O_TMPFILE`` and
+``O_EXCL``: nothing is ever written through a name a tool could have prepared.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import tempfile
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import IO
+
+from mur.fsafe import Tree
 
 OUTPUT_LIMIT = 16 * 1024  # bytes of stdout / stderr returned inline (upstream: 16 KB)
 
@@ -23,7 +30,7 @@ def cut(data: bytes, limit: int = OUTPUT_LIMIT) -> str:
 class Capture:
     """One output stream: the first bytes in memory, everything (up to a cap) in an unnamed spool file."""
 
-    def __init__(self, spool_dir: str, cap: int) -> None:
+    def __init__(self, spool_dir: str | Tree, cap: int) -> None:
         self.head = bytearray()
         self.total = 0
         self.cap = cap
@@ -34,7 +41,7 @@ class Capture:
         if self.total < self.cap:
             keep = chunk[: self.cap - self.total]
             if self.spool is None and len(self.head) + len(keep) > OUTPUT_LIMIT + 4:
-                self.spool = tempfile.TemporaryFile(dir=self.spool_dir)
+                self.spool = _spool(self.spool_dir)
                 self.spool.write(self.head)
             if self.spool is not None:
                 self.spool.write(keep)
@@ -56,15 +63,29 @@ class Capture:
             self.spool.close()
 
 
-def write_log(logs: Path, text: str, out: Capture, err: Capture) -> str:
+def _spool(where: str | Tree) -> IO[bytes]:
+    """An unnamed temporary file in ``where`` (gone when closed)."""
+    if isinstance(where, str):
+        return tempfile.TemporaryFile(dir=where)
+    return os.fdopen(where.open(".", os.O_TMPFILE | os.O_RDWR, 0o600), "w+b")
+
+
+def write_log(logs: Tree, text: str, out: Capture, err: Capture) -> str:
     """Write ``logs/shell-<UTC timestamp>.log`` with the full stdout and stderr; returns its path."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    path = logs / f"shell-{stamp}.log"
-    n = 1
-    while path.exists():
-        path = logs / f"shell-{stamp}-{n}.log"
-        n += 1
-    with open(path, "wb") as fh:
+    name, n = f"shell-{stamp}.log", 1
+    while True:
+        try:
+            fd = logs.create(name)
+            break
+        except FileExistsError:
+            name, n = f"shell-{stamp}-{n}.log", n + 1
+        except OSError as exc:  # an existing symlink under that name answers ELOOP, not EEXIST
+            if exc.errno != errno.ELOOP:
+                raise
+            name, n = f"shell-{stamp}-{n}.log", n + 1
+    path = str(logs.path / name)
+    with os.fdopen(fd, "wb") as fh:
         fh.write(f"$ {text}\n--- stdout ({out.total} bytes) ---\n".encode())
         out.copy_to(fh)
         fh.write(f"\n--- stderr ({err.total} bytes) ---\n".encode())

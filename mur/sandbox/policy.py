@@ -1,10 +1,13 @@
 """The shell sandbox policy as data: capabilities + workdir + host probe -> ``ShellPolicy``.
 
 Pure: no syscalls, no filesystem access. Everything measured on the host (the probe, the binaries'
-resolved closures, the resolved network ports, the uid's process count, the inherited hard limits)
-comes in as arguments, so the whole policy can be asserted in unit tests and printed by
-``--explain-scope``. The thin appliers (landlock.py, seccomp.py, rlimits.py, cgroups.py, spawn.py)
-turn it into kernel state.
+resolved closures, which network.allow hosts resolve, the session uid, the namespaces created, the
+uid's process count, the inherited hard limits) comes in as arguments, so the whole policy can be
+asserted in unit tests and printed by ``--explain-scope``. This is the one place that decides: the
+seccomp allowlist and its argument rules (socket families/types/protocols, pid-targeting calls),
+the Landlock grants, which network mechanism carries network.allow and what the egress proxy
+admits, which namespaces a session gets. The thin appliers (landlock.py, seccomp.py, rlimits.py,
+cgroups.py, namespaces.py, egress.py, spawn.py) turn it into kernel state.
 """
 
 from __future__ import annotations
@@ -15,30 +18,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from mur.sandbox import landlock as ll
+from mur.sandbox import syscalls
 from mur.sandbox.cgroups import CgroupLimits
 
-NOBODY = 65534
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
 
-# Syscalls refused with EPERM: the kernel-attack and escape surface a tool never needs (the Docker
-# default profile's refusals, plus io_uring, whose ring operations bypass seccomp entirely).
-DENIED_SYSCALLS = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
-    "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr",
-    "unshare", "setns",
-    "bpf", "perf_event_open", "userfaultfd", "lookup_dcookie", "fanotify_init",
-    "keyctl", "add_key", "request_key",
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-    "reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd", "syslog", "vhangup",
-    "open_by_handle_at", "name_to_handle_at", "iopl", "ioperm", "uselib",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-    "create_module", "get_kernel_syms", "query_module", "nfsservctl", "_sysctl",
-)
-# clone3 passes its flags in a struct seccomp cannot read: answer ENOSYS so libc falls back to
-# clone(), whose flags we can filter (what Docker and systemd do).
-ENOSYS_SYSCALLS = ("clone3",)
+# --- seccomp ----------------------------------------------------------------------------------
+
 CLONE_NAMESPACE_FLAGS = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP
@@ -53,39 +39,140 @@ TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # terminal input injection
 # would run a binary that is not allow-listed. memfd_create is refused unless the caller seals it
 # non-executable (MFD_NOEXEC_SEAL, Linux 6.3+).
 MFD_NOEXEC_SEAL = 0x0008
+# send*(MSG_FASTOPEN) on a TCP socket connects as it sends, without the connect() hook Landlock's
+# TCP rules sit on.
+MSG_FASTOPEN = 0x20000000
+AF_MAX = 46  # address families the kernel numbers (include/linux/socket.h); anything past it too
+SOCK_TYPE_MASK = 0xF  # the type in socket()'s second argument, below SOCK_NONBLOCK / SOCK_CLOEXEC
+SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET = 1, 2, 5
+IPPROTO_TCP = 6
+PRIO_USER, IOPRIO_WHO_USER = 2, 3  # "every process of this uid"
+LOW32 = 0xFFFFFFFF  # int arguments: the kernel reads the low 32 bits of the register
+# Syscalls whose first argument names a process (0 = the caller) and changes it.
+PID_FIRST = ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr")
+
+
+@dataclass(frozen=True)
+class ArgRule:
+    """Refuse ``syscall`` with ``errno`` when every condition holds (none: always).
+
+    A condition is (argument index, op, value, mask): op "eq", "ne" and "gt" compare the full
+    64-bit register, "masked_eq" compares ``argument & mask`` with value.
+    """
+
+    syscall: str
+    errno: int
+    conditions: tuple[tuple[int, str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
 class SeccompTable:
-    """The syscall table (compiled by ``mur.sandbox.seccomp``); default action: allow.
+    """Two filters, compiled by ``mur.sandbox.seccomp`` and stacked in the child.
 
-    errno_syscalls:   (syscall, errno) refused outright
-    errno_arg_equal:  (syscall, arg index, value, errno) refused when that 32-bit argument equals value
-    errno_arg_masked: (syscall, arg index, mask, value, errno) refused when (argument & mask) == value
+    The allowlist: ``allow`` runs, ``allow_if`` runs when that argument equals that value,
+    ``refuse`` gets its errno, every other syscall gets ``default_errno``; a foreign-architecture
+    syscall kills the process. Then the refinements (``rules``, default allow) narrow what the
+    allowlist lets through by argument: which socket families, types and protocols, which clone
+    flags, which processes. The kernel runs both and the stricter answer wins, which is how a
+    per-syscall errno (EACCES for a refused socket, as the spec says) sits beside a default one.
     """
 
-    errno_syscalls: tuple[tuple[str, int], ...]
-    errno_arg_equal: tuple[tuple[str, int, int, int], ...]
-    errno_arg_masked: tuple[tuple[str, int, int, int, int], ...]
+    allow: tuple[str, ...]
+    allow_if: tuple[tuple[str, int, int], ...]
+    refuse: tuple[tuple[str, int], ...]
+    rules: tuple[ArgRule, ...]
+    default_errno: int = errno.ENOSYS
 
 
-def seccomp_table(unix_sockets: bool, workdir_exec: bool = False) -> SeccompTable:
-    """The refusals: dangerous syscalls, namespace creation, AF_NETLINK/AF_PACKET, AF_UNIX unless granted,
-    and (while the exec allowlist is in force) executable memfds."""
-    families = [socket.AF_NETLINK, socket.AF_PACKET]
-    arg_equal = [("socket", 0, fam, errno.EACCES) for fam in families]
-    if not unix_sockets:
-        arg_equal += [("socket", 0, socket.AF_UNIX, errno.EACCES), ("socketpair", 0, socket.AF_UNIX, errno.EACCES)]
-    arg_equal += [("ioctl", 1, TIOCSTI, errno.EPERM), ("ioctl", 1, TIOCLINUX, errno.EPERM)]
+@dataclass(frozen=True)
+class SocketGrant:
+    """Which sockets a tool may create: family -> (types, protocols), all else refused with EACCES."""
+
+    families: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]
+    bind: bool  # bind() (TCP bind is still refused by Landlock; this is for AF_UNIX)
+    listen: bool  # listen(); never while an inet socket could autobind on a host interface
+
+
+def socket_grant(*, unix: bool, inet: bool, private_net: bool) -> SocketGrant:
+    """The allowlist by family/type/protocol: TCP only with a network grant, AF_UNIX only with
+    ``unix_sockets: true``; UDP, raw, MPTCP, SCTP, vsock, netlink, packet, ... never."""
+    families: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
+    if unix:
+        families.append((socket.AF_UNIX, (SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET), (0,)))
+    if inet:
+        families += [(socket.AF_INET, (SOCK_STREAM,), (0, IPPROTO_TCP)),
+                     (socket.AF_INET6, (SOCK_STREAM,), (0, IPPROTO_TCP))]
+    # listen() on an unbound TCP socket autobinds an ephemeral port on every interface: only
+    # harmless inside the session's own network namespace.
+    return SocketGrant(tuple(families), bind=unix, listen=unix and (not inet or private_net))
+
+
+def socket_rules(grant: SocketGrant) -> list[ArgRule]:
+    """The complement of the grant as refusal rules (one comparison per argument per rule is all
+    libseccomp allows, so the gaps are spelled out; a value with high bits set is refused)."""
+    deny = errno.EACCES
+    allowed = {fam: (types, protos) for fam, types, protos in grant.families}
+    rules = [ArgRule("socket", deny, ((0, "eq", fam, 0),)) for fam in range(AF_MAX) if fam not in allowed]
+    rules.append(ArgRule("socket", deny, ((0, "gt", AF_MAX - 1, 0),)))
+    for fam, (types, protos) in allowed.items():
+        rules += [ArgRule("socket", deny, ((0, "eq", fam, 0), (1, "masked_eq", t, SOCK_TYPE_MASK)))
+                  for t in range(SOCK_TYPE_MASK + 1) if t not in types]
+        top = max(protos)
+        for t in types:
+            kind = ((0, "eq", fam, 0), (1, "masked_eq", t, SOCK_TYPE_MASK))
+            rules += [ArgRule("socket", deny, kind + ((2, "eq", p, 0),)) for p in range(top) if p not in protos]
+            rules.append(ArgRule("socket", deny, kind + ((2, "gt", top, 0),)))
+    if socket.AF_UNIX in allowed:
+        rules.append(ArgRule("socketpair", deny, ((0, "ne", socket.AF_UNIX, 0),)))
+    else:
+        rules.append(ArgRule("socketpair", deny))
+    if not grant.bind:
+        rules.append(ArgRule("bind", deny))
+    if not grant.listen:
+        rules.append(ArgRule("listen", deny))
+    for name, flags_arg in (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)):
+        rules.append(ArgRule(name, deny, ((flags_arg, "masked_eq", MSG_FASTOPEN, MSG_FASTOPEN),)))
+    return rules
+
+
+def process_rules() -> list[ArgRule]:
+    """Calls that act on another process by pid, confined to the caller (pid 0) and its process
+    group: for tools that share a uid with processes outside their session -- mur, and in a pid
+    namespace its init -- (kill(2) itself is Landlock's signal scope; kill(-1) is refused here)."""
+    deny = errno.EPERM
+    rules = [ArgRule(name, deny, ((0, "ne", 0, 0),)) for name in PID_FIRST]
+    rules += [
+        ArgRule("setpriority", deny, ((0, "masked_eq", PRIO_USER, LOW32),)),
+        ArgRule("setpriority", deny, ((1, "ne", 0, 0),)),
+        ArgRule("ioprio_set", deny, ((0, "masked_eq", IOPRIO_WHO_USER, LOW32),)),
+        ArgRule("ioprio_set", deny, ((1, "ne", 0, 0),)),
+        ArgRule("kill", deny, ((0, "masked_eq", LOW32, LOW32),)),  # kill(-1): every process of the uid
+    ]
+    return rules
+
+
+def seccomp_table(sockets: SocketGrant, *, workdir_exec: bool = False, confine_pids: bool = False) -> SeccompTable:
+    """The allowlist (``mur.sandbox.syscalls``) plus the argument rules this session needs."""
+    rules = socket_rules(sockets)
+    rules += [ArgRule("ioctl", errno.EPERM, ((1, "masked_eq", cmd, LOW32),)) for cmd in (TIOCSTI, TIOCLINUX)]
+    rules += [ArgRule("clone", errno.EPERM, ((0, "masked_eq", flag, flag),)) for flag in CLONE_NAMESPACE_FLAGS]
+    if not workdir_exec:
+        rules.append(ArgRule("memfd_create", errno.EPERM, ((1, "masked_eq", 0, MFD_NOEXEC_SEAL),)))
+    if confine_pids:
+        rules += process_rules()
     return SeccompTable(
-        errno_syscalls=tuple((n, errno.EPERM) for n in DENIED_SYSCALLS) + tuple((n, errno.ENOSYS) for n in ENOSYS_SYSCALLS),
-        errno_arg_equal=tuple(arg_equal),
-        errno_arg_masked=tuple(("clone", 0, flag, flag, errno.EPERM) for flag in CLONE_NAMESPACE_FLAGS)
-        + (() if workdir_exec else (("memfd_create", 1, MFD_NOEXEC_SEAL, 0, errno.EPERM),)),
+        allow=syscalls.ALLOWED,
+        allow_if=tuple(("personality", 0, value) for value in syscalls.PERSONALITY_VALUES),
+        refuse=tuple((n, errno.EPERM) for n in syscalls.REFUSED) + tuple((n, errno.ENOSYS) for n in syscalls.ENOSYS),
+        rules=tuple(rules),
     )
 
 
 # --- network ----------------------------------------------------------------------------------
+
+PROXY_HOST, PROXY_PORT = "127.0.0.1", 3128  # inside the session's network namespace: nothing else listens
+PROXY_ENV_NAMES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+NO_PROXY_NAMES = ("no_proxy", "NO_PROXY")  # would send a tool around the proxy, into a closed namespace
 
 
 @dataclass(frozen=True)
@@ -113,6 +200,112 @@ def plan_tcp(entries: Iterable[object], resolve: Callable[[str], bool]) -> TcpPl
         else:
             ports.add(port)
     return TcpPlan(tuple(sorted(ports)), tuple(dict.fromkeys(any_port)), tuple(dict.fromkeys(skipped)))
+
+
+# How shell tools reach the network, strongest first:
+#   proxy       a private network namespace (only loopback) whose one way out is mur's egress proxy,
+#               which admits exactly the allowed hosts (CONNECT host, TLS SNI, Host header)
+#   ports       no namespace possible: Landlock TCP rules, port-only (any address on an allowed port)
+#   unfiltered  no namespace and Landlock < ABI 4, or an entry without a port: TCP connect anywhere
+#   none        no network grant: no inet socket at all
+NETWORK_MECHANISMS = {
+    "proxy": "netns+egress-proxy",
+    "ports": "landlock-tcp-ports",
+    "unfiltered": "unfiltered-tcp",
+    "none": "no-inet-sockets",
+}
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    mode: str  # a NETWORK_MECHANISMS key
+    allow: tuple[object, ...] = ()  # the AllowEntry objects in force (resolved at launch)
+    tcp: TcpPlan = field(default_factory=lambda: TcpPlan(()))
+
+    @property
+    def mechanism(self) -> str:
+        return NETWORK_MECHANISMS[self.mode]
+
+    @property
+    def inet(self) -> bool:
+        return self.mode != "none"
+
+    @property
+    def proxy(self) -> bool:
+        return self.mode == "proxy"
+
+
+def plan_network(entries: Iterable[object], resolve: Callable[[str], bool], *, private_net: bool,
+                 landlock_abi: int) -> NetworkPlan:
+    """Which mechanism carries network.allow for shell tools on this host (hosts that do not resolve
+    at launch are skipped, as the spec says, whatever the mechanism)."""
+    entries = list(entries)
+    tcp = plan_tcp(entries, resolve)
+    kept = tuple(e for e in entries if getattr(e, "host") not in tcp.skipped)
+    if not kept:
+        return NetworkPlan("none", (), tcp)
+    if private_net:
+        return NetworkPlan("proxy", kept, tcp)
+    if landlock_abi >= 4 and not tcp.any_port:
+        return NetworkPlan("ports", kept, tcp)
+    return NetworkPlan("unfiltered", kept, tcp)
+
+
+def egress_allowed(allow: Iterable[object], host: str, port: int, protocol: str | None) -> bool:
+    """May the proxy open host:port for a tool? ``protocol`` is what the tool's first bytes are:
+    "https" (a TLS ClientHello), "http" (a request), None (anything else: only an entry that pins
+    no scheme admits it). Host matching is the allow-list's own (spec: pattern match, no DNS)."""
+    for entry in allow:
+        if protocol is None:
+            if getattr(entry, "scheme") is None and entry.matches("", host, port):  # type: ignore[attr-defined]
+                return True
+        elif entry.matches(protocol, host, port):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+def egress_target_allowed(allow: Iterable[object], host: str, port: int) -> bool:
+    """Could any protocol reach host:port (the CONNECT check, before the first bytes are seen)?"""
+    return any(egress_allowed(allow, host, port, p) for p in ("https", "http", None))
+
+
+def proxy_env(plan: NetworkPlan) -> dict[str, str]:
+    """HTTP(S)_PROXY / ALL_PROXY (both spellings: curl reads only the lower-case http_proxy)."""
+    if not plan.proxy:
+        return {}
+    url = f"http://{PROXY_HOST}:{PROXY_PORT}"
+    return {name: url for name in PROXY_ENV_NAMES}
+
+
+# --- other processes --------------------------------------------------------------------------
+
+NAMESPACES = ("user", "net", "ipc", "mnt", "pid")  # the order a tool joins them (user first: it grants the rest)
+
+
+def plan_namespaces(*, is_root: bool, private_net: bool, userns: bool, workdir_exec: bool) -> tuple[str, ...]:
+    """The private namespaces a session's tools run in, as far as this host allows.
+
+    As root: net + ipc (+ mnt for the noexec workdir); tools also get their own uid. As another
+    user, everything comes from an unprivileged user namespace: user + net + ipc + pid (+ mnt),
+    the pid namespace standing in for the uid tools then share with mur.
+    """
+    if not private_net:
+        return ()
+    wanted = {"net", "ipc"} | (set() if workdir_exec else {"mnt"})
+    if not is_root:
+        if not userns:
+            return ()
+        wanted |= {"user", "pid"}
+    return tuple(n for n in NAMESPACES if n in wanted)
+
+
+def process_isolation(run_as: tuple[int, int] | None, namespaces: Iterable[str], landlock_abi: int) -> str:
+    """How a tool is kept from acting on processes outside its session (for reports and the log)."""
+    if run_as is not None:
+        return "session-uid"
+    if "pid" in set(namespaces):
+        return "pid-namespace"
+    return "landlock-scope+seccomp" if landlock_abi >= 6 else "seccomp-only"
 
 
 # --- landlock ---------------------------------------------------------------------------------
@@ -148,6 +341,9 @@ DEVICES = (
 # Read-only data, never executable: without it every program falls back to the C locale and bash
 # prints a setlocale warning on each call when LC_ALL is set.
 LOCALE_DIRS = ("/usr/lib/locale",)
+# Public CA certificates (Debian, then Fedora/RHEL layouts), read-only: https through the proxy
+# verifies the origin's certificate end to end, so curl, git and python need the bundle.
+TRUST_STORE_DIRS = ("/etc/ssl/certs", "/usr/share/ca-certificates", "/etc/pki/ca-trust/extracted", "/etc/pki/tls/certs")
 
 
 def workdir_access(abi: int, workdir_exec: bool) -> int:
@@ -157,11 +353,15 @@ def workdir_access(abi: int, workdir_exec: bool) -> int:
 
 
 def landlock_policy(abi: int, workdir: str, *, workdir_exec: bool, closures: dict[str, tuple[str, ...]],
-                    interpreter_runtime: Iterable[object], tcp: TcpPlan, existing: Callable[[str], bool]) -> LandlockPolicy:
-    """Grants: workdir rw, each binary's closure r+x, fixed devices, interpreter_runtime dirs, TCP ports."""
+                    interpreter_runtime: Iterable[object], network: NetworkPlan,
+                    existing: Callable[[str], bool], readonly: Iterable[str] = ()) -> LandlockPolicy:
+    """Grants: workdir rw, each binary's closure r+x, fixed devices, interpreter_runtime dirs, the
+    TLS trust store (with a network grant), TCP ports, and ``readonly`` dirs (the session's logs,
+    outside the workdir) read + list only."""
     handled = ll.fs_rights_for_abi(abi)
     grants: list[PathGrant] = [PathGrant(workdir, workdir_access(abi, workdir_exec) & handled, "workdir")]
-    seen = {workdir}
+    grants += [PathGrant(path, (ll.READ_FILE | ll.READ_DIR) & handled, "session logs (read-only)") for path in readonly]
+    seen = {workdir, *readonly}
     for name, files in closures.items():
         for path in files:
             if path not in seen:
@@ -175,14 +375,23 @@ def landlock_policy(abi: int, workdir: str, *, workdir_exec: bool, closures: dic
             bits = EXEC_READ | (ll.READ_DIR if d.list_dir else 0)
             if existing(d.path):
                 grants.append(PathGrant(d.path, bits & handled, f"interpreter_runtime {getattr(grant, 'binary')}"))
-    for path in LOCALE_DIRS:
+    data = [(p, "locale data") for p in LOCALE_DIRS]
+    if network.inet:
+        data += [(p, "TLS trust store (network.allow)") for p in TRUST_STORE_DIRS]
+    for path, reason in data:
         if existing(path):
-            grants.append(PathGrant(path, (ll.READ_FILE | ll.READ_DIR) & handled, "locale data"))
-    handled_net = 0
+            grants.append(PathGrant(path, (ll.READ_FILE | ll.READ_DIR) & handled, reason))
+    handled_net, ports = 0, ()
     if abi >= 4:
-        handled_net = ll.NET_BIND_TCP | (0 if tcp.any_port else ll.NET_CONNECT_TCP)
+        if network.proxy:  # the namespace holds nothing but the proxy; Landlock pins it anyway
+            handled_net, ports = ll.NET_BIND_TCP | ll.NET_CONNECT_TCP, (PROXY_PORT,)
+        elif network.mode == "none":
+            handled_net = ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
+        else:
+            handled_net = ll.NET_BIND_TCP | (0 if network.tcp.any_port else ll.NET_CONNECT_TCP)
+            ports = network.tcp.ports
     scoped = (ll.SCOPE_SIGNAL | ll.SCOPE_ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0
-    return LandlockPolicy(abi, handled, tuple(grants), handled_net, tcp.ports if abi >= 4 else (), scoped)
+    return LandlockPolicy(abi, handled, tuple(grants), handled_net, ports, scoped)
 
 
 # --- rlimits ----------------------------------------------------------------------------------
@@ -217,31 +426,51 @@ class ShellPolicy:
     seccomp: SeccompTable | None
     rlimits: tuple[tuple[str, int], ...]
     cgroup: CgroupLimits | None  # None off Linux
-    run_as: tuple[int, int] | None  # (uid, gid) to drop to when mur runs as root
-    tcp: TcpPlan = field(default_factory=lambda: TcpPlan(()))
+    run_as: tuple[int, int] | None  # the session's own (uid, gid) when mur runs as root
+    network: NetworkPlan = field(default_factory=lambda: NetworkPlan("none"))
+    sockets: SocketGrant = field(default_factory=lambda: socket_grant(unix=False, inet=False, private_net=False))
     unix_sockets: bool = False
-    noexec_workdir: str | None = None  # re-mounted noexec in a private mount namespace (root only)
+    namespaces: tuple[str, ...] = ()  # private namespaces the tools join, in NAMESPACES order
+    noexec_workdir: str | None = None  # re-mounted noexec in the session's mount namespace
+    processes: str = "seccomp-only"  # process_isolation()
+
+    @property
+    def tcp(self) -> TcpPlan:
+        return self.network.tcp
 
 
 def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[str, tuple[str, ...]],
-                 tcp: TcpPlan, is_root: bool, nproc_baseline: int, hard_limits: dict[str, int],
-                 existing: Callable[[str], bool], private_mounts: bool = False) -> ShellPolicy:
-    """Everything the appliers need, derived from the manifest and what was measured on this host."""
+                 network: NetworkPlan, run_as: tuple[int, int] | None, namespaces: Iterable[str],
+                 nproc_baseline: int, hard_limits: dict[str, int], existing: Callable[[str], bool],
+                 readonly: tuple[str, ...] = ()) -> ShellPolicy:
+    """Everything the appliers need, derived from the manifest and what was measured on this host.
+
+    ``run_as`` is the session uid leased for this session (root only); ``namespaces`` the private
+    namespaces actually created for it; ``network`` the plan_network() result for them;
+    ``readonly`` the session's logs directory when it is outside the workdir.
+    """
     linux = getattr(probe, "os") == "linux"
     shell = getattr(caps, "shell")
-    network = getattr(caps, "network")
     fs_caps = getattr(caps, "filesystem")
     resources = getattr(caps, "resources")
     abi = getattr(probe, "landlock_abi")
+    namespaces = tuple(n for n in NAMESPACES if n in set(namespaces)) if linux else ()
+    workdir_exec = bool(getattr(fs_caps, "workdir_exec", False))
+    unix = bool(getattr(caps, "network").unix_sockets)
     landlock = None
     if linux and abi > 0:
         landlock = landlock_policy(
-            abi, workdir, workdir_exec=bool(getattr(fs_caps, "workdir_exec", False)), closures=closures,
-            interpreter_runtime=getattr(shell, "interpreter_runtime", ()) if shell else (), tcp=tcp,
-            existing=existing,
+            abi, workdir, workdir_exec=workdir_exec, closures=closures,
+            interpreter_runtime=getattr(shell, "interpreter_runtime", ()) if shell else (), network=network,
+            existing=existing, readonly=readonly,
         )
-    workdir_exec = bool(getattr(fs_caps, "workdir_exec", False))
-    seccomp = seccomp_table(bool(network.unix_sockets), workdir_exec) if linux and getattr(probe, "seccomp") else None
+    run_as = run_as if linux else None
+    sockets = socket_grant(unix=unix, inet=network.inet, private_net="net" in namespaces)
+    # Tools sharing mur's uid are confined to pid 0 even in their pid namespace: its init (the
+    # reaper) has their uid too, and a prlimit(1, RLIMIT_CPU, 0) would take the namespace down.
+    confine = run_as is None
+    seccomp = seccomp_table(sockets, workdir_exec=workdir_exec, confine_pids=confine) \
+        if linux and getattr(probe, "seccomp") else None
     cgroup = None
     if linux:
         cgroup = CgroupLimits(
@@ -250,10 +479,10 @@ def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[st
         )
     return ShellPolicy(
         tier=getattr(probe, "tier"), landlock=landlock, seccomp=seccomp,
-        rlimits=rlimits(resources, nproc_baseline, hard_limits), cgroup=cgroup,
-        run_as=(NOBODY, NOBODY) if is_root and linux else None, tcp=tcp,
-        unix_sockets=bool(network.unix_sockets),
-        noexec_workdir=workdir if linux and is_root and private_mounts and not workdir_exec else None,
+        rlimits=rlimits(resources, nproc_baseline, hard_limits), cgroup=cgroup, run_as=run_as,
+        network=network, sockets=sockets, unix_sockets=unix, namespaces=namespaces,
+        noexec_workdir=workdir if "mnt" in namespaces and not workdir_exec else None,
+        processes=process_isolation(run_as, namespaces, abi if linux else 0),
     )
 
 
@@ -267,7 +496,20 @@ def explain_grants(caps: object, workdir: str, abi: int = ll.MAX_KNOWN_ABI) -> l
     fs_caps = getattr(caps, "filesystem")
     policy = landlock_policy(
         max(abi, 1), workdir, workdir_exec=bool(getattr(fs_caps, "workdir_exec", False)), closures={},
-        interpreter_runtime=getattr(shell, "interpreter_runtime", ()) if shell else (), tcp=TcpPlan(()),
+        interpreter_runtime=getattr(shell, "interpreter_runtime", ()) if shell else (), network=NetworkPlan("none"),
         existing=lambda _path: True,
     )
     return [(g.path, g.rights, g.reason) for g in policy.grants]
+
+
+def explain_isolation(allow: Iterable[object], probe: object, *, workdir_exec: bool) -> tuple[str, str]:
+    """(network mechanism, process isolation) shell tools would get on this host, for
+    ``--explain-scope``: no DNS (every entry counts as resolving), no namespace created."""
+    if getattr(probe, "os", "linux") != "linux" or getattr(probe, "tier", "full") == "environment-only":
+        return "unenforced", "unenforced"
+    abi = getattr(probe, "landlock_abi", 0)
+    root = bool(getattr(probe, "root", False))
+    names = plan_namespaces(is_root=root, private_net=bool(getattr(probe, "netns", False)),
+                            userns=bool(getattr(probe, "userns", False)), workdir_exec=workdir_exec)
+    network = plan_network(allow, lambda _host: True, private_net="net" in names, landlock_abi=abi)
+    return network.mechanism, process_isolation((1, 1) if root else None, names, abi)

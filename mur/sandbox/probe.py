@@ -1,14 +1,14 @@
 """What this host can enforce, measured (never inferred from the kernel version string).
 
-``probe_host()`` forks a child that builds and *applies* a real Landlock ruleset and a real seccomp
-filter, and reports which worked; it also tries to create (and removes) a cgroup with pids and
-memory limits. The result is cached per process. ``python -m mur.sandbox.probe`` prints it as one
+``probe_host()`` forks a child that builds and *applies* a real Landlock ruleset and the seccomp
+allowlist a session installs, and reports which worked; it also tries to create (and removes) a
+cgroup with pids and memory limits, and the private namespaces a session would run its tools in
+(network + IPC as root; user + network + pid otherwise). The result is cached per process. ``python -m mur.sandbox.probe`` prints it as one
 JSON line (the deploy helper runs that on remote targets).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import platform
@@ -36,23 +36,27 @@ class HostProbe:
     cgroup_mode: str  # "unified" | "hybrid" | "legacy" | "none"
     cgroup_delegated: bool  # a child cgroup with pids+memory limits could be created just now
     systemd: bool  # /run/systemd/system exists
+    # Defaults keep older remote probe JSON (deploy targets) readable.
+    root: bool = False  # mur runs as root: tools get a session uid of their own
+    netns: bool = False  # a private network namespace could be created (as root, or in a user namespace)
+    userns: bool = False  # an unprivileged user namespace could be created (what non-root needs)
 
 
 _cache: HostProbe | None = None
 _lock = threading.Lock()
 
 
-def _tiny_filter() -> "object | None":
-    """A real libseccomp-compiled filter (refuses one harmless syscall), or None without libseccomp."""
+def _real_filter() -> "object | None":
+    """The allowlist a session would install (libseccomp-compiled), or None without libseccomp."""
     from mur.sandbox import seccomp
 
     module = seccomp.load_module()
     if module is None:
         return None
-    from mur.sandbox.policy import SeccompTable
+    from mur.sandbox.policy import seccomp_table, socket_grant
 
     try:
-        return seccomp.compile_filter(SeccompTable((("acct", errno.EPERM),), (), ()), module)
+        return seccomp.compile_filter(seccomp_table(socket_grant(unix=False, inet=True, private_net=True)), module)
     except OSError:
         return None
 
@@ -60,7 +64,7 @@ def _tiny_filter() -> "object | None":
 def _kernel_checks() -> tuple[int, bool, str | None]:
     """(landlock ABI applied, seccomp installed, detail) measured in a forked child."""
     abi = landlock.abi_version()
-    program = _tiny_filter()
+    program = _real_filter()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: only syscalls, then _exit
@@ -126,12 +130,22 @@ def _cgroup_checks() -> tuple[str, bool]:
     return mode, True
 
 
+def _namespace_checks(root: bool) -> tuple[bool, bool]:
+    """(netns, userns): build and discard the namespaces a session would get."""
+    from mur.sandbox import namespaces
+
+    userns = not root and namespaces.available(("user", "net", "pid"))
+    netns = namespaces.available(("net", "ipc")) if root else userns
+    return netns, userns
+
+
 def classify(system: str, abi: int, seccomp_ok: bool, detail: str | None, cgroup_mode: str,
-             delegated: bool, systemd: bool) -> HostProbe:
+             delegated: bool, systemd: bool, *, root: bool = False, netns: bool = False,
+             userns: bool = False) -> HostProbe:
     """The tier / mechanism / achieved class implied by what was measured."""
     if system != "linux":
         return HostProbe(system, 0, False, "environment-only", "none", "advisory", REASON_NO_LANDLOCK,
-                         "none", False, systemd)
+                         "none", False, systemd, root=root)
     if abi > 0 and seccomp_ok:
         tier, mechanism, reason = "full", "landlock+seccomp", None
     elif seccomp_ok:
@@ -145,7 +159,8 @@ def classify(system: str, abi: int, seccomp_ok: bool, detail: str | None, cgroup
         else:
             reason = REASON_NO_LANDLOCK + (f" ({detail})" if detail else "")
     achieved = "scoped" if tier == "full" else "advisory"
-    return HostProbe(system, abi, seccomp_ok, tier, mechanism, achieved, reason, cgroup_mode, delegated, systemd)
+    return HostProbe(system, abi, seccomp_ok, tier, mechanism, achieved, reason, cgroup_mode, delegated, systemd,
+                     root=root, netns=netns, userns=userns)
 
 
 def _measure() -> HostProbe:
@@ -153,9 +168,11 @@ def _measure() -> HostProbe:
     systemd = os.path.isdir("/run/systemd/system")
     if system != "linux":
         return classify(system, 0, False, None, "none", False, systemd)
+    root = os.geteuid() == 0
     abi, sc_ok, detail = _kernel_checks()
     mode, delegated = _cgroup_checks()
-    return classify(system, abi, sc_ok, detail, mode, delegated, systemd)
+    netns, userns = _namespace_checks(root)
+    return classify(system, abi, sc_ok, detail, mode, delegated, systemd, root=root, netns=netns, userns=userns)
 
 
 def probe_host(refresh: bool = False) -> HostProbe:

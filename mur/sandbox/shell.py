@@ -17,22 +17,24 @@ import selectors
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Iterable, Mapping
 
+from mur import fsafe
 from mur.errors import MurError
-from mur.sandbox import cgroups, elf, policy as pol, rlimits
+from mur.fsafe import Tree
+from mur.sandbox import cgroups, elf, namespaces, policy as pol, rlimits, uids
 from mur.sandbox.access import WorkdirAccess
+from mur.sandbox.egress import EgressProxy, system_resolve
+from mur.sandbox.launch_warnings import launch_warnings
 from mur.sandbox.output import OUTPUT_LIMIT, Capture, cut, write_log
 from mur.sandbox.probe import HostProbe, probe_host
 from mur.sandbox.result import ShellResult, attribute, limit_error, shell_trace_fields
-from mur.sandbox.spawn import Prepared, SpawnError, noexec_namespace, prepare, spawn
+from mur.sandbox.spawn import Prepared, SpawnError, prepare, spawn
 from mur.sandbox.workdir_guard import WorkdirGuard
 from mur.secrets import is_credential_name, matches_any
 
@@ -90,20 +92,15 @@ def synthetic_tool_manifest(binary: str) -> dict:
 
 
 def write_synthetic_tool_manifests(tools_dir: Path, allow: Iterable[str]) -> list[Path]:
-    """Write ``<tools_dir>/<bin>/murmur.yaml`` for each binary (atomically); returns the paths."""
+    """Write ``<tools_dir>/<bin>/murmur.yaml`` for each binary (atomically, never through a link);
+    returns the paths."""
     import yaml
 
     written = []
-    for binary in allow:
-        target = Path(tools_dir) / binary / "murmur.yaml"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".murmur.yaml.")
-        with os.fdopen(fd, "w") as fh:
-            yaml.safe_dump(synthetic_tool_manifest(binary), fh, sort_keys=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-        written.append(target)
+    with Tree(tools_dir, create=True) as tools:
+        for binary in allow:
+            tools.write_text(f"{binary}/murmur.yaml", yaml.safe_dump(synthetic_tool_manifest(binary), sort_keys=False))
+            written.append(Path(tools_dir) / binary / "murmur.yaml")
     return written
 
 
@@ -120,23 +117,32 @@ class _Binary:
 
 
 class ShellSandbox:
-    """One per session. Owns the session's cgroup(s) and the workdir-size watcher."""
+    """One per session. Owns the session's cgroup(s), uid lease, namespaces, egress proxy and the
+    workdir-size watcher.
+
+    ``resolve(host) -> [address, ...]`` is how network.allow hosts are looked up, at launch (a host
+    that does not resolve is skipped, as the spec says) and by the egress proxy at connect time;
+    tests inject one that maps test names to loopback.
+    """
 
     def __init__(self, caps: "Capabilities", workdir: Path, session_id: str,
                  network_allow: list["AllowEntry"], probe: HostProbe | None = None,
                  log: Callable[[str], None] | None = None, *,
                  host_env: Mapping[str, str] | None = None,
                  on_workdir_exceeded: Callable[[MurError], None] | None = None,
-                 resolve_host: Callable[[str], bool] | None = None) -> None:
+                 resolve: Callable[[str], list[str]] | None = None, logs_dir: Path | None = None) -> None:
         self.caps = caps
         self.workdir = Path(os.path.realpath(workdir))
+        # Full shell output goes here. mur run passes the session's logs/, outside the workdir, which
+        # the tools may read but not write; standalone, it is <workdir>/logs.
+        self.logs_dir = Path(os.path.abspath(logs_dir)) if logs_dir is not None else None
         self.session_id = session_id
         self.network_allow = list(network_allow)
         self.probe = probe
         self.log = log or (lambda _msg: None)
         self.host_env = dict(os.environ if host_env is None else host_env)
         self.on_workdir_exceeded = on_workdir_exceeded
-        self.resolve_host = resolve_host or _resolves
+        self.resolve = resolve or system_resolve
         self.policy: pol.ShellPolicy | None = None
         self.cgroup: cgroups.SessionCgroup | None = None
         self.binaries: dict[str, _Binary] = {}
@@ -149,7 +155,11 @@ class ShellSandbox:
         self._started = False
         self._closed = False
         self._children: set[int] = set()
-        self._pending_mountns: int | None = None
+        self._lease: uids.UidLease | None = None
+        self.namespaces: namespaces.SessionNamespaces | None = None
+        self.proxy: EgressProxy | None = None
+        self._work: Tree | None = None  # the workdir, held open: every runtime access goes through it
+        self._logs: Tree | None = None
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -184,47 +194,47 @@ class ShellSandbox:
             except OSError as exc:
                 raise MurError("E-IO-003", f"cannot create the workdir {self.workdir}: {exc.strerror}") from exc
             self.workdir = Path(os.path.realpath(self.workdir))
+            self._open_trees()
             self._resolve_binaries(with_closure=linux and probe.landlock_abi > 0)
-            tcp = pol.plan_tcp(self.network_allow, self.resolve_host) if linux and probe.landlock_abi >= 4 \
-                else pol.TcpPlan(())
-            for host in tcp.skipped:
-                self.log(f"network.allow host '{host}' did not resolve at launch: it contributes no TCP port")
             is_root = linux and os.geteuid() == 0
-            mountns_fd = None
-            if is_root and not self.caps.filesystem.workdir_exec:
-                mountns_fd = self._pending_mountns = noexec_namespace(str(self.workdir))
-                if mountns_fd is None:
-                    self.log("the workdir could not be re-mounted noexec in a private mount namespace: the ELF "
-                             "loader could still map a binary copied into the workdir")
+            run_as = self._lease_uid() if is_root else None
+            network, joined = self._isolate(probe, is_root)
+            for host in network.tcp.skipped:
+                self.log(f"network.allow host '{host}' did not resolve at launch: it contributes nothing")
             self.policy = pol.build_policy(
                 self.caps, str(self.workdir), probe,
                 closures={b.name: b.closure for b in self.binaries.values() if b.closure},
-                tcp=tcp, is_root=is_root,
-                nproc_baseline=rlimits.uid_task_count(pol.NOBODY if is_root else os.getuid()),
+                network=network, run_as=run_as, namespaces=joined, readonly=self._readonly(),
+                # a fresh session uid, or a user namespace of our own, starts from no tasks at all
+                nproc_baseline=0 if run_as or "user" in joined else rlimits.uid_task_count(os.getuid()),
                 hard_limits=rlimits.inherited_hard_limits(), existing=os.path.exists,
-                private_mounts=mountns_fd is not None,
             )
-            if is_root:
-                self._access = WorkdirAccess(str(self.workdir), pol.NOBODY, pol.NOBODY)
+            self.log(f"shell sandbox: network {network.mechanism}, processes {self.policy.processes}, "
+                     f"namespaces {'+'.join(joined) or 'none'}")
+            if run_as is not None:
+                self._access = WorkdirAccess(str(self.workdir), *run_as, readonly=self._readonly())
                 try:
                     self._access.grant()
                 except OSError as exc:
-                    raise MurError("E-RUN-015", f"cannot give the sandbox uid {pol.NOBODY} access to the "
+                    raise MurError("E-RUN-015", f"cannot give the session uid {run_as[0]} access to the "
                                    f"workdir {self.workdir}: {exc}") from exc
                 for note in self._access.notes:
                     self.log(f"workdir access: {note}")
             try:
-                self._pending_mountns = None  # prepare() owns it now, also on failure
-                self._prepared = prepare(self.policy, self.cgroup, mountns_fd)
+                self._prepared = prepare(self.policy, self.cgroup, self.namespaces)
             except OSError as exc:
                 raise MurError("E-RUN-015", f"the shell sandbox could not be prepared: {exc}") from exc
-            self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach)
+            if network.proxy and self.namespaces is not None and self.namespaces.listener is not None:
+                self.proxy = EgressProxy(self.namespaces.listener, network.allow, resolve=self.resolve, log=self.log)
+                self.proxy.start()
+            self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach,
+                                       also=self._readonly())  # shell logs grow with what tools print
             self._guard.start()
             atexit.register(self.close)
         except BaseException:
             self.close()
             raise
-        return self._warnings()
+        return launch_warnings(self.caps, self.probe, self.policy)
 
     def close(self) -> None:
         """Kill every process in the cgroup(s), remove them, undo the ACL grant; idempotent."""
@@ -237,6 +247,8 @@ class ShellSandbox:
             self._guard.stop()
         for pgid in list(self._children):
             _killpg(pgid)
+        if self.proxy is not None:
+            self.proxy.close()
         if self.cgroup is not None:
             try:
                 self.cgroup.remove()
@@ -244,14 +256,35 @@ class ShellSandbox:
                 self.log(f"cgroup cleanup failed: {exc}")
         if self._prepared is not None:
             self._prepared.close()
-        if self._pending_mountns is not None:
-            os.close(self._pending_mountns)
-            self._pending_mountns = None
+        if self.namespaces is not None:
+            self.namespaces.close()
         if self._access is not None:
             try:
                 self._access.revoke()
             except OSError as exc:
                 self.log(f"workdir access cleanup failed: {exc}")
+        if self._lease is not None:
+            self._lease.release()
+        for tree in (self._work, self._logs):
+            if tree is not None:
+                tree.close()
+
+    def _open_trees(self) -> None:
+        try:
+            self._work = Tree(self.workdir)
+            if self.logs_dir is None or fsafe.inside(self.logs_dir, self.workdir):
+                self._logs = self._work.subtree(os.path.relpath(self.logs_dir or self.workdir / "logs", self.workdir),
+                                                create=True)
+            else:
+                self._logs = Tree(self.logs_dir, create=True)
+            self.logs_dir = self._logs.path
+        except OSError as exc:
+            raise MurError("E-IO-003", f"cannot open the workdir {self.workdir} or its logs: {exc}") from exc
+
+    def _readonly(self) -> tuple[str, ...]:
+        """The logs directory, when it is outside the workdir: tools may read it, never write it."""
+        logs = str(self.logs_dir)
+        return () if self.logs_dir is None or fsafe.inside(logs, self.workdir) else (logs,)
 
     def __enter__(self) -> "ShellSandbox":
         return self
@@ -282,6 +315,10 @@ class ShellSandbox:
             return self._refused(info, text, 127, f"mur: {binary}: not found on PATH\n")
         extra = dict(env)
         run_env = shell_env(self.caps, self.workdir, self.host_env)
+        assert self.policy is not None
+        for name in pol.NO_PROXY_NAMES:
+            run_env.pop(name, None)
+        run_env.update(pol.proxy_env(self.policy.network))
         run_env.update({k: v for k, v in extra.items() if k not in ("HOME", "USERPROFILE")})
         strip = list(self.caps.shell.strip_env) if self.caps.shell else []
         for name in [k for k in run_env if k in extra and (is_credential_name(k) or matches_any(k, strip))]:
@@ -289,18 +326,22 @@ class ShellSandbox:
         limit = self.caps.limits.deadline_seconds if timeout is None else timeout
         with self._lock:
             try:
-                (self.workdir / CAPSULE_HOME).mkdir(exist_ok=True)
+                assert self._work is not None
+                os.close(self._work.own_dir(CAPSULE_HOME))
                 return self._run_locked(info, argv, text, run_env, limit, stdin)
+            except fsafe.LinkRefused as exc:
+                return self._refused(info, text, 126, f"mur: {exc.filename}: {exc.strerror}: the runtime does not "
+                                     "follow links it finds in the workdir\n")
             except OSError as exc:  # the workdir itself failing us (deleted, disk full, ...)
                 raise MurError("E-IO-003", f"shell tool '{binary}': {exc}") from exc
 
     def _run_locked(self, info: _Binary, argv: list[str], text: str, env: dict[str, str], timeout: float,
                     stdin: bytes | None) -> ShellResult:
         before = self.cgroup.evidence() if self.cgroup else (0, 0)
-        logs = self.workdir / "logs"
-        logs.mkdir(exist_ok=True)
+        logs = self._logs
+        assert logs is not None
         cap = self.caps.resources.workdir_max_bytes
-        out, err = Capture(str(logs), cap), Capture(str(logs), cap)
+        out, err = Capture(logs, cap), Capture(logs, cap)
         began = time.monotonic()
         try:
             proc = spawn(argv, executable=info.path, env=env, cwd=str(self.workdir), prepared=self._prepared,
@@ -445,6 +486,48 @@ class ShellSandbox:
                              + ", ".join(closure.missing))
             self.binaries[name] = info
 
+    def _lease_uid(self) -> tuple[int, int]:
+        try:
+            self._lease = uids.lease(self.session_id)
+        except uids.UidUnavailable as exc:
+            raise MurError("E-RUN-015", f"no sandbox uid could be leased for this session: {exc}",
+                           "mur keeps its uid leases in /run/mur/uids; it must be a root-owned directory") from exc
+        return self._lease.uid, self._lease.gid
+
+    def _isolate(self, probe: HostProbe, is_root: bool) -> tuple[pol.NetworkPlan, tuple[str, ...]]:
+        """Create the session's namespaces (and the proxy listener in them); returns the network plan
+        and the namespaces the tools will join. Refuses (E-CAP-005) rather than fall back to port
+        rules when the probe promised a network namespace and it cannot be made now."""
+        linux = probe.os == "linux"
+        names = pol.plan_namespaces(is_root=is_root, private_net=linux and probe.netns, userns=probe.userns,
+                                    workdir_exec=self.caps.filesystem.workdir_exec) if linux else ()
+        resolves = lambda host: bool(self.resolve(host)) if linux else False  # noqa: E731
+        network = pol.plan_network(self.network_allow, resolves, private_net=bool(names),
+                                   landlock_abi=probe.landlock_abi if linux else 0)
+        if not names:
+            return network, ()
+        port = pol.PROXY_PORT if network.proxy else None
+        try:
+            try:
+                self.namespaces = namespaces.create(names, workdir=str(self.workdir), proxy_port=port)
+            except OSError as exc:
+                if "mnt" not in names:
+                    raise
+                # e.g. a workdir on a filesystem that refuses a bind mount here: keep the rest
+                names = tuple(n for n in names if n != "mnt")
+                self.namespaces = namespaces.create(names, workdir=str(self.workdir), proxy_port=port)
+                self.log(f"the workdir could not be re-mounted noexec ({exc}): the ELF loader could still map "
+                         "a binary copied into the workdir")
+        except OSError as exc:
+            if network.proxy:
+                raise MurError("E-CAP-005", f"cannot create the network namespace that carries network.allow for "
+                               f"shell tools: {exc}", "run mur as root, or allow unprivileged user namespaces "
+                               "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)") from exc
+            self.log(f"the session namespaces could not be created ({exc}): tools run without them")
+            return pol.plan_network(self.network_allow, resolves, private_net=False,
+                                    landlock_abi=probe.landlock_abi), ()
+        return network, names
+
     def _workdir_breach(self, size: int) -> None:
         limit = self.caps.resources.workdir_max_bytes
         self._exceeded = MurError(
@@ -459,61 +542,6 @@ class ShellSandbox:
             _killpg(pgid)
         if self.on_workdir_exceeded is not None:
             self.on_workdir_exceeded(self._exceeded)
-
-    def _warnings(self) -> list[tuple[str, str]]:
-        probe, policy = self.probe, self.policy
-        assert probe is not None and policy is not None
-        names = ", ".join(self.caps.shell_allow)
-        out: list[tuple[str, str]] = []
-        if probe.os != "linux":
-            extra = " and, on macOS, no per-process memory bound (RLIMIT_DATA is not enforced)" \
-                if probe.os == "darwin" else ""
-            out.append(("W-SEC-010", (
-                f"no cgroup aggregate bound on this host ({probe.os}): native subprocesses get per-process rlimits "
-                f"only, no bound on the whole tree's memory, task count or CPU{extra}"
-            )))
-        if not self.caps.shell_allow:
-            return out
-        unix = self.caps.network.unix_sockets
-        unix_text = (
-            "AF_UNIX sockets are ALLOWED (network.unix_sockets: true): every unix socket the tool can reach, "
-            "/var/run/docker.sock included"
-            if unix else "AF_UNIX sockets are refused (network.unix_sockets: false)"
-        )
-        tier: list[tuple[str, str]] = []
-        if probe.tier == "full":
-            ll = policy.landlock
-            if ll is None or ll.abi < 4:
-                net = "TCP is not filtered (Landlock ABI < 4)"
-            elif policy.tcp.any_port:
-                net = (f"TCP connect is not restricted: network.allow entry '{policy.tcp.any_port[0]}' allows "
-                       "every port, and Landlock rules are port-only")
-            elif policy.tcp.ports:
-                net = (f"TCP connect only to port(s) {', '.join(map(str, policy.tcp.ports))} (Landlock rules are "
-                       "port-only: any address on those ports), no TCP bind")
-            else:
-                net = "no TCP connect or bind"
-            tier.append(("W-SEC-005", (
-                f"kernel enforcement in force ({probe.mechanism}, Landlock ABI {probe.landlock_abi}): shell tools "
-                f"[{names}] may write only inside the workdir and execute only their own binaries and libraries; "
-                f"{net}; {unix_text}"
-            )))
-        elif probe.tier == "seccomp-only":
-            tier.append(("W-SEC-002", (
-                f"Linux without Landlock (seccomp-only tier): the filesystem scope and the exec allowlist are NOT "
-                f"enforced for shell tools [{names}]; seccomp, rlimits and cgroups still apply; {unix_text}"
-            )))
-        else:
-            tier.append(("W-SEC-001", (
-                f"capabilities.shell.allow is non-empty but this host has no kernel enforcement (environment-only "
-                f"tier): shell tools [{names}] run with the runtime's own filesystem and network reach"
-            )))
-            if "bash" in self.caps.shell_allow and self.caps.network.allow:
-                tier.append(("W-SEC-003", (
-                    "bash in capabilities.shell.allow together with capabilities.network.allow on a host with no "
-                    "kernel enforcement: network.allow does not constrain what bash can reach"
-                )))
-        return tier + out
 
 
 def _feed_stdin(pipe: IO[bytes], data: bytes) -> None:
@@ -557,10 +585,3 @@ def _killpg(pgid: int) -> None:
     except (ProcessLookupError, PermissionError):
         pass
 
-
-def _resolves(host: str) -> bool:
-    """Does ``host`` resolve (getaddrinfo) right now?"""
-    try:
-        return bool(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM))
-    except (OSError, UnicodeError):
-        return False

@@ -7,46 +7,40 @@ and a sparse file counts at its full length (the conservative choice for a size 
 
 from __future__ import annotations
 
-import os
 import stat
 import threading
 import time
 from typing import Callable
 
+from mur.fsafe import Tree
+
 POLL_SECONDS = 0.5  # internal constant, not a manifest key (spec)
 
 
-def tree_size(root: str, stop_above: int | None = None) -> int:
-    """Total apparent size of regular files under ``root`` (symlinks not followed).
+def tree_size(root: str | Tree, stop_above: int | None = None) -> int:
+    """Total apparent size of regular files under ``root``, walked through directory fds: no
+    symlink is followed and no directory a tool swaps for a link mid-walk is entered.
 
     Stops early once ``stop_above`` is exceeded: the caller only needs to know it was.
     """
+    tree = root if isinstance(root, Tree) else Tree(root)
     total = 0
     seen: set[tuple[int, int]] = set()
-    stack = [root]
-    while stack:
-        current = stack.pop()
-        try:
-            it = os.scandir(current)
-        except OSError:
-            continue
-        with it:
-            for entry in it:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
+    try:
+        for _fd, _name, st in tree.walk():
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if st.st_nlink > 1:
+                key = (st.st_dev, st.st_ino)
+                if key in seen:
                     continue
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(entry.path)
-                elif stat.S_ISREG(st.st_mode):
-                    key = (st.st_dev, st.st_ino)
-                    if st.st_nlink > 1:
-                        if key in seen:
-                            continue
-                        seen.add(key)
-                    total += st.st_size
-                    if stop_above is not None and total > stop_above:
-                        return total
+                seen.add(key)
+            total += st.st_size
+            if stop_above is not None and total > stop_above:
+                return total
+    finally:
+        if tree is not root:
+            tree.close()
     return total
 
 
@@ -54,8 +48,9 @@ class WorkdirGuard:
     """A daemon thread polling the workdir size; calls ``on_exceeded(size)`` once on breach."""
 
     def __init__(self, root: str, limit: int, on_exceeded: Callable[[int], None],
-                 interval: float = POLL_SECONDS) -> None:
+                 interval: float = POLL_SECONDS, also: tuple[str, ...] = ()) -> None:
         self.root = root
+        self.also = also  # more trees the tools fill (the session's shell logs), counted in the same total
         self.limit = limit
         self.interval = interval
         self.on_exceeded = on_exceeded
@@ -65,7 +60,11 @@ class WorkdirGuard:
 
     def check(self) -> int | None:
         """One poll now; returns the size when over the limit (and fires the callback once)."""
-        size = tree_size(self.root, stop_above=self.limit)
+        size = 0
+        for root in (self.root, *self.also):
+            if size > self.limit:
+                break
+            size += tree_size(root, stop_above=self.limit - size)
         if size > self.limit:
             if self.exceeded_size is None:
                 self.exceeded_size = size

@@ -15,7 +15,9 @@ import time
 from typing import Any
 
 from mur.errors import MurError
-from mur.session.trace import TraceWriter
+from mur.fsafe import LinkRefused, Tree
+from mur.trace import events as ev
+from mur.trace.writer import TraceWriter
 
 
 class TaskExecutor:
@@ -38,7 +40,7 @@ class TaskExecutor:
     # --- trace ---------------------------------------------------------------------------------
 
     def _session_start(self, max_turns: int) -> None:
-        from mur.manifest.containment import effective_grants
+        from mur.sandbox.scope import effective_grants
 
         prep = self.prep
         capsule = prep.loaded.capsule
@@ -52,7 +54,7 @@ class TaskExecutor:
             declared_caps.append("shell")
         prompt = prep.system_prompt
         self.trace.emit(
-            "session_start",
+            ev.SESSION_START,
             capsule_name=capsule.name,
             capsule_version=capsule.version,
             model=capsule.inference.model if capsule.inference else None,
@@ -72,7 +74,7 @@ class TaskExecutor:
         for key in self.totals:
             self.totals[key] += stats.get(key, 0)
         self.trace.emit(
-            "session_end",
+            ev.SESSION_END,
             total_turns=self.totals["turns"],
             total_input_tokens=self.totals["input_tokens"],
             total_output_tokens=self.totals["output_tokens"],
@@ -124,25 +126,33 @@ class TaskExecutor:
         capsule_tool = _CapsuleTool(self.prep.capsule_wasm)
         cfg = tools.guest_config(capsule_tool)
         host = WasmHost(shell=tools.guest_shell, request_input=context.request_input, engine=tools.host.engine)
-        result_path = (cfg.preopen or self.wd.accessible) / "out" / "result.txt"
-        try:
-            result_path.unlink()
-        except OSError:
-            pass
-        host.run_capsule(cfg, tools.invoke)
-        if not result_path.is_file():
+        result = "/".join(p for p in ((tools.scope_of(capsule_tool) or ""), "out", "result.txt") if p)
+        with Tree(self.wd.accessible) as accessible:
+            try:
+                accessible.unlink(result)
+            except OSError:
+                pass
+            host.run_capsule(cfg, tools.invoke)
+            try:  # a regular file, read without following a link (a shell tool may have swapped it)
+                text = accessible.read_text(result) if accessible.lstat(result) is not None else None
+            except OSError as exc:
+                message = f"cannot read the capsule's out/result.txt: {exc.strerror or exc}"
+                self.last_error = MurError("E-IO-002" if isinstance(exc, LinkRefused) else "E-IO-003",
+                                           f"capsule run failed: {message}")
+                return "failed", f"error: {message}", {"turns": 0}, None
+        if text is None:
             message = "the capsule component finished without writing out/result.txt"
             self.last_error = MurError("E-RUN-007", f"capsule run failed: {message}")
             return "failed", f"error: {message}", {"turns": 0}, None
-        text = result_path.read_text(encoding="utf-8", errors="replace")
         if text.startswith("error:"):
             self.last_error = MurError("E-RUN-007", f"capsule run failed: {text.strip()[len('error:'):].strip()}")
             return "failed", text, {"turns": 0}, None
         return "completed", text, {"turns": 0}, None
 
     def _run_agent(self, request: Any, context: Any) -> tuple[str, str, dict, Any]:
-        from mur.inference.loop import LoopConfig, run_agent_loop
+        from mur.inference.loop import LoopConfig, run_agent_loop, run_reopenable_task
         from mur.inference.prompts import build_system_prompt
+        from mur.session.driver import driver_client
 
         prep = self.prep
         capsule = prep.loaded.capsule
@@ -165,7 +175,7 @@ class TaskExecutor:
                 should_stop=getattr(context, "stop_reason", None),
             )
         else:
-            client = self._driver_client()
+            client = driver_client(self.tools, inf)
             cfg = LoopConfig(
                 model=inf.model,
                 max_turns=inf.max_turns,
@@ -177,10 +187,16 @@ class TaskExecutor:
                 max_task_reopens=inf.max_task_reopens,
                 should_stop=getattr(context, "stop_reason", None),
             )
-            loop = self.hooks.agent_loop if self.hooks is not None else run_agent_loop
-            outcome = loop(
-                request.text, cfg, client, tools, self.trace.write, history=request.history, workdir=self.wd.session
-            )
+            if self.hooks is not None:  # the loop calls the hooks' decisions (compaction, reopening)
+                outcome = run_reopenable_task(
+                    request.text, cfg, client, tools, self.trace.write, history=request.history,
+                    workdir=self.wd.session, compactor=self.hooks.compactor(), on_task_end=self.hooks.on_task_end,
+                    task_id=self.hooks.current_task or "",
+                )
+            else:
+                outcome = run_agent_loop(
+                    request.text, cfg, client, tools, self.trace.write, history=request.history, workdir=self.wd.session
+                )
         stats = {
             "turns": outcome.turns,
             "input_tokens": outcome.input_tokens,
@@ -198,20 +214,6 @@ class TaskExecutor:
             self.status = "max_turns_reached"
         self.last_error = MurError(code, message)
         return "failed", message, stats, None
-
-    def _driver_client(self) -> Any:
-        from mur.inference.driver import DriverModelClient
-        from mur.wasm.types import ToolInput
-
-        inf = self.prep.loaded.capsule.inference
-        driver = self.tools.staged.tools[inf.driver_artifact]
-        cfg = self.tools.guest_config(driver)
-
-        def call_driver(payload: str) -> Any:
-            return self.tools.host.call_tool(cfg, ToolInput(data=payload), kind="driver")
-
-        return DriverModelClient(call_driver)
-
 
 class _CapsuleTool:
     """Adapter so the capsule component gets a GuestConfig like any tool (capsule-wide grants)."""

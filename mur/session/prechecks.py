@@ -23,14 +23,16 @@ from typing import Any
 from mur import __version__
 from mur.errors import MurError, warn
 from mur.manifest import LoadedCapsule, load_capsule
+from mur.manifest.load import manifest_path
 from mur.manifest.config import MurConfig, load_config
-from mur.manifest.containment import Floor, check_floor, effective_floor, scope_report
+from mur.manifest.containment import Floor, check_floor, effective_floor, network_shortfall
+from mur.sandbox.scope import scope_report
 from mur.session.options import RunOptions
 
 
 @dataclass
-class Prepared:
-    """A capsule that passed every pre-check, with what staging needs."""
+class CheckedRun:
+    """A capsule run that passed every pre-check, with what staging needs."""
 
     loaded: LoadedCapsule
     options: RunOptions
@@ -74,7 +76,7 @@ def probe():
 
 def load_and_scope(opts: RunOptions) -> tuple[LoadedCapsule, MurConfig, Floor, Any]:
     """Steps 1-2: parse + validate the manifest, merge config, compute the declared floor, probe."""
-    manifest = Path(opts.manifest)
+    manifest = manifest_path(opts.manifest)  # `-m DIR` means DIR/murmur.yaml, as for `mur build DIR`
     if not opts.no_env_file:
         load_env_file(manifest)
     loaded = load_capsule(manifest)
@@ -99,12 +101,13 @@ def explain(opts: RunOptions) -> dict[str, Any]:
     return scope_report(loaded.capsule, floor, host)
 
 
-def prepare(opts: RunOptions) -> Prepared:
+def prepare(opts: RunOptions) -> CheckedRun:
     """Run every pre-check; raises MurError on the first failure, before any workdir exists."""
     loaded, config, floor, host = load_and_scope(opts)
     capsule = loaded.capsule
-    achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec)
-    prep = Prepared(loaded, opts, config, floor, host, achieved)
+    achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec,
+                           network_shortfall(capsule.capabilities, host))
+    prep = CheckedRun(loaded, opts, config, floor, host, achieved)
     from mur.resolve.capsule import resolve_loaded
     from mur.session import launch_checks as checks
 

@@ -4,7 +4,8 @@ Order matters and is the contract users see:
   1. every pre-check (mur.session.prechecks) — nothing exists on disk yet;
   2. the A2A server binds (E-RUN-010 when network.internal_port is taken) — still nothing on disk;
   3. the workdir is created and staged, the shell sandbox starts (cgroups, size watcher);
-  4. the startup line is printed (human, or one JSON line with --json: deploy's contract);
+  4. the reporter gets the startup facts (the CLI prints the line, or one JSON line with --json:
+     deploy's contract);
   5. the lifecycle runs tasks until it ends; SIGTERM finishes or fails the running task;
   6. teardown always runs: sandbox processes killed and cgroups removed, trace closed, server stopped.
 """
@@ -12,12 +13,12 @@ Order matters and is the contract users see:
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 from mur import ids
 from mur.errors import MurError, warn
 from mur.session.options import RunOptions
+from mur.session.reporter import SessionReporter, SilentReporter, Startup
 
 
 def _card(prep: Any, staged: Any) -> dict[str, Any]:
@@ -34,55 +35,37 @@ def _card(prep: Any, staged: Any) -> dict[str, Any]:
     }
 
 
-def _startup(opts: RunOptions, prep: Any, url: str, session_id: str, wd: Any, staged: Any) -> None:
-    from mur.cli.render import emit_json
-
+def _startup(prep: Any, url: str, session_id: str, wd: Any, staged: Any) -> Startup:
     capsule = prep.loaded.capsule
-    if opts.json:
-        emit_json(
-            {
-                "url": url,
-                "pid": os.getpid(),
-                "session_id": session_id,
-                "name": capsule.name,
-                "version": capsule.version,
-                "workdir": str(wd.session),
-            }
-        )
-        return
-    print(f"murmur: url {url}")
-    print(f"session: {session_id}")
-    if opts.verbose:
-        inf = capsule.inference
-        print(f"workdir: {wd.session}")
-        print(f"manifest: {capsule.name} v{capsule.version}")
-        driver = inf.driver_artifact if inf and inf.transport == "http" else (inf.effective_command if inf else None)
-        print(f"driver: {driver or '<none>'}")
-        print(f"skills: {len(staged.by_role('skill'))} installed")
-    sys.stdout.flush()
+    inf = capsule.inference
+    driver = inf.driver_artifact if inf and inf.transport == "http" else (inf.effective_command if inf else None)
+    return Startup(url=url, pid=os.getpid(), session_id=session_id, name=capsule.name, version=capsule.version,
+                   workdir=wd.session, tools_workdir=wd.accessible, driver=driver,
+                   skills=len(staged.by_role("skill")))
 
 
 def _launch_warnings(warnings: list[tuple[str, str]], wd: Any) -> None:
     """W-SEC-001/002/005/010 go to stderr and to logs/bootstrap.log (upstream's rule)."""
     if not warnings:
         return
-    with open(wd.bootstrap_log, "a", encoding="utf-8") as log:
-        for code, message in warnings:
-            warn(code, message)
-            log.write(f"warning[{code}]: {message}\n")
+    for code, message in warnings:
+        warn(code, message)
+    _bootstrap_logger(wd)("".join(f"warning[{code}]: {message}\n" for code, message in warnings))
 
 
-def run_session(opts: RunOptions) -> None:
-    """Run a capsule session; raises MurError for the CLI to render (exit 1) when it did not end ok."""
+def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> None:
+    """Run a capsule session, reporting its startup and final status to `reporter`; raises MurError
+    for the CLI to render (exit 1) when it did not end ok."""
     from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
     from mur.a2a.auth import load_door_auth
     from mur.session import murmur_md
     from mur.session.prechecks import prepare
     from mur.session.staging import stage
     from mur.session.tools import SessionTools
-    from mur.session.trace import TraceWriter
+    from mur.trace.writer import TraceWriter
     from mur.session.workdir import create_workdir, plan_workdir, write_task_input
 
+    reporter = reporter or SilentReporter()
     prep = prepare(opts)
     door_auth = load_door_auth(opts.a2a_token_file, opts.tls_cert, opts.tls_key)
     loaded = prep.loaded
@@ -127,9 +110,10 @@ def run_session(opts: RunOptions) -> None:
     url = service.start()
     loaded.emit_stage_warnings()
     _native_grant_warnings(prep)
-    staged = shell = trace = otel = hooks = None
+    staged = shell = trace = otel = hooks = tools = None
     try:
         create_workdir(wd)
+        initial = write_task_input(wd, opts.task)  # before any tool can touch the workdir
         trace = TraceWriter(wd.trace, session_id, wd.bootstrap_log)
         trace_box["writer"] = trace
         otel = _otel_exporter(capsule, wd)
@@ -144,9 +128,9 @@ def run_session(opts: RunOptions) -> None:
         tools = SessionTools(staged, settings, None, shell, trace)
         tools.host = WasmHost(shell=tools.guest_shell)
         _precompile(tools, staged, prep)
-        from mur.session.hooks import build_hooks
+        from mur.session.hookwiring import session_hooks
 
-        hooks = build_hooks(tools, trace, loaded, wd)  # None without hook artifacts
+        hooks = session_hooks(tools, trace, loaded, wd)  # None without hook artifacts
         if hooks is not None:
             hooks.on_stage(capsule.capabilities.shell_allow)
             trace.listeners.append(hooks.on_event)
@@ -165,11 +149,10 @@ def run_session(opts: RunOptions) -> None:
             tools=[murmur_md.ToolEntry(t.name, t.version, t.kind, t.description) for t in tools.visible() if t.role != "skill"],
             skills=[murmur_md.ToolEntry(t.name, t.version, t.kind) for t in staged.by_role("skill")],
         )
-        (wd.session / "MURMUR.md").write_text(murmur_md.render(inventory), encoding="utf-8")
+        murmur_md.write(wd, inventory)
         if shell is not None:
             _launch_warnings(shell.launch_warnings, wd)
-        initial = write_task_input(wd, opts.task)
-        _startup(opts, prep, url, session_id, wd, staged)
+        reporter.started(_startup(prep, url, session_id, wd, staged))
         status = service.run(initial)
     finally:
         if hooks is not None:
@@ -178,6 +161,8 @@ def run_session(opts: RunOptions) -> None:
             shell.close()
         if staged is not None:
             staged.cleanup()
+        if tools is not None:
+            tools.close()
         service.stop()
         if trace is not None:
             trace.close()
@@ -187,8 +172,7 @@ def run_session(opts: RunOptions) -> None:
     final = status if service.keeps_serving else executor_box["executor"].status if "executor" in executor_box else "failed"
     if final == "ok" and status != "ok":
         final = "failed"
-    if not opts.json:
-        print(f"status:  {final}")
+    reporter.ended(final)
     error = executor_box["executor"].last_error if "executor" in executor_box else None
     if final != "ok":
         raise error or MurError("E-RUN-007", "agent loop failed: the session did not complete")
@@ -211,7 +195,7 @@ def _otel_exporter(capsule: Any, wd: Any) -> Any:
     endpoint = capsule.observability.otel_endpoint
     if not endpoint:
         return None
-    from mur.observability.otel import OtelExporter
+    from mur.otel.exporter import OtelExporter
 
     return OtelExporter(
         endpoint, service_name=capsule.name, service_version=capsule.version, log_path=wd.logs / "otel.log", timeout=5.0
@@ -228,17 +212,18 @@ def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any) -> Any:
 
     shell = ShellSandbox(
         prep.loaded.capsule.capabilities, wd.accessible, session_id, loaded.network_allow, probe=prep.probe,
-        log=_bootstrap_logger(wd),
+        log=_bootstrap_logger(wd), logs_dir=wd.logs,
     )
     shell.launch_warnings = shell.start()
     return shell
 
 
 def _bootstrap_logger(wd: Any):
+    from mur.fsafe import append_text
+
     def log(message: str) -> None:
         try:
-            with open(wd.bootstrap_log, "a", encoding="utf-8") as fh:
-                fh.write(message.rstrip("\n") + "\n")
+            append_text(wd.bootstrap_log, message.rstrip("\n") + "\n")
         except OSError:
             pass
 

@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur.errors import MurError
+from mur.fsafe import LinkRefused, Tree, proc_path
 from mur.session.staging import Staged, StagedTool
+from mur.session.workdir import refused
+from mur.trace import events as ev
+
+PROC_FD = "/proc/self/fd"
 
 
 @dataclass
@@ -49,6 +54,13 @@ class SessionTools:
         self.tool_calls = 0
         self.shell_calls = 0
         self.on_http: Callable[[dict], None] | None = None
+        self._scope_fds: dict[str, int] = {}
+
+    def close(self) -> None:
+        """Release the directory fds held for scoped preopens."""
+        for fd in self._scope_fds.values():
+            os.close(fd)
+        self._scope_fds.clear()
 
     # --- what the model sees -----------------------------------------------------------------
 
@@ -86,12 +98,7 @@ class SessionTools:
 
         s = self.settings
         grant = s.grants.get(tool.name)
-        scope = grant.scope if grant is not None and grant.scope else s.capsule_scope
-        preopen = s.accessible / scope if scope else s.accessible
-        if grant is not None and grant.preopen == "none":
-            preopen = None
-        if preopen is not None:
-            preopen.mkdir(parents=True, exist_ok=True)
+        preopen = self.preopen_dir(self.scope_of(tool))
         network = grant.effective_network(s.ceiling) if grant is not None else list(s.ceiling)
         murmur_vars = dict(s.murmur_vars)
         murmur_vars.update(s.extra_vars.get(tool.name, {}))
@@ -107,11 +114,35 @@ class SessionTools:
             log_path=(s.logs_dir / f"{'capsule' if tool.role == 'capsule' else 'tool-' + tool.name}.log") if s.logs_dir else None,
         )
 
+    def scope_of(self, tool: Any) -> str | None:
+        """The workdir-relative directory a guest gets as "." ("" = the whole workdir; None = none)."""
+        s = self.settings
+        grant = s.grants.get(tool.name)
+        if grant is not None and grant.preopen == "none":
+            return None
+        return (grant.scope if grant is not None and grant.scope else s.capsule_scope) or ""
+
+    def preopen_dir(self, scope: str | None) -> Path | None:
+        """The host directory for a guest's "." preopen. A scope is created beneath the workdir
+        without following a link and handed over as /proc/self/fd/N of a directory fd held for the
+        session: a tool that swaps the directory for a link later cannot redirect the next guest."""
+        accessible = self.settings.accessible
+        if scope is None or not scope.strip("./"):
+            return None if scope is None else accessible
+        fd = self._scope_fds.get(scope)
+        if fd is None:
+            try:
+                with Tree(accessible) as tree:
+                    fd = self._scope_fds[scope] = tree.makedirs(scope)
+            except LinkRefused as exc:
+                raise refused(exc, accessible) from exc
+        return Path(proc_path(fd)) if os.path.isdir(PROC_FD) else accessible / scope
+
     def _http_event(self, artifact: str) -> Callable[[dict], None]:
         def record(info: dict) -> None:
             if not info.get("allowed", True):
                 self.trace.emit(
-                    "network_denied",
+                    ev.NETWORK_DENIED,
                     turn=self.turn,
                     artifact=artifact,
                     url=info.get("url"),
@@ -139,7 +170,7 @@ class SessionTools:
         if tool.role == "skill":
             text = tool.text or ""
             self.trace.emit(
-                "skill_call", turn=self.turn, skill_name=name, output_bytes=len(text.encode()),
+                ev.SKILL_CALL, turn=self.turn, skill_name=name, output_bytes=len(text.encode()),
                 duration_ms=_ms(start), status="ok",
             )
             return text, False
@@ -194,8 +225,9 @@ class SessionTools:
         try:
             return self.host.call_tool(self.guest_config(tool), ToolInput(data=raw, log_path=f"logs/tool-{tool.name}.log"))
         except MurError as err:
-            if getattr(err, "limit", None) is not None or err.code == "E-RUN-001":
-                # A guest limit or trap ends this call, not the session: the model sees the error.
+            if getattr(err, "limit", None) is not None or err.code in ("E-RUN-001", "E-IO-002"):
+                # A guest limit or trap, or a link a tool put where its scope should be, ends this
+                # call, not the session: the model sees the error.
                 return ToolResult("error", summary=err.message)
             raise
 
@@ -246,7 +278,7 @@ class SessionTools:
         for key, value in (getattr(result, "metadata", None) or []):
             if key in ("state_effect", "resource_id"):
                 event[key] = value
-        self.trace.emit("tool_call", **event)
+        self.trace.emit(ev.TOOL_CALL, **event)
 
     def _record_shell(self, res: Any) -> None:
         self.shell_calls += 1
@@ -261,7 +293,7 @@ class SessionTools:
         }
         if res.resource_limit:
             event["resource_limit"] = res.resource_limit
-        self.trace.emit("shell", **event)
+        self.trace.emit(ev.SHELL, **event)
 
 
 def _ms(start: float) -> int:

@@ -26,14 +26,17 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
+from typing import Callable
 
 from mur.errors import MurError
 from mur.paths import cache_root
+from mur.fsutil import mark_used
 from mur.wasm.engine import file_sha256
 
 WIT_ROOT = Path(__file__).parent / "wit"
 WORLD_PACKAGES = {"capsule": "guest", "tool": "guest", "driver": "guest", "hook": "hook"}
 MODULE = "app"
+NO_COMPONENTIZE = "componentize-py is not installed: it builds a Python guest (app.py) into a .wasm"
 
 
 def wit_dir_for(world: str) -> Path:
@@ -53,8 +56,8 @@ def componentize_py() -> list[str]:
     found = shutil.which("componentize-py")
     if found:
         return [found]
-    raise MurError("E-BLD-010", "componentize-py is not installed",
-                   "pip install 'componentize-py==0.25.1' (it is in mur's dev extras: pip install -e '.[dev]')")
+    raise MurError("E-BLD-010", NO_COMPONENTIZE,
+                   "pip install 'mur[guest]' (in a checkout: scripts/bootstrap, or pip install -e '.[guest]')")
 
 
 def _files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
@@ -96,18 +99,36 @@ def build_key(src_dir: Path, world: str, wit_dir: Path, module: str = MODULE) ->
     return digest.hexdigest()[:32]
 
 
+def check_syntax(src_dir: Path) -> None:
+    """E-BLD-010 naming file, line and column for a guest source Python cannot parse (in milliseconds,
+    where componentize-py would report it only after a minute)."""
+    for path in guest_sources(src_dir):
+        try:
+            compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            where = f"{path}:{exc.lineno or 0}:{exc.offset or 0}"
+            raise MurError("E-BLD-010", f"{where}: {type(exc).__name__}: {exc.msg}",
+                           "fix the Python source; nothing was built") from None
+        except (OSError, ValueError) as exc:
+            raise MurError("E-BLD-010", f"cannot read guest source {path}: {exc}") from exc
+
+
 def build_component(src_dir: Path, world: str, *, wit_dir: Path | None = None, module: str = MODULE,
-                    cache_dir: Path | None = None) -> Path:
-    """Build (or reuse) the component for `src_dir`; returns the cached .wasm path."""
+                    cache_dir: Path | None = None, on_compile: Callable[[str], None] | None = None) -> Path:
+    """Build (or reuse) the component for `src_dir`; returns the cached .wasm path.
+
+    `on_compile` hears one line before componentize-py runs (a cache miss: about a minute)."""
     src_dir = Path(src_dir).resolve()
     wit_dir = Path(wit_dir).resolve() if wit_dir else wit_dir_for(world)
     if not (src_dir / f"{module}.py").is_file():
         raise MurError("E-BLD-010", f"no {module}.py in {src_dir}")
+    check_syntax(src_dir)
     root = Path(cache_dir) if cache_dir else cache_root() / "components"
     key = build_key(src_dir, world, wit_dir, module)
     out_dir = root / key
     out = out_dir / f"{world}.wasm"
     if out.is_file():
+        mark_used(out)  # used now: `mur gc` removes builds unused for a while (by mtime)
         return out
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / ".lock", "w") as lock:
@@ -115,12 +136,15 @@ def build_component(src_dir: Path, world: str, *, wit_dir: Path | None = None, m
         if out.is_file():
             return out
         tmp = out_dir / f".{world}.{os.getpid()}.wasm"
+        command = componentize_py()
+        if on_compile is not None:
+            on_compile(f"compiling {src_dir} ({world} world) with componentize-py; the first build takes about a minute")
         with tempfile.TemporaryDirectory(prefix="mur-guest-") as stage:
             for path in guest_sources(src_dir):  # build from a copy: only the guest's sources
                 target = Path(stage) / path.relative_to(src_dir)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target)
-            cmd = componentize_py() + ["-q", "-d", str(wit_dir), "-w", world, "componentize", module,
+            cmd = command + ["-q", "-d", str(wit_dir), "-w", world, "componentize", module,
                                        "-p", stage, "-o", str(tmp)]
             env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
             env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -161,11 +185,12 @@ def guest_target(guest_dir: Path) -> tuple[str, str]:
     return runtime, (str(wasm[0]) if wasm else f"{data.get('name', guest_dir.name)}.wasm")
 
 
-def build_guest_dir(guest_dir: Path, *, cache_dir: Path | None = None) -> tuple[Path, bool]:
+def build_guest_dir(guest_dir: Path, *, cache_dir: Path | None = None,
+                    on_compile: Callable[[str], None] | None = None) -> tuple[Path, bool]:
     """Build one guest dir and place its .wasm; returns (path, changed)."""
     guest_dir = Path(guest_dir)
     world, name = guest_target(guest_dir)
-    built = build_component(guest_dir, world, cache_dir=cache_dir)
+    built = build_component(guest_dir, world, cache_dir=cache_dir, on_compile=on_compile)
     dest = guest_dir / name
     if dest.is_file() and dest.stat().st_size == built.stat().st_size and file_sha256(dest) == file_sha256(built):
         return dest, False
@@ -173,6 +198,52 @@ def build_guest_dir(guest_dir: Path, *, cache_dir: Path | None = None) -> tuple[
     shutil.copyfile(built, tmp)
     os.replace(tmp, dest)
     return dest, True
+
+
+def is_guest_dir(path: Path) -> bool:
+    """A dir holding both murmur.yaml and app.py: `mur build` compiles it first."""
+    return (Path(path) / "murmur.yaml").is_file() and (Path(path) / f"{MODULE}.py").is_file()
+
+
+def guests_of(guest_dir: Path) -> list[Path]:
+    """`guest_dir` when it holds app.py, and for a capsule the guest dirs its local-source artifacts
+    point at (its tools, its driver)."""
+    import yaml
+
+    guest_dir = Path(guest_dir)
+    found = [guest_dir] if is_guest_dir(guest_dir) else []
+    if guest_target(guest_dir)[0] != "capsule":
+        return found
+    try:
+        data = yaml.safe_load((guest_dir / "murmur.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return found  # the capsule's own load reports it, with the proper code
+    for decl in data.get("artifacts") or []:
+        if isinstance(decl, dict) and isinstance(decl.get("source"), str) and decl.get("local_source") is True:
+            source = (guest_dir / decl["source"]).resolve()
+            if source.is_dir() and is_guest_dir(source) and source not in found:
+                found.append(source)
+    return found
+
+
+def build_guests(guest_dir: Path, *, progress: Callable[[str], None] | None = None) -> list[tuple[Path, bool]]:
+    """Build a guest dir (and a capsule's local-source guests); [(placed .wasm, changed)].
+
+    Without componentize-py, a .wasm already in place is kept as is (a project shipped prebuilt
+    still packs) and `progress` hears so; only a missing one is an error."""
+    out = []
+    for directory in guests_of(guest_dir):
+        try:
+            out.append(build_guest_dir(directory, on_compile=progress))
+        except MurError as err:
+            dest = directory / guest_target(directory)[1]
+            if err.message != NO_COMPONENTIZE or not dest.is_file():
+                raise
+            if progress is not None:
+                progress(f"note: componentize-py is not installed; packing the existing {dest} as it is "
+                         "(pip install 'mur[guest]' to rebuild it from app.py)")
+            out.append((dest, False))
+    return out
 
 
 def find_guest_dirs(root: Path) -> list[Path]:

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mur.fsutil import file_sha256  # noqa: F401 - re-exported: mur.wasm.build and tests use it from here
+from mur.fsutil import file_sha256, mark_used  # noqa: F401 - file_sha256 is re-exported (wasm.build, tests)
 from mur.paths import cache_root
 from mur.wasm.limits import EpochTicker, GuestError
 
@@ -122,6 +122,7 @@ class WasmEngine:
             try:
                 component = Component.deserialize_file(self.engine, str(cached))
                 self.stats["disk_hits"] += 1
+                mark_used(cached)
             except WasmtimeError:
                 cached.unlink(missing_ok=True)  # stale or corrupt: recompile below
         if component is None:

@@ -14,6 +14,7 @@ Failures become one of:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur.errors import MurError
+from mur.fsafe import open_append
 from mur.wasm.engine import WasmEngine, default_engine
 from mur.wasm.http import OutboundHttp
 from mur.wasm.limits import (
@@ -51,25 +53,41 @@ class GuestConfig:
     http_transport: Any = None  # httpx transport override (tests inject one; None = real network)
 
 
+class OutputTail:
+    """The last OUTPUT_TAIL_BYTES a guest wrote, quoted in trap messages (callers hold their own lock)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def add(self, data: bytes) -> None:
+        self._buf += data
+        if len(self._buf) > OUTPUT_TAIL_BYTES:
+            del self._buf[: len(self._buf) - OUTPUT_TAIL_BYTES]
+
+    def clear(self) -> None:
+        self._buf.clear()
+
+    def text(self) -> str:
+        return self._buf.decode("utf-8", errors="replace")
+
+
 class _Output:
-    """Guest stdout/stderr: the tail kept for error messages, everything appended to a log."""
+    """One call's guest stdout/stderr: the tail kept for error messages, everything appended to a log."""
 
     def __init__(self, log_path: Path | None):
         self._lock = threading.Lock()
-        self._tail = bytearray()
+        self._tail = OutputTail()
         self._log = None
         if log_path is not None:
             try:
                 log_path.parent.mkdir(parents=True, exist_ok=True)
-                self._log = open(log_path, "ab")
+                self._log = os.fdopen(open_append(log_path), "ab")  # never through a link
             except OSError:
                 self._log = None
 
     def write(self, data: bytes) -> None:
         with self._lock:
-            self._tail += data
-            if len(self._tail) > OUTPUT_TAIL_BYTES:
-                del self._tail[: len(self._tail) - OUTPUT_TAIL_BYTES]
+            self._tail.add(data)
             if self._log is not None:
                 try:
                     self._log.write(data)
@@ -79,13 +97,65 @@ class _Output:
 
     def text(self) -> str:
         with self._lock:
-            return self._tail.decode("utf-8", errors="replace")
+            return self._tail.text()
 
     def close(self) -> None:
         with self._lock:
             if self._log is not None:
                 self._log.close()
                 self._log = None
+
+
+@dataclass
+class LiveInstance:
+    """A component instantiated in its own Store, with the Linker whose imports it uses."""
+
+    store: Any
+    linker: Any
+    instance: Any
+
+    def func(self, interface: str, name: str) -> Any:
+        """The exported function `interface#name`, or None when the component does not export it."""
+        idx = self.instance.get_export_index(self.store, interface)
+        fidx = self.instance.get_export_index(self.store, name, idx) if idx is not None else None
+        return self.instance.get_func(self.store, fidx) if fidx is not None else None
+
+    def close(self) -> None:
+        """Release the Store (its WASI context: all guest output has been delivered) and the Linker."""
+        self.store.close()
+        self.linker.close()
+
+
+def instantiate(engine: WasmEngine, component: Any, cfg: GuestConfig, ctx: CallContext,
+                write_output: Callable[[bytes], None]) -> LiveInstance:
+    """`component` (from engine.component) in a fresh Store: the guest's WASI context (argv, env,
+    preopen as ".", stdout/stderr to `write_output`), its store limits and a full deadline_seconds
+    budget, linked with `ctx`'s host imports. A failed instantiation is classified (E-RUN-001/002)."""
+    from wasmtime import Store, Trap, WasiConfig, WasmtimeError
+
+    engine.start_ticker()
+    linker = build_linker(engine.engine, ctx)
+    store = Store(engine.engine)
+    try:
+        wasi = WasiConfig()
+        wasi.argv = [cfg.label]
+        wasi.env = [(str(k), str(v)) for k, v in cfg.env]
+        if cfg.preopen is not None:
+            wasi.preopen_dir(str(cfg.preopen), ".")
+        wasi.stdout_custom = write_output
+        wasi.stderr_custom = write_output
+        store.set_wasi(wasi)
+        apply_store_limits(store, cfg.limits)
+        store.set_epoch_deadline(deadline_ticks(cfg.limits.deadline_seconds))
+        try:
+            instance = linker.instantiate(store, component)
+        except (WasmtimeError, Trap) as exc:
+            raise classify_instantiate_failure(exc, kind=ctx.kind, label=cfg.label, limits=cfg.limits) from exc
+    except BaseException:
+        store.close()
+        linker.close()
+        raise
+    return LiveInstance(store, linker, instance)
 
 
 class WasmHost:
@@ -145,11 +215,10 @@ class WasmHost:
 
     def _call(self, cfg: GuestConfig, kind: str, interface: str, func: str, args: tuple,
               invoke: Callable[[str, ToolInput], ToolResult] | None = None) -> Any:
-        from wasmtime import Store, Trap, WasiConfig, WasmtimeError
+        from wasmtime import Trap, WasmtimeError
 
         path = self._check_paths(cfg, kind)
         component = self.engine.component(path, kind=kind, label=cfg.label)
-        self.engine.start_ticker()
         deadline_at = time.monotonic() + float(cfg.limits.deadline_seconds)
         ctx = CallContext(
             kind=kind,
@@ -162,64 +231,38 @@ class WasmHost:
             on_chunk=self.on_chunk,
             run_inference=self.run_inference,
         )
-        engine = self.engine.engine
-        linker = build_linker(engine, ctx)
         output = _Output(Path(cfg.log_path) if cfg.log_path else None)
-        store = Store(engine)
+        try:
+            live = instantiate(self.engine, component, cfg, ctx, output.write)
+        except BaseException:
+            output.close()
+            raise
         failure: BaseException | None = None
-        stage = "instantiate"
         result: Any = None
         try:
-            wasi = WasiConfig()
-            wasi.argv = [cfg.label]
-            wasi.env = [(str(k), str(v)) for k, v in cfg.env]
-            if cfg.preopen is not None:
-                wasi.preopen_dir(str(cfg.preopen), ".")
-            wasi.stdout_custom = output.write
-            wasi.stderr_custom = output.write
-            store.set_wasi(wasi)
-            apply_store_limits(store, cfg.limits)
-            store.set_epoch_deadline(deadline_ticks(cfg.limits.deadline_seconds))
+            target = live.func(interface, func)
+            if target is None:
+                who = "capsule component" if kind == "capsule" else f"{kind} '{cfg.label}'"
+                raise GuestError("E-RUN-001", f"{who} does not export {interface}#{func}", kind="compile",
+                                 hint=f"build it against the `{kind}` world in mur/wasm/wit (docs/wasm.md)")
             try:
-                instance = linker.instantiate(store, component)
-            except (WasmtimeError, Trap) as exc:
+                result = target(live.store, *args)
+            except (WasmtimeError, Trap, MurError) as exc:
                 failure = exc
+            except Exception as exc:  # a host import raised something unexpected: still E-RUN-001
+                failure = MurError("E-RUN-001", f"host import raised {type(exc).__name__}: {exc}")
+                failure.__cause__ = exc
             else:
-                stage = "call"
-                target = self._export(store, instance, interface, func, kind, cfg.label)
                 try:
-                    result = target(store, *args)
-                except (WasmtimeError, Trap, MurError) as exc:
-                    failure = exc
-                except Exception as exc:  # a host import raised something unexpected: still E-RUN-001
-                    failure = MurError("E-RUN-001", f"host import raised {type(exc).__name__}: {exc}")
-                    failure.__cause__ = exc
-                else:
-                    try:
-                        target.post_return(store)
-                    except WasmtimeError:
-                        pass  # wasmtime runs post-return itself in recent versions
+                    target.post_return(live.store)
+                except WasmtimeError:
+                    pass  # wasmtime runs post-return itself in recent versions
         finally:
             # Closing the store drops the WASI context, so all guest output has reached `output`
             # before the failure is classified.
-            store.close()
-            linker.close()
+            live.close()
             output.close()
         if failure is not None:
-            if stage == "instantiate":
-                raise classify_instantiate_failure(failure, kind=kind, label=cfg.label,
-                                                   limits=cfg.limits) from failure
             raise classify_call_failure(failure, kind=kind, label=cfg.label, limits=cfg.limits,
                                         stderr=output.text()) from failure
         return result
-
-    @staticmethod
-    def _export(store: Any, instance: Any, interface: str, func: str, kind: str, label: str) -> Any:
-        idx = instance.get_export_index(store, interface)
-        fidx = instance.get_export_index(store, func, idx) if idx is not None else None
-        target = instance.get_func(store, fidx) if fidx is not None else None
-        if target is None:
-            who = "capsule component" if kind == "capsule" else f"{kind} '{label}'"
-            raise GuestError("E-RUN-001", f"{who} does not export {interface}#{func}", kind="compile",
-                             hint=f"build it against the `{kind}` world in mur/wasm/wit (docs/wasm.md)")
-        return target

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from mur.a2a.guard import EVICT_AFTER, DoorLimits
-from mur.a2a.harness import message
+from mur.testing.a2a_harness import message
 from mur.a2a.lifecycle import TaskOutcome
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}
@@ -65,6 +65,17 @@ def post(body: bytes, extra: str = "") -> bytes:
 
 def rpc_body(method: str, params: dict | None = None, request_id=1) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}).encode()
+
+
+def open_watches(h, n: int) -> list[socket.socket]:
+    """``n`` stream/watch connections, each past its response head."""
+    streams = []
+    for _ in range(n):
+        sock = connect(h)
+        sock.sendall(post(rpc_body("stream/watch")))
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        streams.append(sock)
+    return streams
 
 
 def healthy(h) -> None:
@@ -142,12 +153,7 @@ def test_a_flood_of_idle_connections_evicts_the_oldest_and_new_clients_get_in(ma
 
 def test_when_every_connection_is_being_answered_new_ones_get_503_past_twice_the_cap(make_service):
     h = serve(make_service, limits=DoorLimits(max_connections=1, head_timeout=30, max_streams=10))
-    streams = []
-    for _ in range(2):
-        sock = connect(h)
-        sock.sendall(post(rpc_body("stream/watch")))
-        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-        streams.append(sock)
+    streams = open_watches(h, 2)
     time.sleep(EVICT_AFTER)
     late = connect(h)
     assert read_all(late).startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
@@ -158,12 +164,7 @@ def test_when_every_connection_is_being_answered_new_ones_get_503_past_twice_the
 
 def test_streams_beyond_the_cap_get_503_and_start_no_task(make_service):
     h = serve(make_service, limits=DoorLimits(max_streams=2, head_timeout=30))
-    streams = []
-    for _ in range(2):
-        sock = connect(h)
-        sock.sendall(post(rpc_body("stream/watch")))
-        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-        streams.append(sock)
+    streams = open_watches(h, 2)
     for method, params in [("stream/watch", {}), ("message/stream", {"message": message("x")})]:
         response = h.http.post("/", content=rpc_body(method, params, 5), headers={"content-type": "application/json"})
         assert response.status_code == 503 and response.headers["retry-after"] == "1"

@@ -8,8 +8,8 @@ import re
 import httpx
 import pytest
 
-from mur.a2a.harness import Gate, message
 from mur.a2a.lifecycle import TaskOutcome
+from mur.testing.a2a_harness import Gate, message
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}
 FRAME = re.compile(r"^id: (\d+)\nevent: ([a-z-]+)\ndata: (\{.*\})$")

@@ -322,3 +322,20 @@ def test_a_subscriber_reading_its_frames_frees_its_byte_budget(monkeypatch):
         assert sub.queue.qsize() == 0
     finally:
         loop.close()
+
+
+def test_door_limits_come_from_the_environment_and_bad_values_keep_the_defaults():
+    from mur.a2a.guard import DoorLimits
+
+    env = {
+        "MURMUR_A2A_MAX_CONNECTIONS": "12",
+        "MURMUR_A2A_HEAD_TIMEOUT_SECS": "2.5",
+        "MURMUR_A2A_BODY_TIMEOUT_SECS": "soon",
+        "MURMUR_A2A_STALL_TIMEOUT_SECS": "0",
+        "MURMUR_A2A_MAX_STREAMS": "-3",
+        "MURMUR_A2A_KEEP_ALIVE_SECS": " 1 ",
+    }
+    limits = DoorLimits.from_env(env)
+    assert limits == DoorLimits(max_connections=12, head_timeout=2.5, keep_alive=1.0)
+    assert DoorLimits.from_env({}) == DoorLimits()
+    assert DoorLimits() == DoorLimits(256, 10.0, 20.0, 5.0, 30.0, 64)

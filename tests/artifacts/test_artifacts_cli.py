@@ -52,8 +52,41 @@ def test_publish_local_then_again_is_e_reg_003(isolated, mur, published):
     assert result.code == 1
     assert result.err == (
         "error[E-REG-003]: artifact greet@0.1.0 already exists in registry\n"
-        "  hint: use a new version string or remove the existing artifact\n"
+        "  hint: use a new version string, or `mur unpublish greet@0.1.0` removes the existing one\n"
     )
+    # The hint's command exists and does what it says: the same version can then be published again.
+    result = mur("unpublish", "greet@0.1.0")
+    assert (result.code, result.out) == (0, "Unpublished greet@0.1.0 from the local registry\n"), result.err
+    assert not stored.exists() and not stored.parent.exists()
+    assert mur("publish", str(published)).code == 0
+
+
+def test_unpublish_refusals(isolated, mur, published):
+    result = mur("unpublish", "greet")
+    assert result.code == 1 and result.err.startswith("error[E-IO-003]: `mur unpublish` takes NAME@VERSION")
+    result = mur("unpublish", "greet@9.9.9")
+    assert result.code == 1 and result.err.startswith("error[E-REG-001]: artifact greet@9.9.9 is not in the local "
+                                                      "registry")
+    result = mur("unpublish", "greet@0.1.0", "--registry", "http://127.0.0.1:7800")
+    assert result.code == 1 and "the registry API has no delete" in result.err
+
+
+def test_uninstall_removes_from_the_project_store_and_unpins(isolated, mur, published):
+    project = write_capsule(isolated / "proj", GREET)
+    assert mur("install", "greet@0.1.0", cwd=project).code == 0
+    assert read_lock(lock_path(project)).entry("greet") is not None
+    result = mur("uninstall", "greet", "--json", cwd=project)
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == {"name": "greet", "versions": ["0.1.0"], "scope": "project",
+                                      "store": str(project / ".murmur/artifacts"), "unpinned": True}
+    assert not (project / ".murmur/artifacts/greet").exists()
+    assert read_lock(lock_path(project)).entry("greet") is None
+    assert (isolated / "home/.murmur/artifacts/greet/0.1.0").is_dir()  # the global store is another store
+    result = mur("uninstall", "greet", cwd=project)
+    assert result.code == 1 and result.err.startswith("error[E-REG-001]: artifact greet is not in the project store")
+    result = mur("uninstall", "-g", "greet@0.1.0", cwd=project)
+    assert (result.code, result.out) == (0, f"Uninstalled greet@0.1.0 from the global store\n")
+    assert mur("list", "--all", "--json", cwd=project).out == "[]\n"
 
 
 def test_publish_default_path_comes_from_cwd_manifest(isolated, mur):
@@ -166,7 +199,7 @@ def test_lock_conflict_is_refused_and_nothing_is_written(isolated, mur, publishe
         "  hint: if this is an intentional upgrade, remove the stale entry from murmur.lock before installing again\n"
     )
     assert lock_path(project).read_bytes() == before
-    assert not (project / ".murmur/artifacts/greet").exists()
+    assert not (project / ".murmur/artifacts").exists()
 
 
 def test_install_errors(isolated, mur, published):
@@ -187,6 +220,27 @@ def test_install_errors(isolated, mur, published):
     assert result.code == 1 and result.err.startswith("error[E-IO-003]: github sources are not available")
     result = mur("install", "nothing-here", cwd=project)
     assert result.err.startswith("error[E-REG-001]: artifact nothing-here not found in registry\n")
+    # Refusals write nothing: no empty project store, no lock.
+    assert sorted(p.name for p in project.iterdir()) == ["murmur.yaml"]
+
+
+def test_a_failed_store_write_leaves_no_directories(isolated):
+    """A write that fails in name@version directories it created removes them, lock file included."""
+    from mur.artifacts.store import ArtifactMeta, Store
+    from mur.errors import MurError
+
+    store = Store(isolated / "proj" / ".murmur" / "artifacts")
+    (isolated / "proj").mkdir()
+    meta = ArtifactMeta("greet", "0.1.0", "wasm", "")
+    with pytest.raises(MurError) as err:
+        store.put(meta, "0" * 64, src_file=isolated / "missing.mur.zip", overwrite=True)
+    assert err.value.code == "E-IO-003"
+    assert list((isolated / "proj").iterdir()) == []
+    # A version directory that existed before keeps existing (another version's files are not ours).
+    (store.root / "greet" / "0.1.0").mkdir(parents=True)
+    with pytest.raises(MurError):
+        store.put(meta, "0" * 64, src_file=isolated / "missing.mur.zip", overwrite=True)
+    assert (store.root / "greet" / "0.1.0").is_dir()
 
 
 def test_bare_name_installs_the_highest_version(isolated, mur):

@@ -7,6 +7,7 @@ header, a lying digest, 5xx, malformed JSON, dropped connections).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import zipfile
@@ -162,3 +163,24 @@ def test_index_parsing():
     bad = [{"name": "greet", "version": "0.1.0", "runtime": "static"}]
     err = error_of(lambda: client(lambda r: httpx.Response(200, json=bad)).list_index())
     assert err.message == f"registry error: invalid index response from {URL}: missing field `artifact_runtime`"
+
+
+def test_transfers_are_reported_to_the_injected_progress():
+    reported = []
+
+    @contextlib.contextmanager
+    def progress(description, total):
+        seen = []
+        yield seen.append
+        reported.append((description, total, sum(seen)))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            request.read()
+            return httpx.Response(201, json={"artifact_id": "greet@0.1.0", "sha256": SHA})
+        return httpx.Response(200, content=DATA, headers={"x-murmur-sha256": SHA})
+
+    registry = RemoteRegistry(URL, "k3y", transport=httpx.MockTransport(handler), progress=progress)
+    registry.publish(ArtifactMeta("greet", "0.1.0", "static", "skill"), DATA)
+    registry.fetch("greet", "0.1.0")
+    assert reported == [("\u2191 greet@0.1.0", len(DATA), len(DATA)), ("\u2193 greet@0.1.0", len(DATA), len(DATA))]

@@ -74,7 +74,7 @@ def test_publish_refuses_existing_install_overwrites(tmp_path):
         store.put(meta(), sha256_hex(second), data=second, overwrite=False)
     assert err.value.render() == (
         "error[E-REG-003]: artifact greet@0.1.0 already exists in registry\n"
-        "  hint: use a new version string or remove the existing artifact"
+        "  hint: use a new version string, or `mur unpublish greet@0.1.0` removes the existing one"
     )
     assert store.lookup("greet", "0.1.0").read_verified() == first
     store.put(meta(), sha256_hex(second), data=second, overwrite=True)

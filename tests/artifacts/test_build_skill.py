@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
-import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,34 +13,20 @@ from mur.artifacts.package import ArtifactArchive
 from mur.artifacts.skillbuild import infer_skill_name, resolve_skill_args
 from mur.cli.build import skill_value_explicit
 
+from mur_cli import Result, run_mur
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-@pytest.fixture
-def home(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    return home
 
 
 @pytest.fixture
 def mur(home):
-    """mur(*args, cwd, **env) runs `python -m mur` in a subprocess with HOME in tmp_path."""
+    """mur(*args, cwd, **env) runs the CLI in-process with HOME in tmp_path and nothing of NEXUS_*,
+    MURMUR_*, MUR_* inherited from the machine."""
 
-    def run(*args: str, cwd: Path, **extra_env: str) -> Run:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "MURMUR_", "MUR_"))}
-        env.update(HOME=str(home), MUR_NO_PROGRESS="1", PYTHONPATH=str(REPO), **extra_env)
-        proc = subprocess.run(
-            [sys.executable, "-m", "mur", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
-        )
-        return Run(proc.returncode, proc.stdout, proc.stderr)
+    def run(*args: str, cwd: Path, **extra_env: str) -> Result:
+        env: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("NEXUS_", "MURMUR_", "MUR_"))}
+        env.update(HOME=str(home), MUR_NO_PROGRESS="1", **extra_env)
+        return run_mur(*args, cwd=cwd, env=env)
 
     return run
 
@@ -58,7 +41,7 @@ def make_skill(directory: Path, files: dict[str, str] | None = None, skill_file:
     return directory
 
 
-def built_path(result: Run) -> Path:
+def built_path(result: Result) -> Path:
     assert (result.code, result.err) == (0, ""), result.err
     assert result.out.startswith("Built artifact: ") and result.out.endswith("\n")
     return Path(result.out[len("Built artifact: ") : -1])

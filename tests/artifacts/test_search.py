@@ -232,14 +232,34 @@ def test_configured_index_url_is_used_without_registry(isolated, mur, index):
     assert mur("search", "web", "--registry", index.as_uri()).out.splitlines()[1].startswith("web-fetch")
 
 
-def test_default_index_url_is_upstreams_when_nothing_is_configured(isolated):
+def test_nothing_configured_searches_the_local_stores_only(isolated, mur):
+    """Offline first: no registry configured or asked for means no network at all."""
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(500)
+
+    assert searching.search("greet", transport=httpx.MockTransport(handler), cwd=isolated / "work") == []
+    assert seen == []
+    result = mur("search", "greet")
+    assert (result.code, result.out) == (0, "No artifacts match 'greet' in the local stores.\n")
+    assert result.err == "  hint: search a remote index with --remote, or --registry URL|PATH\n"
+    Store(global_store()).put(ArtifactMeta("greet", "0.1.0", "static", "skill", description="Greets"), "0" * 64,
+                              data=b"zip", overwrite=False)
+    assert mur("search", "greet").out.splitlines()[1].split() == ["greet", "0.1.0", "skill", "Greets"]
+    result = mur("search", "greet", "--remote", "--registry", "local")
+    assert result.code == 2 and "'--remote' cannot be used with '--registry'" in result.err
+
+
+def test_remote_reads_upstreams_default_index(isolated):
     seen = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append((request.method, str(request.url), request.headers.get("authorization")))
         return httpx.Response(200, json={"schema_version": "1", "updated_at": "x", "artifacts": [entry("greet")]})
 
-    hits = searching.search("greet", transport=httpx.MockTransport(handler), cwd=isolated / "work")
+    hits = searching.search("greet", remote=True, transport=httpx.MockTransport(handler), cwd=isolated / "work")
     assert [h.name for h in hits] == ["greet"]
     assert seen == [(
         "GET",

@@ -15,6 +15,8 @@ import pytest
 from mur import __version__
 from mur.cli.main import main
 
+from mur_cli import run_mur
+
 HEAVY = ("wasmtime", "paramiko", "docker", "httpx", "starlette", "uvicorn", "opentelemetry")
 
 
@@ -24,12 +26,9 @@ def mur(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
                           capture_output=True, text=True, timeout=60)
 
 
-def in_process(capsys, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
+def in_process(*args: str) -> tuple[int, str, str]:
+    run = run_mur(*args)
+    return run.code, run.out, run.err
 
 
 @pytest.fixture
@@ -97,9 +96,9 @@ def test_a_mur_error_renders_once_with_its_hint_and_exits_1(tmp_path):
     )
 
 
-def test_warnings_precede_the_error_on_stderr(workdir, capsys):
+def test_warnings_precede_the_error_on_stderr(workdir):
     (workdir / "murmur.yaml").write_text('name: c\nversion: "1"\nnmae: typo\ncapabilities:\n  limits:\n    instances: 0\n')
-    code, out, err = in_process(capsys, "run", "--explain-scope", "--json")
+    code, out, err = in_process("run", "--explain-scope", "--json")
     assert (code, out) == (1, "")
     lines = err.splitlines()
     assert lines[0] == (
@@ -111,14 +110,14 @@ def test_warnings_precede_the_error_on_stderr(workdir, capsys):
     assert len(lines) == 2
 
 
-def test_an_unexpected_exception_becomes_e_internal(workdir, capsys, monkeypatch):
+def test_an_unexpected_exception_becomes_e_internal(workdir, monkeypatch):
     from mur.session import prechecks
 
     def boom(opts):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(prechecks, "explain", boom)
-    code, out, err = in_process(capsys, "run", "--explain-scope")
+    code, out, err = in_process("run", "--explain-scope")
     assert (code, out) == (1, "")
     assert err == (
         "error[E-INTERNAL]: unexpected RuntimeError: boom\n"
@@ -149,9 +148,9 @@ GARBAGE = {
 
 
 @pytest.mark.parametrize("name", sorted(GARBAGE))
-def test_garbage_manifests_never_produce_a_traceback(workdir, capsys, name):
+def test_garbage_manifests_never_produce_a_traceback(workdir, name):
     (workdir / "murmur.yaml").write_bytes(GARBAGE[name])
-    code, out, err = in_process(capsys, "run", "--explain-scope", "--json")
+    code, out, err = in_process("run", "--explain-scope", "--json")
     assert "Traceback" not in err and "E-INTERNAL" not in err, err
     if code == 0:  # a few of these are valid manifests (BOM, merge key, ...)
         json.loads(out)
@@ -160,8 +159,31 @@ def test_garbage_manifests_never_produce_a_traceback(workdir, capsys, name):
         assert err.splitlines()[-1].startswith("error[E-") or "  hint: " in err.splitlines()[-1]
 
 
-def test_a_directory_as_manifest_is_an_error_not_a_crash(tmp_path):
+def test_a_directory_as_manifest_means_its_murmur_yaml(tmp_path):
+    """`mur run -m DIR` reads DIR/murmur.yaml, as `mur build DIR` does; a DIR without one is E-IO-001."""
     (tmp_path / "dir.yaml").mkdir()
     run = mur("run", "--manifest", "dir.yaml", "--explain-scope", cwd=tmp_path)
     assert run.returncode == 1
-    assert run.stderr.startswith("error[E-IO-001]: manifest not found: dir.yaml is a directory")
+    assert run.stderr.startswith("error[E-IO-001]: manifest not found: dir.yaml/murmur.yaml\n")
+    (tmp_path / "dir.yaml" / "murmur.yaml").write_text('name: d\nversion: "1"\n')
+    run = mur("run", "--manifest", "dir.yaml", "--explain-scope", "--json", cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert json.loads(run.stdout)["containment"]["declared"] == "advisory"
+
+
+def test_errors_name_the_manifest_file_given(tmp_path):
+    """`-m conf/m.yaml` errors say `conf/m.yaml:`; the hint names the YAML slip (unquoted number, yes/no)."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "m.yaml").write_text("name: x\nversion: 1.0\n")
+    run = mur("run", "-m", "conf/m.yaml", "--explain-scope", cwd=tmp_path)
+    assert (run.returncode, run.stdout) == (1, "")
+    assert run.stderr == (
+        "error[E-MAN-003]: conf/m.yaml: field 'version' has invalid type (expected string, got number)\n"
+        '  hint: quote it, e.g. version: "1.0" (unquoted, YAML reads 1.0 as a number)\n'
+    )
+    (tmp_path / "murmur.yaml").write_text('name: x\nversion: "1"\ncapabilities:\n  filesystem:\n    workdir_exec: no\n')
+    run = mur("run", "--explain-scope", cwd=tmp_path)
+    assert run.stderr == (
+        "error[E-MAN-003]: murmur.yaml: field 'capabilities.filesystem.workdir_exec' has invalid type (expected boolean, got string)\n"
+        "  hint: write workdir_exec: false (mur reads YAML 1.2, where only true and false are booleans)\n"
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mur.deploy.bundle import installed_runtime
+from mur.runtime.bundle import installed_runtime
 from mur.deploy.capsule import gather
 from mur.deploy.preflight import (
     Report, choose_init, containment_check, parse_df, parse_probe, parse_version, preflight_host, probe_command,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mur.deploy import operations
-from mur.deploy.bundle import Bundle
+from mur.runtime.bundle import Bundle
 from mur.deploy.providers.base import Context
 from mur.deploy.request import DeployRequest
 from mur.deploy.state import DeploymentStore

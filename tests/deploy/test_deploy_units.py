@@ -69,7 +69,7 @@ def test_the_docker_files_in_images_are_the_ones_deploy_uses():
 
 def test_the_single_file_runtime_unpacks_once_and_execs(tmp_path, monkeypatch):
     """assemble() wraps a one-dir build; the result runs with nothing but sh, tail and tar."""
-    from mur.deploy.bundle import assemble
+    from mur.runtime.bundle import assemble
 
     onedir = tmp_path / "onedir"
     (onedir / "_internal").mkdir(parents=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mur.errors import MurError
-from mur.session.hookconfig import ALL, HookConfig, classify_output, parse_hook_config, read_hook_config
+from mur.hooks.config import ALL, HookConfig, classify_output, parse_hook_config, read_hook_config
 
 
 def test_defaults_are_all_events_blocking_none():

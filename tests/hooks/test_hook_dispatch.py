@@ -9,11 +9,12 @@ import pytest
 from wasmtime.component import Variant
 
 from mur.errors import MurError
+from mur.hooks.config import HookConfig
+from mur.hooks.hookset import Hook, HookSet
+from mur.hooks.instance import MISSING, HookLog
 from mur.inference.compaction import CompactionRequest
-from mur.inference.loop import LoopConfig
-from mur.session.hookconfig import HookConfig
-from mur.session.hookinstance import MISSING, HookLog
-from mur.session.hooks import Hook, HookSet
+from mur.inference.loop import LoopConfig, run_reopenable_task
+from mur.session.hookwiring import describe_staged
 
 NONE = Variant("none")
 
@@ -218,14 +219,20 @@ class NoTools:
         raise AssertionError("no tools here")
 
 
+def hooked_loop(hs, task, cfg, client, tools, trace, workdir=None):
+    """The agent loop with the hooks' decisions wired in, as mur.session.executor runs it."""
+    return run_reopenable_task(task, cfg, client, tools, trace, workdir=workdir, compactor=hs.compactor(),
+                               on_task_end=hs.on_task_end, task_id=hs.current_task or "")
+
+
 def test_agent_loop_reopens_with_feedback_then_finishes(tmp_path):
     answers = iter([Variant("reopen-task", "add detail"), NONE])
     hs, events, _ = make_set(tmp_path, [("judge", HookConfig(binding="on-task-end", commit_policy="reopen-task"),
                                          {"on-task-end": lambda _r: next(answers)})])
     hs.on_event({"event_type": "task_start", "task_id": "tsk_r"})
     client = ScriptedClient(["short", "long and detailed"])
-    out = hs.agent_loop("Describe Ada", LoopConfig(model="m", max_turns=5, max_task_reopens=1), client, NoTools(),
-                        events.append, workdir=tmp_path)
+    out = hooked_loop(hs, "Describe Ada", LoopConfig(model="m", max_turns=5, max_task_reopens=1), client,
+                      NoTools(), events.append, workdir=tmp_path)
     assert (out.exit_status, out.result, out.turns, out.input_tokens) == ("ok", "long and detailed", 2, 20)
     reopened = [e for e in events if e["event_type"] == "task_reopened"]
     assert reopened == [{"event_type": "task_reopened", "task_id": "tsk_r", "hook_name": "judge",
@@ -237,8 +244,8 @@ def test_agent_loop_reopens_with_feedback_then_finishes(tmp_path):
 
 def test_agent_loop_reopen_budget_exhausted(tmp_path):
     hs, events, _ = make_set(tmp_path, [("judge", HookConfig(), {"on-task-end": Variant("reopen-task", "more")})])
-    out = hs.agent_loop("t", LoopConfig(model="m", max_turns=5, max_task_reopens=1), ScriptedClient(["a", "b"]),
-                        NoTools(), events.append)
+    out = hooked_loop(hs, "t", LoopConfig(model="m", max_turns=5, max_task_reopens=1), ScriptedClient(["a", "b"]),
+                      NoTools(), events.append)
     assert out.exit_status == "reopen_budget_exhausted" and out.error_code == "E-RUN-007"
     assert "inference.max_task_reopens: 1" in out.error
 
@@ -277,7 +284,7 @@ def test_on_stage_writes_manifests_for_allowed_binaries_only(tmp_path):
         ("describer", HookConfig(binding="on-stage", commit_policy="write-manifests"),
          {"on-stage": Variant("write-manifests", manifests)}),
         ("observer", HookConfig(), {}),  # an absent binding never gets on-stage
-    ], staged=staged)
+    ], on_manifest=describe_staged(staged))
     written = hs.on_stage(["bash", "jq"])
     assert written == [("bash", manifests[0].content)]
     assert (tmp_path / "tools" / "bash" / "murmur.yaml").read_text() == manifests[0].content

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from mur.hooks.launch import hook_env
 from mur.manifest import load_capsule
-from mur.session.hooks import hook_env
 
 
 def load(tmp_path, text):
     (tmp_path / "murmur.yaml").write_text(text)
-    return load_capsule(tmp_path / "murmur.yaml")
+    return load_capsule(tmp_path / "murmur.yaml").capsule
 
 
 BASE = {"MURMUR_SESSION_ID": "ses_1", "MURMUR_CAPSULE_NAME": "c"}

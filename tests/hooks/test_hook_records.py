@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mur.session.hookrecords import (
+from mur.hooks.records import (
     compaction_fields,
     lifecycle_call,
     message_text,

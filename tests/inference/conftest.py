@@ -1,29 +1,16 @@
-"""Fixtures for the inference tests: a real loopback model server and an httpx ModelClient."""
+"""Fixtures for the inference tests: an httpx ModelClient on the loopback model server (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mur.inference.modelserver import ModelServer
 from mur.inference.provider import AnthropicClient, RetryPolicy
 
-
-@pytest.fixture
-def model_server():
-    """`model_server(replies)` -> a started ModelServer (stopped after the test)."""
-    started: list[ModelServer] = []
-
-    def start(replies: list[Any]) -> ModelServer:
-        server = ModelServer(replies).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+if TYPE_CHECKING:
+    from mur.testing.modelserver import ModelServer
 
 
 class Sleeps(list):

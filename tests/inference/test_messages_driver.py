@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mur.errors import MurError
-from mur.inference.driver import driver_env, parse_driver_result, require_driver
+from mur.inference.driver import driver_env, parse_driver_result
 from mur.inference.messages import from_driver_reply, to_driver_payload, tool_result_block, user_text
 from mur.inference.provider import ProviderError
 from mur.manifest.capsule import Inference
@@ -117,22 +116,6 @@ def test_driver_env_follows_the_spec_table():
     assert process == {"MURMUR_INFERENCE_TRANSPORT": "process", "MURMUR_INFERENCE_MODEL": "claude-haiku",
                        "MURMUR_INFERENCE_ENDPOINT": "", "MURMUR_INFERENCE_DRIVER": ""}
     assert driver_env(None) == {}
-
-
-def test_require_driver_reports_e_run_005(tmp_path):
-    wasm = tmp_path / "d.wasm"
-    with pytest.raises(MurError) as err:
-        require_driver(Inference.model_validate({"transport": "http", "model": "m"}), [], None)
-    assert err.value.code == "E-RUN-005" and "inference.driver.artifact" in err.value.message
-    inf = http_inference(driver={"artifact": "d"})
-    with pytest.raises(MurError) as err:
-        require_driver(inf, ["other"], wasm)
-    assert err.value.code == "E-RUN-005" and "not declared" in err.value.message
-    with pytest.raises(MurError) as err:
-        require_driver(inf, ["d"], wasm)
-    assert err.value.code == "E-RUN-005" and "mur install" in err.value.hint
-    wasm.write_bytes(b"\0asm")
-    assert require_driver(inf, ["d"], wasm) == "d"
 
 
 def result(status: str, data: object = None, summary: str | None = None) -> ToolResult:

@@ -1,10 +1,10 @@
-"""System prompt assembly (the C-4 notice is unconditional) and task reopening."""
+"""System prompt assembly (the C-4 notice is unconditional) and task reopening (reading the prompt
+files is a pre-check: tests/session/test_session_resolve.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mur.errors import MurError
 from mur.inference.loop import LoopOutcome, build_reopen_task, run_task_with_reopens
 from mur.inference.prompts import (
     MURMUR_MD_NOTICE,
@@ -12,60 +12,7 @@ from mur.inference.prompts import (
     build_process_system_prompt,
     build_system_prompt,
     ensure_notice,
-    load_compaction_prompt,
-    load_system_prompt,
 )
-from mur.manifest.capsule import Compaction, Inference
-
-
-def inference(**kw) -> Inference:
-    return Inference.model_validate({"transport": "http", "model": "m", **kw})
-
-
-def test_inline_prompt_and_source():
-    loaded = load_system_prompt(inference(system_prompt="  Be strict.\n"), "/nowhere")
-    assert (loaded.text, loaded.source) == ("  Be strict.\n", "manifest")
-    assert load_system_prompt(inference(), "/nowhere").source == "none"
-    assert load_system_prompt(None, "/nowhere").text is None
-
-
-def test_prompt_file_is_read_verbatim_relative_to_the_manifest(tmp_path):
-    (tmp_path / "conventions.md").write_text("\n  keep whitespace  \n\n")
-    loaded = load_system_prompt(inference(system_prompt_file="conventions.md"), tmp_path)
-    assert loaded.text == "\n  keep whitespace  \n\n"
-
-
-def test_unreadable_prompt_file_is_e_run_009(tmp_path):
-    with pytest.raises(MurError) as err:
-        load_system_prompt(inference(system_prompt_file="missing.md"), tmp_path)
-    assert err.value.code == "E-RUN-009"
-    assert err.value.message.startswith(f"failed to read inference.system_prompt_file at {tmp_path / 'missing.md'}")
-    (tmp_path / "binary.md").write_bytes(b"\xff\xfe\x00bad")
-    with pytest.raises(MurError) as err:
-        load_system_prompt(inference(system_prompt_file="binary.md"), tmp_path)
-    assert err.value.code == "E-RUN-009"
-
-
-def test_prompt_artifact_text(tmp_path):
-    skill = tmp_path / "skill.md"
-    skill.write_text("# Reviewer\nReview carefully.")
-    loaded = load_system_prompt(inference(system_prompt_artifact="reviewer"), tmp_path, artifact_path=skill)
-    assert loaded.text == "# Reviewer\nReview carefully."
-    both = load_system_prompt(inference(system_prompt="First.", system_prompt_artifact="r"), tmp_path, artifact_path=skill)
-    assert both.text == "First.\n\n# Reviewer\nReview carefully."
-    with pytest.raises(MurError) as err:
-        load_system_prompt(inference(system_prompt_artifact="r"), tmp_path, artifact_path=tmp_path / "gone.md")
-    assert err.value.code == "E-RUN-009" and "system_prompt_artifact 'r'" in err.value.message
-
-
-def test_compaction_prompt(tmp_path):
-    assert load_compaction_prompt(Compaction(system_prompt="sum up"), tmp_path) == "sum up"
-    (tmp_path / "c.md").write_text("from file")
-    assert load_compaction_prompt(Compaction(system_prompt_file="c.md"), tmp_path) == "from file"
-    assert load_compaction_prompt(Compaction(), tmp_path) is None
-    with pytest.raises(MurError) as err:
-        load_compaction_prompt(Compaction(system_prompt_file="no.md"), tmp_path)
-    assert err.value.code == "E-RUN-009"
 
 
 def test_notice_is_always_prepended():

@@ -8,13 +8,10 @@ from manifest_support import SCRUB
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch):
+def project(tmp_path, home, monkeypatch):
     """(home, project dir): HOME and cwd inside tmp_path, no inherited credentials."""
-    home = tmp_path / "home"
-    home.mkdir()
     proj = tmp_path / "proj"
     proj.mkdir()
-    monkeypatch.setenv("HOME", str(home))
     for var in SCRUB:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(proj)

@@ -22,12 +22,19 @@ class FakeProbe:
     achieved: str
     mechanism: str
     tier: str
+    os: str = "linux"
+    landlock_abi: int = 7
+    root: bool = True
+    netns: bool = True
+    userns: bool = False
 
 
-# What the real probe reports on a Landlock-capable Linux host (this one, and CI).
+# What the real probe reports on a Landlock-capable Linux host (this one, and CI: root).
 SCOPED_HOST = FakeProbe("scoped", "landlock+seccomp", "full")
-ADVISORY_LINUX = FakeProbe("advisory", "seccomp-only", "seccomp-only")
-ADVISORY_MACOS = FakeProbe("advisory", "none", "environment-only")
+ADVISORY_LINUX = FakeProbe("advisory", "seccomp-only", "seccomp-only", landlock_abi=0)
+ADVISORY_MACOS = FakeProbe("advisory", "none", "environment-only", os="darwin", landlock_abi=0, netns=False)
+# A Landlock host where no network namespace can be made (non-root, user namespaces disabled).
+NO_NETNS_HOST = FakeProbe("scoped", "landlock+seccomp", "full", root=False, netns=False)
 
 
 @dataclass

@@ -106,10 +106,10 @@ def _source(tmp_path: Path, manifest: str, files: dict[str, str] | None = None) 
         ),
         (
             'name: tool\nversion: "1.0.0"\nexecution: docker\n',
-            "error[E-MAN-003]: murmur.yaml: field 'execution' has invalid type (expected one of: wasm, "
+            "error[E-MAN-003]: src/murmur.yaml: field 'execution' has invalid type (expected one of: wasm, "
             "native, static, got docker)\n",
         ),
-        ("name: tool\n", "error[E-MAN-001]: murmur.yaml: missing required field 'version'\n"),
+        ("name: tool\n", "error[E-MAN-001]: src/murmur.yaml: missing required field 'version'\n"),
     ],
     ids=["E-BLD-001", "execution-unknown", "version-missing"],
 )

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from manifest_support import ADVISORY_LINUX, ADVISORY_MACOS, SCOPED_HOST
+from manifest_support import ADVISORY_LINUX, ADVISORY_MACOS, NO_NETNS_HOST, SCOPED_HOST
 from mur.errors import MurError
 from mur.manifest.containment import (
+    NETWORK_SHORTFALL,
     SCOPED_SHORTFALL,
     SEALED_SHORTFALL,
     achieved_class,
     check_floor,
     effective_floor,
     parse_class,
-    render_scope_report,
-    scope_report,
     shortfall_reason,
 )
+from mur.sandbox.scope import render_scope_report, scope_report
 from mur.manifest import parse_capsule
 
 CLASSES = ("advisory", "scoped", "sealed")
@@ -115,7 +115,8 @@ def test_prepare_refuses_before_any_workdir_on_a_host_without_landlock(project, 
     report = prechecks.explain(RunOptions(manifest=Path("murmur.yaml"), explain_scope=True))
     assert report["containment"] == {
         "declared": "scoped", "declared_source": "manifest", "achieved": "advisory", "floor_met": False,
-        "reason": SCOPED_SHORTFALL, "mechanism": "seccomp-only"}
+        "reason": SCOPED_SHORTFALL, "mechanism": "seccomp-only", "network": "no-inet-sockets",
+        "processes": "session-uid"}
 
 
 def test_human_report_layout_for_the_spec_example():
@@ -134,6 +135,8 @@ def test_human_report_layout_for_the_spec_example():
         "  reason:    sealed requires mount-namespace + pivot_root isolation, which this runtime does not "
         "implement yet; no host can provide it today\n"
         "  mechanism: none\n"
+        "  network:   unenforced (no kernel enforcement on this host)\n"
+        "  processes: unenforced (no kernel enforcement on this host)\n"
         "\n"
         "Effective grants\n"
         "  filesystem scope: <none>\n"
@@ -149,6 +152,40 @@ def test_human_report_layout_for_the_spec_example():
         "\n"
         "This is a report only — `mur run` without --explain-scope would refuse to launch here.\n"
     )
+
+
+SHELL_NET = ('name: c\nversion: "1"\ncapabilities:\n  containment: {floor}\n  network:\n'
+             "    allow: [https://api.example.com]\n  shell:\n    allow: [curl]\n")
+
+
+def test_a_scoped_floor_is_refused_where_no_network_namespace_carries_network_allow():
+    """Hosts, not ports: never silently fall back to Landlock's port rules under a scoped floor."""
+    capsule = parse_capsule(SHELL_NET.format(floor="scoped"), env={}).capsule
+    report = scope_report(capsule, effective_floor("scoped", None, None), NO_NETNS_HOST)
+    c = report["containment"]
+    assert (c["achieved"], c["floor_met"], c["reason"]) == ("advisory", False, NETWORK_SHORTFALL)
+    assert (c["mechanism"], c["network"], c["processes"]) == (
+        "landlock+seccomp", "landlock-tcp-ports", "landlock-scope+seccomp")
+    with pytest.raises(MurError) as err:
+        check_floor(effective_floor("scoped", None, None), NO_NETNS_HOST, False, True)
+    assert err.value.render().startswith(
+        "error[E-CAP-003]: declared containment class 'scoped' is not achievable on this host (achieved: "
+        "'advisory'): scoped confines the network.allow of a capsule that spawns subprocesses")
+    # the same capsule on a host with the namespace: met, and the report says how
+    ok = scope_report(capsule, effective_floor("scoped", None, None), SCOPED_HOST)["containment"]
+    assert (ok["floor_met"], ok["network"], ok["processes"]) == (True, "netns+egress-proxy", "session-uid")
+
+
+def test_lower_floors_and_capsules_without_the_need_are_not_refused():
+    advisory = parse_capsule(SHELL_NET.format(floor="advisory"), env={}).capsule
+    report = scope_report(advisory, effective_floor("advisory", None, None), NO_NETNS_HOST)["containment"]
+    assert report["floor_met"] and report["network"] == "landlock-tcp-ports"  # the documented fallback
+    no_net = parse_capsule('name: c\nversion: "1"\ncapabilities:\n  containment: scoped\n'
+                           "  shell:\n    allow: [bash]\n", env={}).capsule
+    assert scope_report(no_net, effective_floor("scoped", None, None), NO_NETNS_HOST)["containment"]["floor_met"]
+    no_shell = parse_capsule('name: c\nversion: "1"\ncapabilities:\n  containment: scoped\n'
+                             "  network:\n    allow: [https://api.example.com]\n", env={}).capsule
+    assert scope_report(no_shell, effective_floor("scoped", None, None), NO_NETNS_HOST)["containment"]["floor_met"]
 
 
 def test_parse_class_rejects_unknown_names():

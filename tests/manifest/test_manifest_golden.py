@@ -31,7 +31,7 @@ import pytest
 from manifest_support import SCOPED_HOST, run_mur
 from mur import __version__
 from mur.errors import MurError, set_warning_sink
-from mur.manifest.containment import render_scope_report
+from mur.sandbox.scope import render_scope_report
 
 CASES = Path(__file__).parent / "cases"
 CASE_NAMES = sorted(p.stem for p in CASES.glob("*.yaml"))
@@ -179,7 +179,8 @@ def test_case_through_the_cli(name, project):
         assert got == json.loads(expected_json)
         # the key order is part of the contract (issue 2, item 7)
         assert list(got) == ["containment", "grants"]
-        assert list(got["containment"]) == ["declared", "declared_source", "achieved", "floor_met", "reason", "mechanism"]
+        assert list(got["containment"]) == ["declared", "declared_source", "achieved", "floor_met", "reason", "mechanism",
+                                        "network", "processes"]
         assert list(got["grants"]) == [
             "filesystem_scope", "network_allow", "unix_sockets", "shell_allow", "spawn_allow", "env_allow",
             "interpreter_runtime",

@@ -305,3 +305,16 @@ def test_systemd_scope_request_shape():
     argv = calls[0]
     assert "--user" in argv and "StartTransientUnit" in argv
     assert argv[argv.index("Delegate") + 1 : argv.index("Delegate") + 3] == ["b", "true"]
+
+
+def test_v1_delegation_is_our_own_cgroups_when_our_uid_owns_them():
+    roots = {"memory": "/sys/fs/cgroup/memory", "pids": "/sys/fs/cgroup/pids", "cpu": "/sys/fs/cgroup/cpu,cpuacct",
+             "cpuacct": "/sys/fs/cgroup/cpu,cpuacct", "freezer": "/sys/fs/cgroup/freezer"}
+    text = "5:memory:/svc\n4:pids:/svc\n3:cpu,cpuacct:/svc\n2:freezer:/\n1:name=systemd:/svc\n0::/\n"
+    owned = {"/sys/fs/cgroup/memory/svc": 1000, "/sys/fs/cgroup/pids/svc": 1000, "/sys/fs/cgroup/cpu,cpuacct/svc": 1000}
+    bases = cg.delegated_v1_bases(text, roots, 1000, owner=lambda p: owned.get(p, 0))
+    assert bases == {"/sys/fs/cgroup/memory": "/sys/fs/cgroup/memory/svc", "/sys/fs/cgroup/pids": "/sys/fs/cgroup/pids/svc",
+                     "/sys/fs/cgroup/cpu,cpuacct": "/sys/fs/cgroup/cpu,cpuacct/svc"}
+    # one required controller not delegated (owned by root), or at its root: no delegation at all
+    assert cg.delegated_v1_bases(text, roots, 1000, owner=lambda p: 0 if "pids" in p else 1000) is None
+    assert cg.delegated_v1_bases(text.replace("4:pids:/svc", "4:pids:/"), roots, 1000, owner=lambda p: 1000) is None

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from mur.sandbox import access, landlock, seccomp, workdir_guard
-from mur.sandbox.policy import seccomp_table
+from mur.sandbox.policy import seccomp_table, socket_grant
 from mur.sandbox.probe import HostProbe, probe_host
 
 # --- ACLs ---
@@ -97,6 +97,18 @@ def test_guard_fires_once_within_a_poll(tmp_path):
         guard.stop()
 
 
+def test_guard_counts_the_session_logs_with_the_workdir(tmp_path):
+    work, logs = tmp_path / "work", tmp_path / "logs"
+    work.mkdir()
+    logs.mkdir()
+    (work / "a").write_bytes(b"x" * 3000)
+    (logs / "shell-1.log").write_bytes(b"x" * 3000)
+    fired = []
+    guard = workdir_guard.WorkdirGuard(str(work), 5000, fired.append, also=(str(logs),))
+    assert guard.check() == 6000 and fired == [6000]
+    assert workdir_guard.WorkdirGuard(str(work), 5000, fired.append).check() is None
+
+
 # --- probe, landlock constants, seccomp compilation ---
 
 
@@ -126,8 +138,11 @@ def test_landlock_rights_per_abi():
 
 
 @pytest.mark.skipif(seccomp.load_module() is None, reason="libseccomp not installed")
-def test_seccomp_table_compiles_to_bpf():
-    with_unix = seccomp.compile_filter(seccomp_table(unix_sockets=True))
-    without_unix = seccomp.compile_filter(seccomp_table(unix_sockets=False))
-    assert len(without_unix.bpf) % 8 == 0 and without_unix.instructions > 40
-    assert without_unix.instructions > with_unix.instructions  # the AF_UNIX comparisons are in the program
+def test_seccomp_table_compiles_to_two_programs_within_the_kernel_limit():
+    with_unix = seccomp.compile_filter(seccomp_table(socket_grant(unix=True, inet=True, private_net=True)))
+    without_unix = seccomp.compile_filter(seccomp_table(socket_grant(unix=False, inet=True, private_net=True)))
+    for program in (with_unix, without_unix):
+        assert len(program.bpf) == 2 and all(len(b) % 8 == 0 for b in program.bpf)
+        assert all(40 < n < 4096 for n in program.instructions)  # BPF_MAXINSNS
+    assert with_unix.instructions[0] == without_unix.instructions[0]  # the allowlist does not depend on sockets
+    assert with_unix.instructions[1] != without_unix.instructions[1]

@@ -23,11 +23,16 @@ def caps(**data) -> Capabilities:
     return Capabilities.model_validate(data, strict=False)
 
 
-def build(c: Capabilities, probe=FULL, *, tcp=pol.TcpPlan(()), is_root=False, baseline=7, hard=None,
-          existing=lambda p: True, closures=None) -> pol.ShellPolicy:
+def ports(tcp: pol.TcpPlan, allow=("https://api.example.com",)) -> pol.NetworkPlan:
+    mode = "none" if not tcp.ports and not tcp.any_port else "ports" if not tcp.any_port else "unfiltered"
+    return pol.NetworkPlan(mode, tuple(parse_allow_list(list(allow))) if mode != "none" else (), tcp)
+
+
+def build(c: Capabilities, probe=FULL, *, tcp=pol.TcpPlan(()), network=None, run_as=None, namespaces=(),
+          baseline=7, hard=None, existing=lambda p: True, closures=None) -> pol.ShellPolicy:
     return pol.build_policy(c, WORKDIR, probe, closures=closures if closures is not None else {"bash": BASH},
-                            tcp=tcp, is_root=is_root, nproc_baseline=baseline, hard_limits=hard or {},
-                            existing=existing)
+                            network=network or ports(tcp), run_as=run_as, namespaces=namespaces,
+                            nproc_baseline=baseline, hard_limits=hard or {}, existing=existing)
 
 
 def grant(policy: pol.ShellPolicy, path: str) -> pol.PathGrant:
@@ -114,34 +119,196 @@ def test_a_bare_host_entry_leaves_connect_unrestricted_but_bind_denied():
 
 
 def test_no_network_allow_means_no_tcp_at_all():
-    policy = build(caps(), tcp=pol.plan_tcp([], resolve=lambda h: True))
+    policy = build(caps(), network=pol.plan_network([], lambda h: True, private_net=True, landlock_abi=7))
+    assert policy.network.mode == "none" and not policy.network.inet
     assert policy.landlock.handled_net == ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
     assert policy.landlock.tcp_connect == ()
 
 
-def test_seccomp_unix_sockets_refused_unless_granted():
-    refused = build(caps()).seccomp
-    unix_rules = {("socket", 0, socket.AF_UNIX, errno.EACCES), ("socketpair", 0, socket.AF_UNIX, errno.EACCES)}
-    assert unix_rules <= set(refused.errno_arg_equal)
-    granted = build(caps(network={"unix_sockets": True})).seccomp
-    assert not unix_rules & set(granted.errno_arg_equal)
-    for table in (refused, granted):  # netlink and packet: always
-        assert ("socket", 0, socket.AF_NETLINK, errno.EACCES) in table.errno_arg_equal
-        assert ("socket", 0, socket.AF_PACKET, errno.EACCES) in table.errno_arg_equal
+ALLOW = parse_allow_list(["https://api.example.com", "localhost:11434", "http://nowhere.invalid:8080"])
 
 
-def test_seccomp_refuses_the_escape_surface():
+@pytest.mark.parametrize(("private_net", "abi", "mode", "mechanism"), [
+    (True, 7, "proxy", "netns+egress-proxy"), (True, 2, "proxy", "netns+egress-proxy"),
+    (False, 7, "ports", "landlock-tcp-ports"), (False, 3, "unfiltered", "unfiltered-tcp"),
+])
+def test_network_mechanism_strongest_the_host_allows(private_net, abi, mode, mechanism):
+    plan = pol.plan_network(ALLOW, lambda h: h != "nowhere.invalid", private_net=private_net, landlock_abi=abi)
+    assert (plan.mode, plan.mechanism) == (mode, mechanism)
+    assert [e.host for e in plan.allow] == ["api.example.com", "localhost"]  # DNS-failed hosts are skipped
+    assert plan.tcp.skipped == ("nowhere.invalid",)
+
+
+def test_nothing_resolving_is_no_network_at_all():
+    plan = pol.plan_network(ALLOW, lambda h: False, private_net=True, landlock_abi=7)
+    assert plan.mode == "none" and plan.allow == () and not plan.inet
+
+
+def test_a_bare_host_entry_without_a_namespace_is_unfiltered():
+    plan = pol.plan_network(parse_allow_list(["example.com"]), lambda h: True, private_net=False, landlock_abi=7)
+    assert plan.mode == "unfiltered"
+
+
+def test_in_the_proxy_mode_landlock_pins_the_proxy_port_and_tools_get_the_proxy_env():
+    plan = pol.plan_network(ALLOW, lambda h: True, private_net=True, landlock_abi=7)
+    policy = build(caps(), network=plan, namespaces=("net", "ipc", "mnt"))
+    assert policy.landlock.handled_net == ll.NET_BIND_TCP | ll.NET_CONNECT_TCP
+    assert policy.landlock.tcp_connect == (pol.PROXY_PORT,)
+    env = pol.proxy_env(plan)
+    assert env["https_proxy"] == env["HTTPS_PROXY"] == env["http_proxy"] == f"http://127.0.0.1:{pol.PROXY_PORT}"
+    assert "ALL_PROXY" in env and pol.proxy_env(pol.NetworkPlan("ports")) == {}
+
+
+def test_the_tls_trust_store_is_readable_only_with_a_network_grant():
+    with_net = build(caps(), network=pol.plan_network(ALLOW, lambda h: True, private_net=True, landlock_abi=7))
+    assert grant(with_net, "/etc/ssl/certs").access == ll.READ_FILE | ll.READ_DIR
+    without = build(caps())
+    assert not any(g.path == "/etc/ssl/certs" for g in without.landlock.grants)
+
+
+@pytest.mark.parametrize(("protocol", "host", "port", "allowed"), [
+    ("https", "api.example.com", 443, True), ("https", "API.Example.COM.", 443, True),
+    ("http", "api.example.com", 443, False),  # the entry pins https
+    (None, "api.example.com", 443, False),  # opaque bytes need an entry without a scheme
+    ("https", "api.example.com", 8443, False), ("https", "evil.example.com", 443, False),
+    ("https", "api.example.com.evil.com", 443, False),
+    (None, "localhost", 11434, True), ("http", "localhost", 11434, True), ("https", "localhost", 11435, False),
+    ("http", "127.0.0.1", 11434, False),  # the pattern is the name, never what it resolves to
+])
+def test_egress_decisions(protocol, host, port, allowed):
+    assert pol.egress_allowed(ALLOW, host, port, protocol) is allowed
+
+
+def test_connect_target_check_admits_a_host_any_protocol_could_use():
+    assert pol.egress_target_allowed(ALLOW, "api.example.com", 443)
+    assert not pol.egress_target_allowed(ALLOW, "api.example.com", 80)
+    assert not pol.egress_target_allowed(ALLOW, "other.example.com", 443)
+
+
+def grant_families(g: pol.SocketGrant) -> set[int]:
+    return {f for f, _t, _p in g.families}
+
+
+def test_socket_allowlist_is_derived_from_the_grants():
+    nothing = pol.socket_grant(unix=False, inet=False, private_net=True)
+    assert nothing.families == () and not nothing.bind and not nothing.listen
+    inet = pol.socket_grant(unix=False, inet=True, private_net=True)
+    assert grant_families(inet) == {socket.AF_INET, socket.AF_INET6}
+    assert all(types == (pol.SOCK_STREAM,) and protos == (0, pol.IPPROTO_TCP) for _f, types, protos in inet.families)
+    unix = pol.socket_grant(unix=True, inet=False, private_net=False)
+    assert grant_families(unix) == {socket.AF_UNIX} and unix.bind and unix.listen
+    # listen() on an unbound TCP socket autobinds on every interface: only inside our own namespace
+    assert not pol.socket_grant(unix=True, inet=True, private_net=False).listen
+    assert pol.socket_grant(unix=True, inet=True, private_net=True).listen
+
+
+def refused_socket(rules: list[pol.ArgRule], fam: int, typ: int, proto: int) -> bool:
+    """Evaluate the refinement rules for socket(fam, typ, proto) as the kernel would."""
+    args = (fam, typ, proto)
+
+    def holds(cond) -> bool:
+        index, op, value, mask = cond
+        arg = args[index]
+        return {"eq": arg == value, "ne": arg != value, "gt": arg > value,
+                "masked_eq": (arg & mask) == value}[op]
+
+    return any(r.syscall == "socket" and all(holds(c) for c in r.conditions) for r in rules)
+
+
+@pytest.mark.parametrize(("fam", "typ", "proto", "unix", "inet", "refused"), [
+    (socket.AF_INET, socket.SOCK_STREAM, 0, False, True, False),
+    (socket.AF_INET6, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK, 6, False, True, False),
+    (socket.AF_INET, socket.SOCK_STREAM, 0, False, False, True),  # no network grant: no inet at all
+    (socket.AF_INET, socket.SOCK_STREAM, 262, False, True, True),  # IPPROTO_MPTCP
+    (socket.AF_INET, socket.SOCK_STREAM, 132, False, True, True),  # IPPROTO_SCTP
+    (socket.AF_INET, socket.SOCK_SEQPACKET, 0, False, True, True),  # SCTP
+    (socket.AF_INET, socket.SOCK_DCCP if hasattr(socket, "SOCK_DCCP") else 6, 0, False, True, True),
+    (socket.AF_INET, socket.SOCK_DGRAM, 0, False, True, True),  # UDP
+    (socket.AF_INET, socket.SOCK_RAW, 1, False, True, True),
+    (socket.AF_INET, socket.SOCK_STREAM, (1 << 32) | 6, False, True, True),  # high bits set: refused, not reread
+    ((1 << 32) | socket.AF_INET, socket.SOCK_STREAM, 0, False, True, True),
+    (socket.AF_UNIX, socket.SOCK_STREAM, 0, False, True, True),
+    (socket.AF_UNIX, socket.SOCK_DGRAM, 0, True, False, False),
+    (socket.AF_UNIX, socket.SOCK_STREAM, 1, True, False, True),
+    (40, socket.SOCK_STREAM, 0, True, True, True),  # AF_VSOCK
+    (16, socket.SOCK_RAW, 0, True, True, True), (17, socket.SOCK_RAW, 0, True, True, True),  # netlink, packet
+    (38, socket.SOCK_SEQPACKET, 0, True, True, True), (44, socket.SOCK_RAW, 0, True, True, True),  # alg, xdp
+    (31, socket.SOCK_STREAM, 0, True, True, True), (45, 1, 0, True, True, True), (200, 1, 0, True, True, True),
+])
+def test_socket_rules_refuse_exactly_the_complement(fam, typ, proto, unix, inet, refused):
+    rules = pol.socket_rules(pol.socket_grant(unix=unix, inet=inet, private_net=True))
+    assert refused_socket(rules, fam, typ, proto) is refused
+    assert all(r.errno == errno.EACCES for r in rules)
+
+
+def test_fastopen_and_autobind_listen_are_refused():
+    rules = pol.socket_rules(pol.socket_grant(unix=False, inet=True, private_net=False))
+    fastopen = {(r.syscall, r.conditions) for r in rules if r.syscall.startswith("send")}
+    assert fastopen == {("sendto", ((3, "masked_eq", pol.MSG_FASTOPEN, pol.MSG_FASTOPEN),)),
+                        ("sendmsg", ((2, "masked_eq", pol.MSG_FASTOPEN, pol.MSG_FASTOPEN),)),
+                        ("sendmmsg", ((3, "masked_eq", pol.MSG_FASTOPEN, pol.MSG_FASTOPEN),))}
+    assert pol.ArgRule("listen", errno.EACCES) in rules and pol.ArgRule("bind", errno.EACCES) in rules
+    assert pol.ArgRule("socketpair", errno.EACCES) in rules  # unix_sockets: false
+
+
+def test_seccomp_is_an_allowlist_with_a_default_errno():
     table = build(caps()).seccomp
-    refused = dict(table.errno_syscalls)
-    for name in ("ptrace", "mount", "bpf", "keyctl", "unshare", "setns", "io_uring_setup", "perf_event_open"):
-        assert refused[name] == errno.EPERM
+    assert table.default_errno == errno.ENOSYS
+    allowed, refused = set(table.allow), dict(table.refuse)
+    assert {"read", "execve", "clone", "socket", "connect", "kill", "setpriority"} <= allowed
+    for name in ("ptrace", "mount", "bpf", "keyctl", "unshare", "setns", "io_uring_setup", "perf_event_open",
+                 "process_madvise", "pidfd_getfd", "process_vm_writev", "kcmp", "userfaultfd"):
+        assert refused[name] == errno.EPERM and name not in allowed
     assert refused["clone3"] == errno.ENOSYS  # libc falls back to clone, whose flags we filter
-    masks = {flag for name, _i, flag, value, _e in table.errno_arg_masked if name == "clone" and flag == value}
-    assert 0x10000000 in masks and 0x40000000 in masks  # CLONE_NEWUSER, CLONE_NEWNET
+    # never named: unknown and new syscalls get the default
+    for name in ("socketcall", "ipc", "lsm_get_self_attr", "cachestat", "memfd_secret"):
+        assert name not in allowed
+    assert ("personality", 0, 0) in table.allow_if and ("personality", 0, 0x0400000) not in table.allow_if
+
+
+def test_seccomp_refines_clone_memfd_and_terminal_injection():
+    table = build(caps()).seccomp
+    masked = {(r.syscall, r.conditions[0][2]) for r in table.rules if r.conditions and r.conditions[0][1] == "masked_eq"}
+    assert ("clone", 0x10000000) in masked and ("clone", 0x40000000) in masked  # CLONE_NEWUSER, CLONE_NEWNET
+    assert ("ioctl", pol.TIOCSTI) in masked
     # an executable memfd would bypass Landlock's exec check: refused unless sealed non-executable
-    assert ("memfd_create", 1, pol.MFD_NOEXEC_SEAL, 0, errno.EPERM) in table.errno_arg_masked
+    assert pol.ArgRule("memfd_create", errno.EPERM, ((1, "masked_eq", 0, pol.MFD_NOEXEC_SEAL),)) in table.rules
     relaxed = build(caps(filesystem={"workdir_exec": True})).seccomp
-    assert not any(rule[0] == "memfd_create" for rule in relaxed.errno_arg_masked)
+    assert not any(r.syscall == "memfd_create" for r in relaxed.rules)
+
+
+def test_pid_targeting_calls_are_confined_unless_the_kernel_already_does_it():
+    shared = build(caps())  # tools share mur's uid, no pid namespace
+    assert shared.processes == "landlock-scope+seccomp"
+    rules = {r.syscall: r for r in shared.seccomp.rules if r.syscall in pol.PID_FIRST}
+    assert set(rules) == set(pol.PID_FIRST) and all(r.conditions == ((0, "ne", 0, 0),) for r in rules.values())
+    assert pol.ArgRule("setpriority", errno.EPERM, ((1, "ne", 0, 0),)) in shared.seccomp.rules
+    assert pol.ArgRule("kill", errno.EPERM, ((0, "masked_eq", pol.LOW32, pol.LOW32),)) in shared.seccomp.rules
+    own_uid = build(caps(), run_as=(2053963777, 2053963777))
+    assert own_uid.processes == "session-uid"
+    assert not any(r.syscall in pol.PID_FIRST or r.syscall == "kill" for r in own_uid.seccomp.rules)
+    # in a pid namespace the init still has the tools' uid: confined all the same
+    pidns = build(caps(), namespaces=("user", "net", "ipc", "pid"))
+    assert pidns.processes == "pid-namespace"
+    assert {r.syscall for r in pidns.seccomp.rules} >= set(pol.PID_FIRST) | {"kill", "setpriority"}
+    old = build(caps(), classify("linux", 2, True, None, "unified", True, True))
+    assert old.processes == "seccomp-only"
+
+
+@pytest.mark.parametrize(("root", "netns", "userns", "exec_", "names"), [
+    (True, True, False, False, ("net", "ipc", "mnt")),
+    (True, True, False, True, ("net", "ipc")),
+    (False, True, True, False, ("user", "net", "ipc", "mnt", "pid")),
+    (False, False, False, False, ()),
+    (True, False, False, False, ()),
+])
+def test_namespaces_per_host(root, netns, userns, exec_, names):
+    assert pol.plan_namespaces(is_root=root, private_net=netns, userns=userns, workdir_exec=exec_) == names
+
+
+def test_noexec_workdir_follows_the_mount_namespace():
+    assert build(caps(), namespaces=("net", "ipc", "mnt")).noexec_workdir == WORKDIR
+    assert build(caps(), namespaces=("net", "ipc")).noexec_workdir is None
 
 
 def test_rlimits_are_spec_defaults_with_nproc_as_headroom():
@@ -162,15 +329,17 @@ def test_cgroup_limits_come_from_resources():
     assert limits.io_bytes_per_sec == 100 << 20
 
 
-def test_root_drops_to_nobody():
-    assert build(caps(), is_root=True).run_as == (65534, 65534)
-    assert build(caps(), is_root=False).run_as is None
+def test_the_session_uid_is_passed_through_on_linux_only():
+    assert build(caps(), run_as=(2053963777, 2053963777)).run_as == (2053963777, 2053963777)
+    assert build(caps()).run_as is None
+    mac = build(caps(), classify("darwin", 0, False, None, "none", False, False), run_as=(5, 5))
+    assert mac.run_as is None
 
 
 def test_lesser_tiers():
     seccomp_only = build(caps(), classify("linux", 0, True, "no landlock", "hybrid", True, False))
     assert seccomp_only.tier == "seccomp-only" and seccomp_only.landlock is None and seccomp_only.seccomp
-    mac = build(caps(), classify("darwin", 0, False, None, "none", False, False), is_root=True)
+    mac = build(caps(), classify("darwin", 0, False, None, "none", False, False), run_as=(5, 5))
     assert mac.tier == "environment-only" and mac.landlock is None and mac.seccomp is None
     assert mac.cgroup is None and mac.run_as is None
     assert dict(mac.rlimits)["CORE"] == 0  # rlimits apply on every platform

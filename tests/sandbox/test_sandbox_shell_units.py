@@ -61,6 +61,8 @@ def test_synthetic_manifests_are_written_per_binary(tmp_path):
 @pytest.mark.parametrize(("sig", "timed_out", "before", "after", "cpu", "expected"), [
     (signal.SIGXCPU, False, (0, 0), (0, 0), 0.0, "cpu_seconds"),
     (signal.SIGKILL, False, (0, 0), (0, 0), 2.0, "cpu_seconds"),  # RLIMIT_CPU with cur == max kills
+    (signal.SIGKILL, False, (0, 0), (0, 0), 1.8, "cpu_seconds"),  # rusage a tick-sampled 0.2 s short
+    (signal.SIGKILL, False, (0, 0), (0, 0), 1.7, None),  # too far under the limit: not that
     (signal.SIGKILL, False, (0, 0), (0, 0), 0.1, None),  # a SIGKILL with no evidence
     (signal.SIGKILL, True, (0, 0), (0, 0), 2.0, None),  # we killed it (timeout)
     (signal.SIGXFSZ, False, (0, 0), (0, 0), 0.0, "max_file_size_bytes"),

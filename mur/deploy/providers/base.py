@@ -18,10 +18,10 @@ from typing import Any, Callable, Protocol
 
 from mur import __version__
 from mur.deploy import auth
-from mur.deploy.bundle import Bundle
+from mur.runtime.bundle import Bundle
 from mur.deploy.capsule import DeployCapsule
 from mur.deploy.preflight import Report
-from mur.deploy.progress import QUIET, Reporter
+from mur.progress import QUIET, Reporter
 from mur.deploy.request import DeployRequest
 from mur.deploy.state import Deployment, DeploymentStore
 from mur.deploy.init import init_for
@@ -33,7 +33,7 @@ from mur.errors import MurError
 
 def resolve_runtime(req: DeployRequest, cap: DeployCapsule, plat: str, note: Callable[[str], None]) -> Bundle:
     """The runtime for the capsule's pin (this mur's version when unpinned), for `plat`."""
-    from mur.deploy import bundle
+    from mur.runtime import bundle
 
     pin = cap.mur_version or __version__
     if req.mur_binary:
@@ -45,7 +45,7 @@ def resolve_runtime(req: DeployRequest, cap: DeployCapsule, plat: str, note: Cal
 
 def precompiled_components(req: DeployRequest, cap: DeployCapsule, plat: str, reporter: Reporter) -> tuple[FileRef, ...]:
     """Components compiled here for the target's engine cache (this machine caches its own)."""
-    from mur.deploy import precompile as pc
+    from mur.runtime import precompile as pc
 
     if req.target.provider == "local" or not req.precompile:
         return ()

@@ -1,0 +1,250 @@
+"""Provisioning proven on real VMs (Debian 12 under qemu TCG, no network but one hostfwd on 127.0.0.1).
+
+1. A VM booted with a NoCloud seed made from the terraform module's rendered user-data: the
+   deploy user passes preflight on pure cgroup v2 with aggregate shell-tool limits, a deploy as
+   that non-root user answers an A2A task, `mur host prepare --check` finds nothing to change
+   (cloud-init and prepare reach the same state), and the escape suite passes on its kernel.
+2. A bare VM of the same image brought there by `mur host prepare`; a second run changes nothing;
+   a distribution it does not support is refused.
+3. `mur vm create --kernel 6.12` (the real CLI): the newer kernel's Landlock ABI, a deploy, the
+   escape suite; `mur vm ls` and `destroy`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy_support import FORK_40, READ_OUTSIDE, a2a_send, mur, mur_json, shell_task
+from vm_suite import expected_failures, record, run_escape_suite
+from vmboot import DEPLOY_USER, build_vm, boot_vm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "provision"))
+from tf_render import inputs_variables, terraform_user_data  # noqa: E402
+
+pytestmark = [pytest.mark.requires_qemu, pytest.mark.requires_root, pytest.mark.slow]
+TIMEOUT = ["--start-timeout", "900"]
+
+
+def _tunnel_send(machine, home: Path, port: int, text: str, user: str) -> str:
+    os.environ["HOME"] = str(home)
+    from mur.deploy.targets.ssh import SSHTarget
+
+    key = machine.root_key if user == "root" else machine.key
+    t = SSHTarget("127.0.0.1", user=user, port=machine.port, key_file=str(key), known_hosts=str(machine.known_hosts))
+    try:
+        with t.forward(port) as fw:
+            return a2a_send(fw.url, text, timeout=900)
+    finally:
+        t.close()
+
+
+def _deploy_args(machine, user: str) -> list[str]:
+    key = machine.root_key if user == "root" else machine.key
+    return ["--host", "127.0.0.1", "--ssh-port", str(machine.port), "--ssh-user", user, "--ssh-key", str(key),
+            "--known-hosts", str(machine.known_hosts)]
+
+
+def _matrix_row(kernel: str, machine, suite: dict, deployed: bool) -> None:
+    row = {"kernel": kernel, "release": machine.extra.get("kernel_release"), "landlock_abi": suite["abi"],
+           "escape_passed": suite["passed"], "escape_failed": suite["failed"], "failed_names": suite["failed_names"],
+           "flaky": suite["flaky"], "deploy": deployed}
+    record(row)
+    print(f"\n[kernel-matrix] {json.dumps(row)}")
+
+
+def _shell_deploy_answers(machine, home, shell_capsule, user: str) -> dict:
+    """Preflight + deploy of the shell capsule as `user`; a task forking past the pids bound."""
+    report = mur_json("deploy", "-m", str(shell_capsule / "murmur.yaml"), *_deploy_args(machine, user), "--check",
+                      home=home, timeout=1800)
+    assert report["ok"], report
+    checks = {c["name"]: c for c in report["checks"]}
+    assert report["cgroup_mode"] == "unified" and checks["shell limits"]["ok"], checks
+    assert report["uid"] != 0 and report["sudo"] == "nopasswd"
+    res = mur_json("deploy", "-m", str(shell_capsule / "murmur.yaml"), *_deploy_args(machine, user), *TIMEOUT,
+                   home=home, timeout=2400)
+    forks, outside = json.loads(_tunnel_send(machine, home, res["service_port"], shell_task(FORK_40, READ_OUTSIDE),
+                                             user))
+    assert "cgroup_pids_max" in forks["summary"] and "Cannot fork" in forks["data"], forks
+    assert "Permission denied" in outside["data"] and "read-ok" not in outside["data"], outside
+    mur("deploy", "destroy", res["deployment_id"], home=home, timeout=600)
+    return report
+
+
+# --- 1. the terraform-rendered user-data, booted ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tf_vm(vm_ready, tmp_path_factory):
+    if shutil.which("terraform") is None:
+        pytest.skip("terraform is not on PATH")
+    from mur.provision import machines
+
+    work = tmp_path_factory.mktemp("tf-render")
+    calls = []
+
+    def via_terraform(inp):
+        calls.append(inp)
+        return terraform_user_data(work / f"r{len(calls)}", **inputs_variables(inp))
+
+    image = build_vm(kernel="6.1")
+    root = tmp_path_factory.mktemp("vms")
+    req = machines.CreateRequest(name="tfvm", kernel="6.1", deploy_user=DEPLOY_USER, render_user_data=via_terraform,
+                                 authorized_keys=((image / "id_ed25519.pub").read_text().strip(),), boot_timeout=900)
+    m = machines.create(req, root=root)
+    assert len(calls) == 1 and (m.dir / "user-data").read_text().startswith("#cloud-config")
+    yield m
+    machines.stop(m)
+
+
+def test_cloud_init_prepared_the_host_from_terraform_user_data(tf_vm):
+    r = tf_vm.ssh("cloud-init status --long; cat /etc/mur/host.json; id -nG; sudo -n true && echo sudo-ok",
+                  user=DEPLOY_USER)
+    assert r.returncode == 0, r.stderr
+    assert "status: done" in r.stdout and '"deploy_user":"deployer"' in r.stdout
+    assert "mur-deploy" in r.stdout and "sudo-ok" in r.stdout
+    show = tf_vm.ssh("systemctl show user@$(id -u deployer).service -p Delegate -p DelegateControllers").stdout
+    assert "Delegate=yes" in show and "memory" in show and "pids" in show, show
+
+
+def test_prepare_finds_nothing_to_change_on_the_cloud_init_host(tf_vm, home):
+    pub = tf_vm.key.with_suffix(".pub") if tf_vm.key.suffix else Path(str(tf_vm.key) + ".pub")
+    res = mur("host", "prepare", *_deploy_args(tf_vm, "root"), "--deploy-user", DEPLOY_USER,
+              "--authorized-key", str(pub), "--check", "--json", home=home, check=False, timeout=600)
+    assert res.returncode == 0, res.stderr + res.stdout
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["changes"] == [] and out["refused"] is None, out
+
+
+def test_non_root_deploy_with_shell_limits_on_the_cloud_init_host(tf_vm, home, runtime_bundle, shell_capsule):
+    report = _shell_deploy_answers(tf_vm, home, shell_capsule, DEPLOY_USER)
+    assert report["probe"]["landlock_abi"] == 2
+    tf_vm.extra["deployed"] = True
+
+
+def test_escape_suite_on_kernel_6_1(tf_vm):
+    suite = run_escape_suite(tf_vm)
+    _matrix_row("6.1", tf_vm, suite, bool(tf_vm.extra.get("deployed")))
+    assert suite["abi"] == 2 and suite["passed"] + len(suite["flaky"]) >= 16, suite["tail"]
+    # exactly the escapes ABI 2 cannot stop (vm_suite.KNOWN_GAPS), nothing else
+    assert suite["failed_names"] == expected_failures(2) == ["test_connect_to_a_tcp_port_not_allowed",
+                                                             "test_signal_a_process_outside"], suite["tail"]
+
+
+# --- 2. a bare VM, prepared by mur host prepare -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bare_vm(vm_ready):
+    vm = boot_vm(build_vm(kernel="6.1"), prepare=False)
+    yield vm
+    vm.close()
+
+
+def test_host_prepare_twice_then_deploy_preflight(bare_vm, home, runtime_bundle):
+    m = bare_vm.machine
+    assert bare_vm.ssh(f"id {DEPLOY_USER}").returncode != 0  # really unprepared
+    pub = Path(str(m.root_key) + ".pub")
+    args = ["host", "prepare", *_deploy_args(m, "root"), "--deploy-user", DEPLOY_USER, "--authorized-key", str(pub),
+            "--json"]
+    check = mur(*args, "--check", home=home, check=False, timeout=600)
+    assert check.returncode == 3, check.stderr
+    first = json.loads(mur(*args, home=home, timeout=2400).stdout.strip().splitlines()[-1])
+    assert first["changed"] and {"group", "user", "keys", "marker", "file:/etc/sudoers.d/mur-deploy"} <= set(first["applied"])
+    assert first["preflight"]["ok"] and first["preflight"]["user"] == DEPLOY_USER
+    assert {c["name"]: c["ok"] for c in first["preflight"]["checks"]}["shell limits"]
+    second = mur(*args, home=home, timeout=2400)
+    again = json.loads(second.stdout.strip().splitlines()[-1])
+    assert not again["changed"] and again["changes"] == [] and again["applied"] == [], again
+    assert "nothing to change" in second.stderr
+    assert again["preflight"]["ok"]
+    assert again["deploy_command"].startswith(f"mur deploy --host 127.0.0.1 --ssh-user {DEPLOY_USER} --ssh-port")
+    # the prepared host is in the cloud-init host's state: same files, same sudo
+    r = bare_vm.ssh("sudo -n true && echo sudo-ok; cat /etc/mur/host.json", user=DEPLOY_USER)
+    assert "sudo-ok" in r.stdout and '"deploy_user":"deployer"' in r.stdout
+
+
+def test_a_pending_reboot_is_made_and_waited_for(bare_vm, home):
+    """A kernel change leaves /run/mur-reboot-required (mur-host.sh apply); prepare reboots the host,
+    waits for SSH with a new boot id, and checks again (/run is empty after the boot)."""
+    m = bare_vm.machine
+    before = bare_vm.ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    assert bare_vm.ssh("touch /run/mur-reboot-required").returncode == 0
+    args = ["host", "prepare", *_deploy_args(m, "root"), "--deploy-user", DEPLOY_USER,
+            "--authorized-key", str(Path(str(m.root_key) + ".pub")), "--json"]
+    res = mur(*args, "--no-preflight", home=home, timeout=1200)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["applied"] == ["reboot"] and out["rebooted"] and out["reboot"], out
+    assert "reboot 127.0.0.1 and wait for it" in res.stderr
+    after = bare_vm.ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    assert after and after != before
+    assert mur(*args, "--check", home=home, check=False, timeout=600).returncode == 0
+
+
+def test_an_unsupported_distribution_is_refused(bare_vm, home):
+    m = bare_vm.machine
+    assert bare_vm.ssh("cp /etc/os-release /root/os-release.keep && sed -i 's/^ID=.*/ID=ubuntu/; "
+                       "s/^VERSION_ID=.*/VERSION_ID=\"24.04\"/' /usr/lib/os-release").returncode == 0
+    try:
+        res = mur("host", "prepare", *_deploy_args(m, "root"), "--authorized-key", str(Path(str(m.root_key) + ".pub")),
+                  "--check", home=home, check=False, timeout=600)
+        assert res.returncode == 1
+        assert "error[E-PROV-001]" in res.stderr and "unsupported distribution ubuntu 24.04" in res.stderr
+        assert "Traceback" not in res.stderr
+    finally:
+        bare_vm.ssh("cp /root/os-release.keep /usr/lib/os-release")
+
+
+# --- 3. mur vm create with the newer kernel -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vm612(vm_ready, tmp_path_factory):
+    home = tmp_path_factory.mktemp("vm-home")
+    env = {"MUR_VM_DIR": str(tmp_path_factory.mktemp("vm-dir"))}
+    res = mur("vm", "create", "--name", "k612", "--kernel", "6.12", "--deploy-user", DEPLOY_USER, "--json",
+              home=home, env=env, timeout=2400)
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "boot k612" in res.stderr and "cloud-init" in res.stderr  # progress while it boots
+    from mur.provision import machines
+
+    m = machines.get("k612", Path(env["MUR_VM_DIR"]))
+    yield m, info, home, env
+    mur("vm", "destroy", "k612", home=home, env=env, check=False, timeout=300)
+
+
+def test_vm_create_boots_the_chosen_kernel(vm612):
+    m, info, home, env = vm612
+    assert info["kernel"] == "6.12" and info["extra"]["kernel_release"].startswith("6.12.")
+    assert info["landlock_abi"] == 6 and info["running"]
+    assert info["deploy_command"].startswith("mur deploy --host 127.0.0.1 --ssh-port")
+    assert m.ssh("uname -r").stdout.startswith("6.12.")
+    ls = mur_json("vm", "ls", home=home, env=env)
+    assert [(v["name"], v["running"]) for v in ls] == [("k612", True)]
+
+
+def test_deploy_and_escape_suite_on_kernel_6_12(vm612, runtime_bundle, shell_capsule, tmp_path):
+    m, _, _, _ = vm612
+    home = tmp_path / "deploy-home"
+    home.mkdir()
+    report = _shell_deploy_answers(m, home, shell_capsule, DEPLOY_USER)
+    assert report["probe"]["landlock_abi"] >= 6
+    suite = run_escape_suite(m)
+    _matrix_row("6.12", m, suite, True)
+    assert suite["abi"] >= 6 and expected_failures(suite["abi"]) == []
+    assert suite["failed_names"] == [] and suite["passed"] + len(suite["flaky"]) >= 18, suite["tail"]
+
+
+def test_vm_ssh_and_destroy(vm612):
+    m, _, home, env = vm612
+    out = mur("vm", "ssh", "k612", "--", "id", "-un", home=home, env=env, timeout=120).stdout
+    assert out.strip() == DEPLOY_USER
+    mur("vm", "destroy", "k612", home=home, env=env, timeout=300)
+    assert not m.dir.exists() and not m.running()
+    res = mur("vm", "ssh", "k612", home=home, env=env, check=False)
+    assert res.returncode == 1 and "error[E-VM-002]: no VM named k612" in res.stderr

@@ -1,0 +1,122 @@
+"""Run ShellSandbox sessions as an unprivileged uid (the tools then share mur's uid).
+
+``run_sessions(user, spec)`` starts this checkout's python as ``user`` (h12a's
+``hostile.UnprivilegedUser``: its own HOME, v1 cgroups delegated to it) with the driver below,
+which opens one ShellSandbox per entry of ``spec["sessions"]`` (all open at once, so one session
+can attack another), runs the calls and prints one JSON object: each session's policy summary and
+call results. ``spec["background"]`` names calls started in a thread first (victims that keep
+running while later calls attack them); ``{victimK}`` in a later call stands for a host pid of
+session K's tools and ``{driver}`` for the driver's own (mur's) pid. After the calls, each
+session's surviving processes are listed with their nice value and CPU affinity.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from hostile import ROOT, UnprivilegedUser, python_for_others  # type: ignore[import-not-found]
+
+DRIVER = r'''
+import json, os, sys, threading, time
+from pathlib import Path
+from mur.manifest.capsule import Capabilities
+from mur.manifest.network import parse_allow_list
+from mur.sandbox.shell import ShellSandbox
+
+spec = json.loads(sys.stdin.read())
+names = spec.get("names", {})
+out = {"driver_pid": os.getpid(), "sessions": []}
+boxes = []
+try:
+    for i, s in enumerate(spec["sessions"]):
+        caps = Capabilities.model_validate(s["caps"], strict=False)
+        wd = Path(spec["base"]) / f"session{i}"
+        sb = ShellSandbox(caps, wd, f"ses_asuser{os.getpid()}_{i}", parse_allow_list(s.get("network_allow", [])),
+                          host_env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                          resolve=lambda h: names.get(h, []))
+        warnings = sb.start()
+        boxes.append(sb)
+        out["sessions"].append({"workdir": str(sb.workdir), "warnings": warnings, "network": sb.policy.network.mode,
+                                "processes": sb.policy.processes, "namespaces": list(sb.policy.namespaces),
+                                "results": []})
+    threads = []
+    for i, call in spec.get("background", []):
+        t = threading.Thread(target=boxes[i].run, args=(call["binary"],),
+                             kwargs={"command": call.get("command"), "args": call.get("args"), "timeout": 60},
+                             daemon=True)
+        t.start()
+        threads.append(t)
+    def victim(k):  # a host pid of session k's tools (the newest: the tool, not its pid-namespace stand-in)
+        until = time.monotonic() + 20
+        while not boxes[k].cgroup.pids() and time.monotonic() < until:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        return max(boxes[k].cgroup.pids())
+    def fill(text):
+        if text is None:
+            return None
+        for k in range(len(boxes)):
+            if "{victim%d}" % k in text:
+                text = text.replace("{victim%d}" % k, str(victim(k)))
+        return text.replace("{driver}", str(os.getpid()))
+    for i, call in spec.get("calls", []):
+        args = [fill(a) for a in call["args"]] if call.get("args") is not None else None
+        r = boxes[i].run(call["binary"], command=fill(call.get("command")), args=args, timeout=60)
+        out["sessions"][i]["results"].append({"exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr})
+    for k, sb in enumerate(boxes):  # what the other sessions' calls left of this session's processes
+        state = []
+        for pid in sorted(sb.cgroup.pids()):
+            try:
+                nice = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
+                state.append({"pid": pid, "nice": nice, "affinity": sorted(os.sched_getaffinity(pid))})
+            except OSError:
+                pass
+        out["sessions"][k]["processes_after"] = state
+finally:
+    for sb in boxes:
+        sb.close()
+print(json.dumps(out))
+'''
+
+
+def _python(user: UnprivilegedUser) -> tuple[str, str]:
+    """(interpreter, bootstrap prefix) that give ``user`` this checkout and its dependencies."""
+    prefix = python_for_others()
+    assert prefix is not None
+    site = sysconfig.get_paths()["purelib"]
+    boot = f"import site, sys; site.addsitedir({site!r}); sys.path.insert(0, {str(ROOT)!r})\n"
+    return prefix[0], boot
+
+
+def run_sessions(user: UnprivilegedUser, spec: dict[str, Any], timeout: float = 180) -> dict[str, Any]:
+    """Run the driver as ``user``; returns its JSON (raises with its stderr when it fails)."""
+    base = Path(user.home) / f"sessions-{os.urandom(4).hex()}"
+    base.mkdir()
+    user.chown(base)
+    python, boot = _python(user)
+
+    def join_cgroups() -> None:  # still root: enter the cgroups delegated to the user
+        for directory in user.cgroups:
+            with open(os.path.join(directory, "cgroup.procs"), "w") as fh:
+                fh.write(str(os.getpid()))
+
+    argv = ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--",
+            python, "-c", boot + DRIVER]
+    proc = subprocess.run(argv, input=json.dumps(dict(spec, base=str(base))), capture_output=True, text=True,
+                          timeout=timeout, cwd=str(base), preexec_fn=join_cgroups,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"})
+    if proc.returncode != 0:
+        raise AssertionError(f"driver failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bare_as(user: UnprivilegedUser, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """The control: the same action as a plain process of ``user`` (no sandbox)."""
+    return subprocess.run(["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--", *argv],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"})

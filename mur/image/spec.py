@@ -1,0 +1,167 @@
+"""What a capsule image is, as data: the layout inside it, its labels and its image config (pure).
+
+The image config is serialized once, with sorted keys and no whitespace, and its sha256 *is* the
+image ID (Docker and OCI alike): with the capsule layer reproducible (mur.image.layer) and the
+`created` time fixed, the same inputs on the same base give the same ID.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# The non-root user the capsule runs as (also in the exported pod's securityContext).
+UID = GID = 10001
+USER = "mur"
+HOME = "/home/mur"
+CAPSULE_DIR = "/capsule"
+WORKDIR = "/workdir"
+RUNTIME_DIR = "/opt/mur/runtime"
+DEFAULT_PORT = 8080
+AGENT_CARD = "/.well-known/agent-card.json"
+ENTRYPOINT = "/usr/local/bin/mur-serve"
+HEALTHCHECK = "/usr/local/bin/mur-healthcheck"
+LABEL_PREFIX = "dev.mur."
+OCI = "org.opencontainers.image."
+SECOND = 1_000_000_000  # Docker's Healthcheck durations are nanoseconds
+
+
+def source_date_epoch(env: dict[str, str]) -> int:
+    """SOURCE_DATE_EPOCH when set (reproducible-builds.org), else 0: the image does not record build time."""
+    raw = env.get("SOURCE_DATE_EPOCH", "").strip()
+    return int(raw) if raw.isdigit() else 0
+
+
+def rfc3339(epoch: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """Everything the image config is made of (no paths on this machine, no time of day)."""
+
+    name: str
+    version: str
+    mur_version: str
+    runtime_sha256: str
+    capsule_digest: str
+    lock_digest: str  # sha256 of the murmur.lock in the image, "" when the capsule has none
+    base_ref: str
+    base_id: str
+    base_digest: str  # the base's registry (manifest) digest, "" for a locally imported base
+    base_config: dict[str, Any]  # the base image's config (Env, Architecture, Os ...)
+    base_diff_ids: tuple[str, ...]
+    layer_diff_id: str
+    port: int = DEFAULT_PORT
+    created: int = 0
+    uid: int = UID  # who the container runs as (and owns the compile cache and /workdir)
+    gid: int = GID
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+    def labels(self) -> dict[str, str]:
+        """OCI annotations plus mur's own; kept as config labels so they survive push, pull and save."""
+        out = {
+            f"{OCI}title": self.name,
+            f"{OCI}version": self.version,
+            f"{OCI}description": f"mur capsule {self.name} {self.version}, served over A2A on port {self.port}",
+            f"{OCI}created": rfc3339(self.created),
+            f"{OCI}base.name": self.base_ref,
+            f"{LABEL_PREFIX}base.id": self.base_id,
+            f"{LABEL_PREFIX}capsule.name": self.name,
+            f"{LABEL_PREFIX}capsule.version": self.version,
+            f"{LABEL_PREFIX}capsule.digest": self.capsule_digest,
+            f"{LABEL_PREFIX}lock.digest": self.lock_digest or "none",
+            f"{LABEL_PREFIX}mur_version": self.mur_version,
+            f"{LABEL_PREFIX}runtime.sha256": self.runtime_sha256,
+            f"{LABEL_PREFIX}port": str(self.port),
+        }
+        if self.base_digest:
+            out[f"{OCI}base.digest"] = self.base_digest
+        out.update(self.extra_labels)
+        return out
+
+    def env(self) -> list[str]:
+        base = [e for e in (self.base_config.get("Env") or []) if not e.startswith(("HOME=", "MUR_"))]
+        return sorted(base + [f"HOME={HOME}", "MURMUR_A2A_TIMEOUT_SECS=0", f"MUR_PORT={self.port}",
+                              "MUR_BIND=0.0.0.0", f"MUR_WORKDIR={WORKDIR}"])
+
+    def config(self) -> dict[str, Any]:
+        created = rfc3339(self.created)
+        history = [{"created": created, "created_by": f"base image {self.base_ref} (layer {i + 1})"}
+                   for i in range(len(self.base_diff_ids))]
+        history.append({"created": created, "created_by": f"mur image build: capsule {self.name} {self.version}",
+                        "comment": f"mur {self.mur_version}"})
+        return {
+            "architecture": self.base_config.get("Architecture") or "amd64",
+            "os": self.base_config.get("Os") or "linux",
+            "created": created,
+            "author": "mur",
+            "config": {
+                "User": f"{self.uid}:{self.gid}",
+                "Env": self.env(),
+                "Entrypoint": [ENTRYPOINT],
+                "WorkingDir": WORKDIR,
+                "ExposedPorts": {f"{self.port}/tcp": {}},
+                "Volumes": {WORKDIR: {}},
+                "Labels": self.labels(),
+                "StopSignal": "SIGTERM",
+                "Healthcheck": {"Test": ["CMD", HEALTHCHECK], "Interval": 10 * SECOND, "Timeout": 5 * SECOND,
+                                "StartPeriod": 120 * SECOND, "Retries": 3},
+            },
+            "rootfs": {"type": "layers", "diff_ids": [*self.base_diff_ids, f"sha256:{self.layer_diff_id}"]},
+            "history": history,
+        }
+
+    def config_bytes(self) -> bytes:
+        return canonical_json(self.config())
+
+
+def canonical_json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# --- the scripts inside the image --------------------------------------------------------------
+
+
+def serve_script(run_args: tuple[str, ...]) -> bytes:
+    """The entrypoint: `mur run` serving A2A until stopped (MUR_BIND / MUR_PORT / MUR_WORKDIR override)."""
+    extra = "".join(f" {a}" for a in run_args)
+    return (
+        "#!/bin/sh\n"
+        "# The capsule served over A2A: waits for tasks until SIGTERM (MURMUR_A2A_TIMEOUT_SECS=0).\n"
+        "# One JSON line on stdout when it is up; a tool's output never reaches it.\n"
+        f'exec /usr/local/bin/mur run --manifest {CAPSULE_DIR}/murmur.yaml --workdir "${{MUR_WORKDIR:-{WORKDIR}}}" \\\n'
+        f'  --json --no-env-file --bind "${{MUR_BIND:-0.0.0.0}}" --port "${{MUR_PORT:-{DEFAULT_PORT}}}"{extra} "$@"\n'
+    ).encode()
+
+
+def healthcheck_script() -> bytes:
+    """HEALTHCHECK: the agent card answers 200 (bash's /dev/tcp: the base image has no HTTP client)."""
+    return (
+        "#!/bin/bash\n"
+        "# Healthy when the A2A agent card answers 200 on the serving port.\n"
+        'host="${MUR_BIND:-0.0.0.0}"\n'
+        'case "$host" in 0.0.0.0|"::"|"") host=127.0.0.1 ;; esac\n'
+        f'exec 3<>"/dev/tcp/$host/${{MUR_PORT:-{DEFAULT_PORT}}}" || exit 1\n'
+        f"printf 'GET {AGENT_CARD} HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' \"$host\" >&3\n"
+        "read -r -t 5 status <&3 || exit 1\n"
+        'case "$status" in "HTTP/1."?" 200"*) exit 0 ;; esac\n'
+        "exit 1\n"
+    ).encode()
+
+
+def runtime_wrapper(runtime_id: str) -> bytes:
+    return (f"#!/bin/sh\n# The pinned mur runtime, unpacked into the image at build time.\n"
+            f'exec {RUNTIME_DIR}/{runtime_id}/mur "$@"\n').encode()
+
+
+def with_user(passwd: str, group: str) -> tuple[bytes, bytes]:
+    """The base image's /etc/passwd and /etc/group plus the capsule user (replacing any same-name entry)."""
+    def add(text: str, line: str) -> bytes:
+        kept = [ln for ln in text.splitlines() if ln and not ln.startswith(f"{USER}:")]
+        return ("\n".join(kept + [line]) + "\n").encode()
+
+    return (add(passwd, f"{USER}:x:{UID}:{GID}:mur capsule:{HOME}:/usr/sbin/nologin"),
+            add(group, f"{USER}:x:{GID}:"))

@@ -1,0 +1,1 @@
+../../../../../examples/murmur-driver-anthropic/anthropic_wire.py

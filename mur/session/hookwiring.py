@@ -1,0 +1,50 @@
+"""The session's side of mur.hooks: a staged session -> the plain data build_hooks takes.
+
+Also where an on-stage hook's manifest reaches the session: the description and input schema it
+wrote for an allow-listed binary replace the staged tool's, so the model sees them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from mur.hooks.hookset import HookSet
+from mur.hooks.launch import HookArtifact, build_hooks
+
+
+def describe_staged(staged: Any) -> Callable[[str, dict[str, Any]], None]:
+    """`on_manifest` for build_hooks: copy a written manifest's description/input_schema onto the tool."""
+
+    def describe(binary: str, manifest: dict[str, Any]) -> None:
+        tool = staged.tools.get(binary)
+        if tool is None:
+            return
+        if isinstance(manifest.get("description"), str):
+            tool.description = manifest["description"]
+        if isinstance(manifest.get("input_schema"), dict):
+            tool.input_schema = manifest["input_schema"]
+
+    return describe
+
+
+def session_hooks(tools: Any, trace: Any, loaded: Any, wd: Any, *, model_client: Any = None,
+                  **options: Any) -> HookSet | None:
+    """build_hooks for a staged session (`tools`: SessionTools, after its WasmHost is set).
+
+    The hooks' run-inference goes through the capsule's driver unless `model_client` is given;
+    `options` are build_hooks' tuning knobs (on_artifact, queue_depth, drain_timeout, http_transport).
+    """
+    from mur.session.driver import driver_client
+
+    staged = tools.staged
+    artifacts = [HookArtifact(t.name, t.kind, t.wasm_path, Path(t.dir) / "murmur.yaml") for t in staged.by_role("hook")]
+    if not artifacts:
+        return None
+    settings = tools.settings
+    if model_client is None:
+        model_client = driver_client(tools, loaded.capsule.inference)
+    return build_hooks(artifacts, loaded.capsule, engine=tools.host.engine, emit=trace.write,
+                       murmur_vars=settings.murmur_vars, grants=settings.grants, preopen_dir=tools.preopen_dir,
+                       limits=settings.limits, logs_dir=wd.logs, tools_dir=wd.tools, model_client=model_client,
+                       on_manifest=describe_staged(staged), **options)

@@ -1,0 +1,111 @@
+"""Session addresses for `mur trace` (upstream cli.md "Session addresses").
+
+A session is named four ways, resolved against the `ses_*` directories of a workdir (`./workdir` by
+default), of its `.murmur/` (where runs before the session directory left the tools' reach kept
+them with --workdir) and of `~/.murmur/sessions/` (--workdir runs whose manifest is inside the workdir):
+
+  full id   ses_<32 hex>              that session
+  suffix    d399 (4+ chars)           the one session whose id ends with it (case-insensitive)
+  ordinal   @1, @2                    the most recent, the second most recent... (ids sort by creation)
+  path      workdir/ses_…/trace.jsonl that file, verbatim (a session directory means its trace.jsonl)
+
+No match, or several, is E-TRC-002.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mur.errors import MurError
+from mur.paths import MURMUR_DIR
+
+SESSION_ID = re.compile(r"ses_[0-9a-f]{32}")
+TRACE_FILE = "trace.jsonl"
+MIN_SUFFIX = 4
+
+
+def list_sessions(workdir: Path) -> list[Path]:
+    """Session directories under `workdir`, `workdir/.murmur` and `~/.murmur/sessions`, oldest first."""
+    from mur.paths import sessions_dir
+
+    found: dict[str, Path] = {}
+    try:
+        shared = [sessions_dir()]
+    except MurError:  # no home directory: nothing kept there
+        shared = []
+    for root in (workdir, workdir / MURMUR_DIR, *shared):
+        try:
+            children = list(root.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            if SESSION_ID.fullmatch(child.name.lower()) and child.is_dir():
+                found.setdefault(child.name.lower(), child)
+    return [found[name] for name in sorted(found)]
+
+
+def resolve_trace(selector: str | None, workdir: Path) -> Path:
+    """The trace.jsonl a session address names (default `@1`); E-TRC-002 when none or several match."""
+    address = (selector or "@1").strip()
+    if address.startswith("@"):
+        return _ordinal(address, workdir)
+    lowered = address.lower()
+    if SESSION_ID.fullmatch(lowered):
+        matches = [s for s in list_sessions(workdir) if s.name.lower() == lowered]
+        return _one(matches, address, workdir)
+    if _looks_like_path(address):
+        return _path(Path(address))
+    if len(address) < MIN_SUFFIX:
+        raise MurError(
+            "E-TRC-002",
+            f"session address '{address}' is too short: a suffix needs at least {MIN_SUFFIX} characters",
+            hint="use a full session id, a longer suffix, @N, or a path to trace.jsonl",
+        )
+    matches = [s for s in list_sessions(workdir) if s.name.lower().endswith(lowered)]
+    return _one(matches, address, workdir)
+
+
+def _looks_like_path(address: str) -> bool:
+    return "/" in address or address.endswith(".jsonl") or address in (".", "..") or Path(address).exists()
+
+
+def _path(path: Path) -> Path:
+    target = path / TRACE_FILE if path.is_dir() else path
+    if not target.is_file():
+        raise MurError("E-TRC-002", f"no trace at {target}")
+    return target
+
+
+def _ordinal(address: str, workdir: Path) -> Path:
+    try:
+        n = int(address[1:])
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise MurError("E-TRC-002", f"bad session address '{address}': @N counts from @1 (the most recent)")
+    sessions = list_sessions(workdir)
+    if n > len(sessions):
+        raise MurError(
+            "E-TRC-002",
+            f"session address '{address}' matched no session: {workdir} holds {len(sessions)} session(s)",
+            hint=_workdir_hint(workdir),
+        )
+    return sessions[-n] / TRACE_FILE
+
+
+def _one(matches: list[Path], address: str, workdir: Path) -> Path:
+    if not matches:
+        raise MurError("E-TRC-002", f"session address '{address}' matched no session in {workdir}",
+                       hint=_workdir_hint(workdir))
+    if len(matches) > 1:
+        names = ", ".join(m.name for m in matches)
+        raise MurError("E-TRC-002", f"session address '{address}' matched {len(matches)} sessions: {names}",
+                       hint="use a longer suffix or the full session id")
+    return matches[0] / TRACE_FILE
+
+
+def _workdir_hint(workdir: Path) -> str:
+    if not workdir.is_dir():
+        return f"{workdir} does not exist; pass --workdir DIR (the directory holding the ses_* session directories)"
+    return "list the ses_* directories there, or pass --workdir DIR"

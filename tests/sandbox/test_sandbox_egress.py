@@ -1,0 +1,81 @@
+"""The egress proxy's parsing (pure): CONNECT authorities, request heads, TLS ClientHello SNI."""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+
+from mur.sandbox import egress
+
+
+def client_hello(server_hostname: str | None) -> bytes:
+    """A real ClientHello, as Python's OpenSSL writes it."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if server_hostname is None:
+        ctx.check_hostname = False
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    conn = ctx.wrap_bio(incoming, outgoing, server_hostname=server_hostname)
+    with pytest.raises(ssl.SSLWantReadError):
+        conn.do_handshake()
+    return outgoing.read()
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("api.example.com:443", ("api.example.com", 443)),
+    ("API.Example.com:8443", ("api.example.com", 8443)),
+    ("127.0.0.1:80", ("127.0.0.1", 80)),
+    ("0x7f.1:80", ("127.0.0.1", 80)),  # canonical form, as the allow-list matcher sees it
+    ("[::1]:443", ("::1", 443)),
+])
+def test_split_authority(text, want):
+    assert egress.split_authority(text) == want
+
+
+@pytest.mark.parametrize("text", [
+    "api.example.com", "api.example.com:", "api.example.com:0", "api.example.com:65536", "a:b",
+    "user@api.example.com:443", "api.example.com:443@evil.com:443", "::1:443", "[::1", "",
+    "evil.com/x:443", "a b:443",
+])
+def test_split_authority_refuses_what_is_not_one(text):
+    with pytest.raises(ValueError):
+        egress.split_authority(text)
+
+
+def test_default_port_for_absolute_form_urls():
+    assert egress.split_authority("example.com", default_port=80) == ("example.com", 80)
+
+
+def test_parse_head():
+    head = b"GET http://example.com/x HTTP/1.1\r\nHost: example.com\r\nUser-Agent: curl/7.88"
+    method, target, version, headers = egress.parse_head(head)
+    assert (method, target, version) == ("GET", "http://example.com/x", "HTTP/1.1")
+    assert egress.header(headers, "host") == ["example.com"] and egress.header(headers, "user-agent") == ["curl/7.88"]
+    for bad in (b"GET /", b"GET / HTTP/2", b"GET / HTTP/1.1\r\nno-colon", b"GET / HTTP/1.1\r\n Folded: x"):
+        with pytest.raises(ValueError):
+            egress.parse_head(bad)
+
+
+def test_sni_from_a_real_client_hello():
+    hello = client_hello("api.example.com")
+    total = egress.tls_record_length(hello)
+    assert total is not None and total <= len(hello)
+    assert egress.client_hello_sni(hello[:total]) == "api.example.com"
+
+
+def test_no_sni_when_the_client_sends_none():
+    hello = client_hello(None)
+    assert egress.client_hello_sni(hello[: egress.tls_record_length(hello)]) is None
+
+
+def test_not_tls_and_truncated_hellos():
+    assert egress.tls_record_length(b"GET / HTTP/1.1\r\n") is None
+    assert egress.tls_record_length(b"\x16\x03") is None  # header incomplete
+    hello = client_hello("api.example.com")
+    with pytest.raises(ValueError):
+        egress.client_hello_sni(hello[:60])
+
+
+def test_same_host_normalizes():
+    assert egress.same_host("API.example.com.", "api.example.com")
+    assert not egress.same_host("api.example.com", "api.example.com.evil.com")

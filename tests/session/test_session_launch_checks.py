@@ -1,0 +1,135 @@
+"""The pre-checks mur run makes before a workdir exists (mur.session.launch_checks): the inference driver
+(E-RUN-005/006), `inference.command` on PATH (E-RUN-006), and the prompt files (E-RUN-009)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from mur.errors import MurError
+from mur.manifest import load_capsule
+from mur.resolve.artifacts import resolve_artifacts
+from mur.session import launch_checks as checks
+from mur.session.options import RunOptions
+from mur.session.prechecks import CheckedRun
+
+
+def checked(tmp_path, text: str, **options) -> CheckedRun:
+    """A CheckedRun of `text` (murmur.yaml in tmp_path), its artifacts resolved."""
+    manifest = tmp_path / "murmur.yaml"
+    manifest.write_text("name: c\nversion: '1'\n" + text)
+    loaded = load_capsule(manifest)
+    run = CheckedRun(loaded, RunOptions(manifest=manifest, **options), None, None, None, "advisory")
+    run.resolved = resolve_artifacts(loaded)
+    return run
+
+
+def error_of(fn, *args) -> MurError:
+    with pytest.raises(MurError) as err:
+        fn(*args)
+    return err.value
+
+
+DRIVER = Path(__file__).resolve().parents[2] / "examples" / "murmur-driver-anthropic"
+HTTP = "inference:\n  transport: http\n  model: m\n"
+
+
+def prompts(tmp_path, text: str, **options) -> CheckedRun:
+    run = checked(tmp_path, text, **options)
+    checks.read_prompts(run)
+    return run
+
+
+# --- prompts -----------------------------------------------------------------------------------
+
+
+def test_inline_prompt_and_source(tmp_path):
+    run = prompts(tmp_path, HTTP + "  system_prompt: \"  Be strict.\\n\"\n")
+    assert (run.system_prompt, run.system_prompt_source) == ("  Be strict.\n", "manifest")
+    assert prompts(tmp_path, HTTP).system_prompt_source == "none"
+    none = prompts(tmp_path, "")
+    assert (none.system_prompt, none.system_prompt_source) == (None, "none")
+    assert prompts(tmp_path, HTTP, system_prompt="From the CLI.").system_prompt_source == "cli"
+
+
+def test_prompt_file_is_read_verbatim_relative_to_the_manifest(tmp_path):
+    (tmp_path / "conventions.md").write_text("\n  keep whitespace  \n\n")
+    assert prompts(tmp_path, HTTP + "  system_prompt_file: conventions.md\n").system_prompt == "\n  keep whitespace  \n\n"
+
+
+def test_unreadable_prompt_file_is_e_run_009(tmp_path):
+    err = error_of(prompts, tmp_path, HTTP + "  system_prompt_file: missing.md\n")
+    assert err.code == "E-RUN-009"
+    assert err.message.startswith(f"failed to read inference.system_prompt_file at {tmp_path / 'missing.md'}")
+    (tmp_path / "binary.md").write_bytes(b"\xff\xfe\x00bad")
+    assert error_of(prompts, tmp_path, HTTP + "  system_prompt_file: binary.md\n").code == "E-RUN-009"
+
+
+ARTIFACT = HTTP + "  system_prompt_artifact: reviewer\nartifacts:\n  - {name: reviewer, runtime: skill, source: %s}\n"
+
+
+def test_prompt_artifact_text(tmp_path):
+    (tmp_path / "skill.md").write_text("# Reviewer\nReview carefully.")
+    assert prompts(tmp_path, ARTIFACT % "./skill.md").system_prompt == "# Reviewer\nReview carefully."
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "SKILL.md").write_text("# In a folder")
+    assert prompts(tmp_path, ARTIFACT % "./dir").system_prompt == "# In a folder"
+
+
+def test_unreadable_prompt_artifact_is_e_run_009(tmp_path):
+    (tmp_path / "skill.md").write_bytes(b"\xff\xfe\x00bad")
+    err = error_of(prompts, tmp_path, ARTIFACT % "./skill.md")
+    assert err.code == "E-RUN-009" and "system_prompt_artifact 'reviewer'" in err.message
+
+
+def test_a_prompt_and_a_prompt_artifact_together_are_refused_at_load(tmp_path):
+    (tmp_path / "skill.md").write_text("# Reviewer")
+    err = error_of(checked, tmp_path, (ARTIFACT % "./skill.md").replace("  model: m\n", "  model: m\n  system_prompt: First.\n"))
+    assert err.code == "E-MAN-003"
+    assert "at most one of system_prompt, system_prompt_file, system_prompt_artifact may be set" in err.message
+
+
+def test_compaction_prompt(tmp_path):
+    compaction = "inference:\n  transport: http\n  model: m\n  compaction:\n    threshold: 0.8\n    %s\n"
+    assert prompts(tmp_path, compaction % "system_prompt: sum up").compaction_prompt == "sum up"
+    (tmp_path / "c.md").write_text("from file")
+    assert prompts(tmp_path, compaction % "system_prompt_file: c.md").compaction_prompt == "from file"
+    assert prompts(tmp_path, HTTP).compaction_prompt is None
+    err = error_of(prompts, tmp_path, compaction % "system_prompt_file: no.md")
+    assert err.code == "E-RUN-009" and "inference.compaction.system_prompt_file" in err.message
+
+
+# --- the inference driver and the CLI ---------------------------------------------------------
+
+
+def test_driver_missing_undeclared_or_not_installed(tmp_path):
+    err = error_of(checks.check_inference, checked(tmp_path, HTTP))
+    assert err.code == "E-RUN-005" and "inference.driver.artifact" in err.message
+    undeclared = HTTP + "  driver: {artifact: d}\n"
+    err = error_of(checks.check_inference, checked(tmp_path, undeclared))
+    assert err.code == "E-RUN-005" and "not declared" in err.message
+    declared = undeclared + f"artifacts:\n  - {{name: d, version: 0.1.0, runtime: driver, source: {DRIVER}, local_source: true}}\n"
+    run = checked(tmp_path, declared)
+    checks.check_inference(run)  # declared and staged from its source: passes
+    run.resolved.pop("d")
+    err = error_of(checks.check_inference, run)
+    assert err.code == "E-RUN-006" and err.message == "inference driver 'd' is not installed in the local tool registry"
+    assert err.hint == "run `mur install d@0.1.0`"
+
+
+def test_command_not_on_path_is_e_run_006_and_found_is_resolved(tmp_path, monkeypatch):
+    process = "inference:\n  transport: process\n  model: m\n  command: my-claude\n"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    err = error_of(checks.check_inference, checked(tmp_path, process))
+    assert err.code == "E-RUN-006" and err.message == "inference.command 'my-claude' was not found on PATH"
+    assert "claude CLI" in err.hint and "@anthropic-ai/claude-code" in err.hint
+    exe = tmp_path / "my-claude"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + "/usr/bin")
+    run = checked(tmp_path, process)
+    checks.check_inference(run)
+    assert run.process_command == str(exe)

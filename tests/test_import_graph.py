@@ -1,0 +1,104 @@
+"""The import graph of mur/: packages import downwards only (no cycle between them), and mur.testing
+(OTLP receiver, model server, A2A harness) stays out of the product's graph."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+MUR = Path(__file__).resolve().parents[1] / "mur"
+
+
+@functools.lru_cache(maxsize=None)
+def imported_modules(path: Path) -> frozenset[str]:
+    """Every module an `import` / `from ... import` anywhere in the file names (lazy imports too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return frozenset(names)
+
+
+def package_of(module: str) -> str:
+    """mur.session.runner -> mur.session; mur.errors -> mur.errors (a leaf module is its own unit)."""
+    return ".".join(module.split(".")[:2])
+
+
+@functools.lru_cache(maxsize=None)
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in MUR.rglob("*.py"):
+        module = ".".join(path.relative_to(MUR.parent).with_suffix("").parts).removesuffix(".__init__")
+        source = package_of(module)
+        targets = {package_of(name) for name in imported_modules(path) if name.startswith("mur.")}
+        graph.setdefault(source, set()).update(targets - {source, "mur"})
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one package (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_between_packages():
+    assert cycles(package_graph()) == []
+
+
+def test_nothing_below_the_cli_imports_it():
+    assert sorted(p for p, targets in package_graph().items() if "mur.cli" in targets and p != "mur.__main__") == []
+
+
+def test_no_product_module_imports_mur_testing():
+    offenders = []
+    for path in sorted(MUR.rglob("*.py")):
+        if path.is_relative_to(MUR / "testing"):
+            continue
+        if any(name == "mur.testing" or name.startswith("mur.testing.") for name in imported_modules(path)):
+            offenders.append(str(path.relative_to(MUR.parent)))
+    assert offenders == []
+
+
+def test_the_cli_and_the_run_path_never_load_mur_testing():
+    probe = (
+        "import sys\n"
+        "from mur.cli import main\n"
+        "main.build_app()\n"
+        "import mur.session.runner, mur.session.executor, mur.session.hookwiring, mur.a2a.lifecycle\n"
+        "import mur.otel.exporter, mur.eval.run, mur.trace.timeline, mur.hooks.launch, mur.inference.loop\n"
+        "print(sorted(m for m in sys.modules if m == 'mur.testing' or m.startswith('mur.testing.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,155 @@
+"""`mur trace show`: session addresses (E-TRC-002), parsing (E-TRC-001), the summary and the timeline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mur.cli.main import main
+from mur.errors import MurError
+from mur.trace.reader import load_events
+from mur.trace.sessions import list_sessions, resolve_trace
+from mur.trace.timeline import render, summarize
+
+from trace_events import session_events
+
+IDS = [
+    "ses_019f01a940ce7761854e768ecbe30001",
+    "ses_019f01a940ce7761854e768ecbe3aaaa",
+    "ses_019f01a940ce7761854e768ecbeaaaaa",
+]
+
+
+def write_session(root: Path, sid: str, events: list[dict] | None = None) -> Path:
+    d = root / sid
+    d.mkdir(parents=True)
+    rows = events if events is not None else session_events(sid)
+    (d / "trace.jsonl").write_text("".join(json.dumps(e) + "\n" for e in rows))
+    return d
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    root = tmp_path / "workdir"
+    for sid in IDS:
+        write_session(root, sid)
+    (root / "not-a-session").mkdir()
+    return root
+
+
+def code_of(fn, *args) -> str:
+    with pytest.raises(MurError) as err:
+        fn(*args)
+    return err.value.code
+
+
+def test_addresses(workdir: Path):
+    assert [p.name for p in list_sessions(workdir)] == IDS
+    assert resolve_trace(None, workdir) == workdir / IDS[2] / "trace.jsonl"
+    assert resolve_trace("@1", workdir).parent.name == IDS[2]
+    assert resolve_trace("@3", workdir).parent.name == IDS[0]
+    assert resolve_trace(IDS[1], workdir).parent.name == IDS[1]
+    assert resolve_trace(IDS[1].upper().replace("SES_", "ses_"), workdir).parent.name == IDS[1]
+    assert resolve_trace("0001", workdir).parent.name == IDS[0]
+    assert resolve_trace("EAAAAA", workdir).parent.name == IDS[2]  # case-insensitive
+    path = workdir / IDS[0] / "trace.jsonl"
+    assert resolve_trace(str(path), workdir) == path
+    assert resolve_trace(str(workdir / IDS[1]), workdir) == workdir / IDS[1] / "trace.jsonl"
+
+
+@pytest.mark.parametrize("address", ["aaaa", "zzzz", "@4", "@0", "@x", "abc", "ses_" + "f" * 32, "nope/trace.jsonl"])
+def test_addresses_matching_none_or_several_are_refused(workdir: Path, address: str):
+    assert code_of(resolve_trace, address, workdir) == "E-TRC-002"
+
+
+def test_ambiguous_suffix_lists_the_matches(workdir: Path):
+    with pytest.raises(MurError) as err:
+        resolve_trace("aaaa", workdir)
+    assert IDS[1] in err.value.message and IDS[2] in err.value.message
+
+
+def test_mur_run_workdir_layout_is_found(tmp_path: Path):
+    write_session(tmp_path / "wd" / ".murmur", IDS[0])
+    assert resolve_trace("@1", tmp_path / "wd").parent.name == IDS[0]
+    assert code_of(resolve_trace, "@1", tmp_path / "missing") == "E-TRC-002"
+
+
+def test_summary_numbers():
+    s = summarize(session_events())
+    assert (s["capsule"], s["version"], s["model"], s["status"], s["attempts"]) == ("hello", "0.1.0", "claude-x",
+                                                                                      "failed", 2)
+    assert s["duration_ms"] == 408 + 149
+    assert s["turns"] == {"count": 3, "max": 5}
+    assert s["tokens"] == {"input": 260, "output": 52, "total": 312}
+    assert {k: s["tool_calls"][k] for k in ("count", "ok", "error", "avg_ms")} == {
+        "count": 2, "ok": 1, "error": 1, "avg_ms": 35}
+    assert s["shell_calls"] == {"count": 1, "exit_codes": {"0": 1}, "avg_ms": 50}
+    assert s["compaction"] == [{"turn": 1, "tokens_before": 9000, "tokens_after": 800}]
+    assert [t["task_id"] for t in s["tasks"]] == ["tsk_1", "tsk_2"]
+    assert [r["offset_ms"] for r in s["timeline"]][:3] == [0, 1, 2]
+    assert len(s["timeline"]) == 16
+
+
+def test_render_has_sections_and_a_timeline():
+    text = render(summarize(session_events()))
+    for title in ("Session", "Turns", "Tokens", "Tool calls", "Shell calls", "Compaction", "Tasks", "Timeline"):
+        assert f"── {title} " in text
+    assert "containment: advisory → scoped" in text
+    assert "fired:      turn 1  9,000 → 800 tokens" in text
+    lines = text.splitlines()
+    timeline = lines[lines.index(next(l for l in lines if l.startswith("── Timeline"))) + 1:]
+    assert len(timeline) == 16
+    assert timeline[0].startswith("+0ms") and "a2a_task_received" in timeline[0]
+    assert "tool_call" in timeline[4] and "bash  70ms  ✓" in timeline[4]
+    assert "exit 0" in timeline[5] and "/usr/bin/bash" in timeline[5]
+    assert timeline[-1].startswith("+1,151ms ") and "task_end" in timeline[-1]
+
+
+def test_parse_errors(tmp_path: Path):
+    bad = tmp_path / "trace.jsonl"
+    bad.write_text('{"event_type":"session_start","timestamp":1}\n{oops\n')
+    with pytest.raises(MurError) as err:
+        load_events(bad)
+    assert err.value.code == "E-TRC-001" and "line 2" in err.value.message
+    bad.write_text('[1,2]\n')
+    assert code_of(load_events, bad) == "E-TRC-001"
+    assert code_of(summarize, []) == "E-TRC-001"
+    no_end = [e for e in session_events() if e["event_type"] != "session_end"]
+    assert code_of(summarize, no_end) == "E-TRC-001"
+    no_start = [e for e in session_events() if e["event_type"] != "session_start"]
+    assert code_of(summarize, no_start) == "E-TRC-001"
+
+
+def test_unknown_event_types_are_listed_not_refused():
+    events = session_events()
+    events.insert(3, {"event_type": "future_thing", "session_id": "x", "timestamp": events[3]["timestamp"], "k": 1})
+    s = summarize(events)
+    assert any(r["event_type"] == "future_thing" and r["text"] == "k=1" for r in s["timeline"])
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def test_cli_show_human_and_json(workdir: Path, capsys):
+    code, out, err = run_cli(["trace", "show", "--workdir", str(workdir)], capsys)
+    assert code == 0, err
+    assert f"session:    {IDS[2]}" in out and "── Timeline " in out
+    code, out, _ = run_cli(["trace", "show", "0001", "--workdir", str(workdir), "--json"], capsys)
+    assert code == 0 and len(out.splitlines()) == 1
+    doc = json.loads(out)
+    assert doc["session_id"] == IDS[0] and doc["trace"].endswith(f"{IDS[0]}/trace.jsonl")
+    assert doc["timeline"][0]["event_type"] == "a2a_task_received"
+
+
+def test_cli_errors_render_codes(workdir: Path, capsys):
+    code, out, err = run_cli(["trace", "show", "aaaa", "--workdir", str(workdir)], capsys)
+    assert (code, out) == (1, "") and err.startswith("error[E-TRC-002]: session address 'aaaa' matched 2 sessions")
+    (workdir / IDS[0] / "trace.jsonl").write_text("garbage\n")
+    code, _, err = run_cli(["trace", "show", "@3", "--workdir", str(workdir)], capsys)
+    assert code == 1 and err.startswith("error[E-TRC-001]:") and "line 1" in err
