@@ -129,20 +129,29 @@ def probe_command(runtime: str, sha256: str, uid: int) -> str:
 
 
 def containment_check(report: Report, inp: DeployCapsule, probe: dict[str, Any]) -> None:
-    """Compare the floor with what the probe achieved (shared by host and Docker preflight)."""
-    from mur.manifest.containment import achieved_class, shortfall_reason
+    """Compare the floor with what the probe achieved (shared by host and Docker preflight).
+
+    The probe runs as the user the service runs as, so its `netns` says whether the capsule's shell
+    tools would get the private network namespace that carries network.allow under `scoped`: a
+    target that cannot make one is refused here, not at the first session (a probe from a runtime
+    that does not report `netns` counts as able, as the sandbox's own check does)."""
+    from mur.manifest.containment import achieved_class, network_shortfall, shortfall_reason
 
     class _P:
         achieved = str(probe.get("achieved") or "advisory")
         mechanism = str(probe.get("mechanism") or "none")
         tier = str(probe.get("tier") or "")
+        netns = bool(probe.get("netns", True))
 
-    workdir_exec = bool(inp.capsule.capabilities.filesystem.workdir_exec)
-    achieved = achieved_class(_P, workdir_exec)
-    reason = shortfall_reason(inp.floor, achieved, workdir_exec)
+    caps = inp.capsule.capabilities
+    workdir_exec = bool(caps.filesystem.workdir_exec)
+    net_short = network_shortfall(caps, _P)
+    achieved = achieved_class(_P, workdir_exec, net_short)
+    reason = shortfall_reason(inp.floor, achieved, workdir_exec, net_short)
     report.containment = {"declared": inp.floor, "source": inp.floor_source, "achieved": achieved,
                           "met": reason is None, "reason": reason or probe.get("reason"),
-                          "mechanism": probe.get("mechanism")}
+                          "mechanism": probe.get("mechanism"), "netns": probe.get("netns"),
+                          "network_shortfall": net_short}
     report.add("containment", reason is None,
                f"floor {inp.floor} ({inp.floor_source}), achieved {achieved} via {probe.get('mechanism')}"
                + (f": {reason}" if reason else ""))

@@ -78,6 +78,34 @@ def test_sealed_is_never_met_and_other_failures_are_deploy_007(tmp_path, monkeyp
     assert rep.to_dict()["ok"] is False and "✗ disk" in rep.render()
 
 
+SHELL_NET = ("capabilities:\n  containment: scoped\n  shell:\n    allow: [bash]\n"
+             "  network:\n    allow: [\"api.example.com:443\"]\n")
+
+
+def test_scoped_shell_tools_with_network_allow_need_a_netns_on_the_target(tmp_path, monkeypatch):
+    """A target whose probe could not make a network namespace is refused at preflight (E-CAP-003
+    naming the namespace), not at the first session; able targets and old probes pass."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inp = gather(capsule(tmp_path, SHELL_NET))
+    rep = Report("deploy@vm", "ssh")
+    containment_check(rep, inp, {**SCOPED, "netns": False, "userns": False})
+    with pytest.raises(MurError) as err:
+        rep.raise_if_failed()
+    assert err.value.code == "E-CAP-003" and "network namespace" in err.value.message
+    assert rep.containment["achieved"] == "advisory" and rep.containment["network_shortfall"] is True
+    for probe in ({**SCOPED, "netns": True}, SCOPED):
+        ok = Report("deploy@vm", "ssh")
+        containment_check(ok, inp, probe)
+        ok.raise_if_failed()
+    # without shell tools, or without network.allow, no namespace is needed
+    for extra in ("capabilities:\n  containment: scoped\n  network:\n    allow: [\"api.example.com:443\"]\n",
+                  "capabilities:\n  containment: scoped\n  shell:\n    allow: [bash]\n"):
+        other = gather(capsule(tmp_path, extra))
+        fine = Report("deploy@vm", "ssh")
+        containment_check(fine, other, {**SCOPED, "netns": False})
+        fine.raise_if_failed()
+
+
 def test_cli_flag_raises_the_floor(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     inp = gather(capsule(tmp_path), containment="scoped")
