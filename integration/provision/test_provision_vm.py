@@ -65,7 +65,8 @@ def _shell_deploy_answers(machine, home, shell_capsule, user: str) -> dict:
     assert report["ok"], report
     checks = {c["name"]: c for c in report["checks"]}
     assert report["cgroup_mode"] == "unified" and checks["shell limits"]["ok"], checks
-    assert report["uid"] != 0 and report["sudo"] == "nopasswd"
+    # a prepared host: deploy elevates through the root helper only (its sudoers rule allows no shell)
+    assert report["uid"] != 0 and report["sudo"] == "helper" and report["init"] == "systemd"
     res = mur_json("deploy", "-m", str(shell_capsule / "murmur.yaml"), *_deploy_args(machine, user), *TIMEOUT,
                    home=home, timeout=2400)
     forks, outside = json.loads(_tunnel_send(machine, home, res["service_port"], shell_task(FORK_40, READ_OUTSIDE),

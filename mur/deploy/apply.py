@@ -102,7 +102,8 @@ def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
 
 
 def run_step(target: Target, step: Run) -> Result:
-    return target.run(step.cmd, sudo=step.sudo, check=step.check, timeout=step.timeout, what=step.label or "command")
+    return target.run(step.cmd, sudo=step.sudo, check=step.check, timeout=step.timeout, what=step.label or "command",
+                      helper=step.helper)
 
 
 def _size(n: int) -> str:

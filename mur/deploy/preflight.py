@@ -20,7 +20,7 @@ from typing import Any, Callable
 from mur.runtime.bundle import Bundle
 from mur.deploy.capsule import DeployCapsule
 from mur.deploy.steps import Layout, Mkdir, Upload
-from mur.deploy.targets.base import Target
+from mur.deploy.targets.base import HELPER, Target
 from mur.errors import MurError
 from mur.platform import platform_tag
 
@@ -157,6 +157,16 @@ def containment_check(report: Report, inp: DeployCapsule, probe: dict[str, Any])
                + (f": {reason}" if reason else ""))
 
 
+def sudo_mode(target: Target) -> str:
+    """How deploy gets root on the target: "root", "helper" (a prepared host's root helper, preferred
+    over sudo when both work: it is all deploy needs), "nopasswd" (sudo -n sh -c) or "none"."""
+    if target.is_root:
+        return "root"
+    if target.run(f"sudo -n {HELPER} check", check=False, what="root helper check").rc == 0:
+        return "helper"
+    return "nopasswd" if target.run("sudo -n true", check=False, what="sudo check").rc == 0 else "none"
+
+
 def choose_init(pref: str, systemd: bool, privileged: bool) -> str:
     """systemd when it runs and we may use it; else the mur supervisor."""
     if pref == "systemd":
@@ -204,19 +214,19 @@ def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id
     if plat != bundle.platform:
         return report
 
-    if uid == 0:
-        sudo = "root"
-    else:
-        sudo = "nopasswd" if target.run("sudo -n true", check=False, what="sudo check").rc == 0 else "none"
-    privileged = sudo in ("root", "nopasswd")
+    sudo = sudo_mode(target)
+    privileged = sudo in ("root", "nopasswd", "helper")
     report.facts["sudo"] = sudo
-    report.add("privileges", True, {"root": "deploying as root", "nopasswd": f"{user} has passwordless sudo",
-                                    "none": f"{user} has no passwordless sudo: no systemd unit, no service cgroup"}[sudo],
-               fatal=False)
+    report.add("privileges", True, {
+        "root": "deploying as root", "nopasswd": f"{user} has passwordless sudo",
+        "helper": f"{user} may run only {HELPER} as root (a prepared host): systemd units that run as {user}",
+        "none": f"{user} has no passwordless sudo: no systemd unit, no service cgroup"}[sudo], fatal=False)
 
     systemd = target.run("test -d /run/systemd/system && command -v systemctl >/dev/null", check=False,
                          what="find systemd").rc == 0
     init = choose_init(init_pref, systemd, privileged)
+    if sudo == "helper" and init == "supervisor":
+        privileged = False  # the helper manages systemd units only: the supervisor runs as the user
     report.facts.update({"systemd": systemd, "init": init})
     if init == "systemd":
         report.add("init", systemd and privileged, "systemd unit with Delegate=" if systemd and privileged else

@@ -88,6 +88,7 @@ class Deployment:
     home: str = ""
     init: str = "supervisor"
     sudo: bool = False
+    helper: bool = False  # privileged steps go through the prepared host's root helper (not sudo sh -c)
     service_port: int | None = None
     bind: str = "127.0.0.1"
     tunnel: str | None = None

@@ -64,6 +64,9 @@ class Run:
     check: bool = True
     label: str = ""
     timeout: float | None = None
+    # The root helper's subcommand that does the privileged part of `cmd` on a prepared host (where
+    # the deploy user may run only the helper as root); a step without one needs no root there.
+    helper: tuple[str, ...] = ()
 
 
 Step = Union[Mkdir, Upload, WriteFile, Symlink, Run]

@@ -39,6 +39,7 @@ class FakeHost:
         self.start_ok, self.smoke_ok = start_ok, smoke_ok
         t = target
         t.on("uname", stdout="Linux\nx86_64\n")
+        t.on("root helper check", rc=1)  # not a prepared host: sudo -n sh -c
         t.on("sudo check", rc=0)
         t.on("find systemd", rc=1)
         t.on("find cron", rc=0 if cron else 1)
@@ -142,7 +143,7 @@ def test_first_deploy(env):
     FakeHost(t)
     res = run(env, t)
     labels = t.labels()
-    assert after(labels, "uname", "sudo check", "find systemd", "find cron", "disk space", "probe",
+    assert after(labels, "uname", "root helper check", "sudo check", "find systemd", "find cron", "disk space", "probe",
                  "read current release", "listening ports", "create directories", "record references",
                  "stop supervisor", "start supervisor", "install boot hook", "service status", "prune old releases")
     assert "smoke start" not in labels  # nothing was serving

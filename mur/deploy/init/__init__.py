@@ -35,8 +35,8 @@ class InitSystem(Protocol):
 
     def parse_status(self, out: str) -> ServiceState: ...
 
-    def logs(self, lay: Layout, lines: int, follow: bool) -> tuple[str, bool]:
-        """(command, needs privileges)."""
+    def logs(self, lay: Layout, lines: int, follow: bool, sudo: bool) -> Run:
+        """The command that prints (follow: streams) the service's log."""
 
 
 def init_for(name: str) -> InitSystem:

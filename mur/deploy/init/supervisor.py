@@ -136,8 +136,10 @@ class Supervisor:
             exited=alive is None, restarts=int(st.get("restarts") or 0), pid=alive,
             detail=(("child_pid", str(st.get("child_pid") or "")), ("last_exit", str(st.get("last_exit") or ""))))
 
-    def logs(self, lay: Layout, lines: int, follow: bool) -> tuple[str, bool]:
-        return f"tail -n {int(lines)} {'-F ' if follow else ''}{shlex.quote(lay.log_file)}", False
+    def logs(self, lay: Layout, lines: int, follow: bool, sudo: bool) -> Run:
+        # the log file belongs to the deploy user: no sudo
+        return Run(f"tail -n {int(lines)} {'-F ' if follow else ''}{shlex.quote(lay.log_file)}", check=False,
+                   label="service log")
 
 
 SUPERVISOR = Supervisor()

@@ -77,19 +77,20 @@ class Systemd:
         verb = "restart" if restart else "start"
         return [
             Run(f"install -m 0644 {q(lay.current + '/' + lay.unit_name)} {q(lay.unit_path)} && systemctl daemon-reload",
-                sudo=sudo, label="install unit"),
+                sudo=sudo, label="install unit", helper=("install-unit", lay.dep_id)),
             # enabled: the unit comes back after a reboot
             Run(f"systemctl enable --quiet {lay.unit_name} && systemctl {verb} {lay.unit_name}", sudo=sudo,
-                label="start unit"),
+                label="start unit", helper=(verb, lay.dep_id)),
         ]
 
     def stop(self, lay: Layout, sudo: bool) -> list[Step]:
-        return [Run(f"systemctl stop {lay.unit_name} 2>/dev/null; true", sudo=sudo, check=False, label="stop unit")]
+        return [Run(f"systemctl stop {lay.unit_name} 2>/dev/null; true", sudo=sudo, check=False, label="stop unit",
+                    helper=("stop", lay.dep_id))]
 
     def remove(self, lay: Layout, sudo: bool) -> list[Step]:
         return [Run(f"systemctl disable --quiet {lay.unit_name} 2>/dev/null; rm -f {shlex.quote(lay.unit_path)}; "
                     f"systemctl daemon-reload; systemctl reset-failed {lay.unit_name} 2>/dev/null; true",
-                    sudo=sudo, check=False, label="remove unit")]
+                    sudo=sudo, check=False, label="remove unit", helper=("remove", lay.dep_id))]
 
     def install_boot(self, lay: Layout, svc: ServiceConfig, sudo: bool) -> list[Step]:
         return []  # `systemctl enable` in start()
@@ -97,10 +98,12 @@ class Systemd:
     def status(self, lay: Layout, sudo: bool) -> Run:
         u = shlex.quote(lay.unit_name)
         # ready: this invocation of the unit printed `mur run`'s startup JSON line to the journal
+        # (deploy/host/mur-deploy-helper's `status` is the same command, for a helper host)
         return Run(f"systemctl show {u} -p ActiveState -p SubState -p MainPID -p NRestarts -p ExecMainStatus "
                    f"-p LoadState -p UnitFileState --no-pager; inv=$(systemctl show -p InvocationID --value {u}); "
                    "if [ -n \"$inv\" ] && journalctl _SYSTEMD_INVOCATION_ID=\"$inv\" -o cat --no-pager 2>/dev/null "
-                   "| grep -q '^{\"url\"'; then echo READY=1; fi; true", sudo=sudo, check=False, label="service status")
+                   "| grep -q '^{\"url\"'; then echo READY=1; fi; true", sudo=sudo, check=False, label="service status",
+                   helper=("status", lay.dep_id))
 
     def parse_status(self, out: str) -> ServiceState:
         props = {}
@@ -118,9 +121,11 @@ class Systemd:
             exited=active in ("failed", "inactive", "absent"), restarts=int(props.get("NRestarts") or 0), pid=pid,
             detail=(("sub_state", props.get("SubState", "")), ("enabled", props.get("UnitFileState", ""))))
 
-    def logs(self, lay: Layout, lines: int, follow: bool) -> tuple[str, bool]:
+    def logs(self, lay: Layout, lines: int, follow: bool, sudo: bool) -> Run:
         cmd = f"journalctl -u {shlex.quote(lay.unit_name)} --no-pager -o cat -n {int(lines)}" + (" -f" if follow else "")
-        return cmd, True  # the system journal needs privileges for a non-root user
+        # the system journal needs privileges for a non-root user
+        return Run(cmd, sudo=sudo, check=False, label="service log",
+                   helper=("logs", lay.dep_id, str(int(lines)), *(("follow",) if follow else ())))
 
 
 SYSTEMD = Systemd()

@@ -19,6 +19,7 @@ from typing import Any, Callable, Protocol
 from mur import __version__
 from mur.deploy import auth
 from mur.runtime.bundle import Bundle
+from mur.deploy.apply import run_step
 from mur.deploy.capsule import DeployCapsule
 from mur.deploy.preflight import Report
 from mur.progress import QUIET, Reporter
@@ -161,7 +162,7 @@ def free_local_port() -> int:
 
 
 def new_record(job: DeployJob, runtime: Bundle, *, home: str, init: str, port: int, bind: str, url: str,
-               boot: str, token_file: Any, tls: Tls | None, sudo: bool = False) -> Deployment:
+               boot: str, token_file: Any, tls: Tls | None, sudo: bool = False, helper: bool = False) -> Deployment:
     """The record of this deploy attempt (status incomplete until it finished), merged with the old."""
     old = job.existing
     cap = job.capsule
@@ -169,7 +170,7 @@ def new_record(job: DeployJob, runtime: Bundle, *, home: str, init: str, port: i
         deployment_id=job.dep_id, provider=job.req.target.provider, target=job.req.target,
         manifest_path=str(cap.manifest_path), name=cap.name, version=cap.version, status="incomplete", url=url,
         ip=job.req.target.host or "127.0.0.1", started_at=old.started_at if old else "", home=home, init=init,
-        sudo=sudo, service_port=port, bind=bind, boot=boot, keep_sessions=job.req.keep_sessions,
+        sudo=sudo, helper=helper, service_port=port, bind=bind, boot=boot, keep_sessions=job.req.keep_sessions,
         release=old.release if old else None, previous=old.previous if old else None,
         bundles=list(old.bundles) if old else [], artifacts=list(old.artifacts) if old else [],
         precompiled=list(old.precompiled) if old else [], mur_version=runtime.version,
@@ -229,11 +230,10 @@ class Service:
 
     def state(self) -> ServiceState:
         step = self.init.status(self.lay, self.sudo)
-        return self.init.parse_status(self.t.run(step.cmd, sudo=step.sudo, check=False, what=step.label).stdout)
+        return self.init.parse_status(run_step(self.t, step).stdout)
 
     def log_tail(self, lines: int = 40) -> str:
-        cmd, privileged = self.init.logs(self.lay, lines, False)
-        res = self.t.run(cmd, check=False, sudo=privileged and self.sudo, what="service log")
+        res = run_step(self.t, self.init.logs(self.lay, lines, False, self.sudo))
         return (res.stdout or res.stderr).strip()[-3000:]
 
     def wait(self, port: int, token: bytes | None, pin: str | None, timeout: float) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import shlex
 from typing import Any, Callable
 
 from mur import __version__
-from mur.deploy.apply import apply_steps
+from mur.deploy.apply import apply_steps, run_step
 from mur.deploy.init import init_for
 from mur.deploy.plan import (
     KEEP_RELEASES, LISTENING_COMMAND, ReleaseInputs, ReleasePlan, activate_steps, artifact_verify_command,
@@ -86,7 +86,9 @@ class HostDeploy(UndoableDeploy):
         job, t, cap, req = self.job, self.t, self.job.capsule, self.job.req
         (runtime, plat), report = self._preflight()
         init = str(report.facts["init"])
-        sudo = report.facts.get("sudo") in ("root", "nopasswd") and not t.is_root
+        mode = report.facts.get("sudo")
+        t.helper = mode == "helper"
+        sudo = not t.is_root and (mode == "nopasswd" or (mode == "helper" and init == "systemd"))
         self.lay = lay = Layout(t.home, job.dep_id)
         self.svc_ctl = Service(t, lay, init, sudo)
         bind = "0.0.0.0" if req.publish else "127.0.0.1"
@@ -110,7 +112,7 @@ class HostDeploy(UndoableDeploy):
             capsule_version=cap.version, token=token, tls=tls))
         url, tunnel, tunnel_port = self._address(port, bind, "https" if tls else "http")
         rec = new_record(job, runtime, home=t.home, init=init, port=port, bind=bind, url=url, boot=svc.boot,
-                         token_file=token_file, tls=tls, sudo=report.facts.get("sudo") == "nopasswd")
+                         token_file=token_file, tls=tls, sudo=sudo, helper=t.helper)
         rec.tunnel, rec.tunnel_port = tunnel, tunnel_port
         rec.uses(runtime.name, [], [str(f.rel) for f in compiled])
         # From here on the target may hold something of this deployment: the record says where.
@@ -239,6 +241,7 @@ class HostProvider:
     def _open(self, dep: Deployment, ctx: Context) -> tuple[Target, Layout, Service]:
         target = ctx.connect(dep.target, note=ctx.reporter.note)
         lay = Layout(dep.home or target.home, dep.deployment_id)
+        target.helper = dep.helper
         return target, lay, Service(target, lay, dep.init, dep.sudo and not target.is_root)
 
     def check(self, job: DeployJob) -> Report:
@@ -264,12 +267,11 @@ class HostProvider:
              ctx: Context) -> str:
         target, lay, svc = self._open(dep, ctx)
         with target:
-            cmd, privileged = svc.init.logs(lay, lines, follow)
-            sudo = privileged and svc.sudo
+            step = svc.init.logs(lay, lines, follow, svc.sudo)
             if follow and sink is not None:
-                target.stream(f"sudo -n sh -c {shlex.quote(cmd)}" if sudo else cmd, sink)
+                target.stream(target.elevated(step.cmd, step.helper) if step.sudo else step.cmd, sink)
                 return ""
-            res = target.run(cmd, check=False, sudo=sudo, what="service log")
+            res = run_step(target, step)
             return res.stdout + (res.stderr if res.rc else "")
 
     def start(self, dep: Deployment, ctx: Context) -> Deployment:

@@ -22,6 +22,10 @@ from typing import Callable, Iterable, Iterator
 
 from mur.errors import MurError
 
+# The one program the deploy user of a prepared host may run as root (deploy/host/mur-deploy-helper,
+# installed by mur.provision; its sudoers rule names nothing else but `true`).
+HELPER = "/usr/local/lib/mur/mur-deploy-helper"
+
 
 @dataclass(frozen=True)
 class Result:
@@ -44,6 +48,8 @@ class Target:
         self._home: str | None = None
         self._uid: int | None = None
         self._user: str | None = None
+        # Elevate through HELPER instead of `sudo -n sh -c` (preflight found it; records keep it).
+        self.helper = False
 
     # primitives -----------------------------------------------------------------------------
 
@@ -109,11 +115,21 @@ class Target:
     def is_root(self) -> bool:
         return self.uid == 0
 
+    def elevated(self, cmd: str, helper: tuple[str, ...] = ()) -> str:
+        """`cmd` as root: itself for root; through the helper's subcommand on a helper host (a step
+        without one runs as the user there: nothing of a deployment belongs to root when its
+        service runs as the user); else `sudo -n sh -c`."""
+        if self.is_root:
+            return cmd
+        if self.helper:
+            return f"sudo -n {HELPER} {shlex.join(helper)}" if helper else cmd
+        return f"sudo -n sh -c {shlex.quote(cmd)}"
+
     def run(self, cmd: str, *, sudo: bool = False, check: bool = True, timeout: float | None = None,
-            stdin: bytes | None = None, what: str = "") -> Result:
-        """Run `cmd` under sh; `sudo` elevates through `sudo -n` when the user is not root."""
-        if sudo and not self.is_root:
-            cmd = f"sudo -n sh -c {shlex.quote(cmd)}"
+            stdin: bytes | None = None, what: str = "", helper: tuple[str, ...] = ()) -> Result:
+        """Run `cmd` under sh; `sudo` elevates it (see `elevated`) when the user is not root."""
+        if sudo:
+            cmd = self.elevated(cmd, helper)
         res = self._exec(cmd, timeout, stdin)
         if check and res.rc != 0:
             detail = (res.stderr.strip() or res.stdout.strip())[-1500:]

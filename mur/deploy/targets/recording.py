@@ -85,6 +85,7 @@ class RecordingTarget(Target):
     def __init__(self, *, home: str = "/home/deployer", uid: int = 1000, user: str = "deployer",
                  label: str = "deployer@vm") -> None:
         super().__init__()
+        self.sent: list[str] = []
         self._home, self._uid, self._user, self._label = home, uid, user, label
         self.calls: list[Call] = []
         self.files: dict[str, bytes] = {}
@@ -103,12 +104,13 @@ class RecordingTarget(Target):
         self._rules.append((what, response if response is not None else Result(rc, stdout, stderr)))
 
     def run(self, cmd: str, *, sudo: bool = False, check: bool = True, timeout: float | None = None,
-            stdin: bytes | None = None, what: str = "") -> Result:
+            stdin: bytes | None = None, what: str = "", helper: tuple[str, ...] = ()) -> Result:
         self.calls.append(Call("run", what, cmd, sudo and not self.is_root))
         self._what = what
-        return super().run(cmd, sudo=sudo, check=check, timeout=timeout, stdin=stdin, what=what)
+        return super().run(cmd, sudo=sudo, check=check, timeout=timeout, stdin=stdin, what=what, helper=helper)
 
     def _exec(self, cmd: str, timeout: float | None, stdin: bytes | None) -> Result:
+        self.sent.append(cmd)  # as it goes over the wire: elevated
         for what, response in reversed(self._rules):
             if what == self._what:
                 return response(self.calls[-1]) if callable(response) else response
