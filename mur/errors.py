@@ -43,7 +43,7 @@ CATALOGUE: dict[str, str] = {
     "E-DEPLOY-010": "(mur) Docker engine unavailable or container operation failed",
     "E-DEPLOY-011": "(mur) nothing to roll back to",
     # export (Kubernetes manifests)
-    "E-EXP-001": "(mur) the capsule cannot be exported as asked (bad --image or output directory, a grant a pod cannot hold)",
+    "E-EXP-001": "(mur) the capsule cannot be exported as asked (bad --image or output directory)",
     # images
     "E-IMG-001": "(mur) Docker engine unavailable, or an image build / load / tag failed",
     "E-IMG-002": "(mur) the image registry refused a push or pull (credentials, read-only, unreachable)",

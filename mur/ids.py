@@ -47,3 +47,10 @@ def context_id() -> str:
 
 def deployment_id() -> str:
     return "dep_" + uuid7_hex()
+
+
+# The uids (gid of the same number) mur leases to each session's shell tools when it runs as root
+# (mur.sandbox.uids): 0x7A6D0000-0x7A6DFFFF, unused in systemd's map of uid ranges, else systemd's own
+# DynamicUser range inside a user namespace that does not map the first. Whatever such a uid owns,
+# a tool made.
+SESSION_UID_RANGES = ((0x7A6D0000, 0x7A6DFFFF), (61184, 65519))

@@ -351,7 +351,7 @@ def test_published_tool_runs_from_a_clean_home(tmp_path, request, built_hello, r
     (project / "murmur.lock").unlink()  # `mur run` creates it when absent
     run = mur(["run", "--task", "Ada"], cwd=project, home=user, timeout=300, **cache)
     assert run.code == 0, run.err
-    assert run.out.splitlines()[-1] == "status:  ok"
+    assert run.err.splitlines()[-1] == "status:  ok" and run.out == "Hello, Ada!\n"
     [session] = [p for p in (project / "workdir").iterdir() if p.name.startswith("ses_")]
     assert (session / "out" / "result.txt").read_text().strip() == "Hello, Ada!"
     digest = hashlib.sha256(zip_path.read_bytes()).hexdigest()

@@ -2,8 +2,8 @@
 Docker with exactly those settings, read from the exported manifests: the user, the read-only root
 filesystem, no capabilities, no privilege escalation, the shipped seccomp profile, the memory and CPU
 limits, the two writable volumes and the secret's env. The capsule answers A2A, the probes' URL answers,
-mur's kernel sandbox (Landlock + seccomp) still applies inside, and a shell-capable capsule fails
-closed (E-RUN-012), which is why `mur export k8s` refuses it."""
+mur's kernel sandbox (Landlock + seccomp) still applies inside, and a capsule with shell tools runs
+them there: the pod's own cgroup (read-only to everything in it) is their aggregate bound."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from image_support import RUN, agent_card, copy_capsule, free_port, mur, mur_json, wait_for
+from image_support import RUN, agent_card, free_port, mur, mur_json, wait_for
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.slow]
 
@@ -92,29 +92,103 @@ def test_the_exported_pod_serves_a2a_and_keeps_mur_sandbox(docker_client, hello_
         # the root filesystem is read-only; the workdir volume is where sessions go
         code, _ = c.exec_run(["sh", "-c", "echo x > /capsule/x"])
         assert code != 0
-        code, ls = c.exec_run(["sh", "-c", "ls -d /workdir/.murmur/ses_*"])
-        assert code == 0 and ls.decode().strip()
+        code, ls = c.exec_run(["sh", "-c", "ls -d /workdir/sessions/ses_*/trace.jsonl /workdir/work/MURMUR.md"])
+        assert code == 0 and len(ls.decode().split()) == 2  # the session's record beside the tools' workdir
         c.reload()
         assert c.attrs["HostConfig"]["ReadonlyRootfs"] is True and c.attrs["HostConfig"]["CapDrop"] == ["ALL"]
     finally:
         c.remove(force=True)
 
 
-def test_a_shell_capsule_fails_closed_in_the_pod(docker_client, hello_image, mur_env, hello, tmp_path):
-    """A pod has no cgroup a non-root process may create: mur refuses shell tools (E-RUN-012), as the export says."""
-    shell = copy_capsule(hello, tmp_path / "shell")
-    text = (shell / "murmur.yaml").read_text()
-    (shell / "murmur.yaml").write_text(text.replace("capabilities:\n", "capabilities:\n  shell:\n    allow: [sh]\n", 1))
-    refused = mur("export", "k8s", "-m", str(shell / "murmur.yaml"), "--image", "x:1", "-o", str(tmp_path / "k"),
-                  env=mur_env, check=False)
-    assert refused.returncode == 1 and "error[E-EXP-001]" in refused.stderr and "E-RUN-012" in refused.stderr
-    built = mur_json("image", "build", "-m", str(shell / "murmur.yaml"), "-t", f"{RUN}/shell:1", env=mur_env)
-    out = tmp_path / "k8s"  # the hello export's pod settings, with the shell capsule's image in it
-    mur_json("export", "k8s", "-m", str(hello / "murmur.yaml"), "--image", built["tag"], "-o", str(out), env=mur_env)
-    c, _port, _ = run_pod(docker_client, built["tag"], out, "shell")
-    try:
-        status = c.wait(timeout=120)["StatusCode"]
-        logs = c.logs().decode()
-        assert status == 1 and "error[E-RUN-012]" in logs, logs[-2000:]
-    finally:
-        c.remove(force=True)
+SHELL_CAPSULE = """name: podshell
+version: "0.1.0"
+artifacts:
+  - name: murmur-driver-anthropic
+    runtime: driver
+    source: ./driver
+    local_source: true
+capabilities:
+  network:
+    allow: ["http://127.0.0.1:{port}"]
+  shell:
+    allow: [bash, cat, id, head, tr, setsid, sleep]
+  resources:
+    cgroup_memory_bytes: {memory}
+    cgroup_pids_max: 64
+inference:
+  transport: http
+  endpoint: http://127.0.0.1:{port}
+  model: claude-haiku-4-5
+  api_key: sk-ant-pod
+  max_turns: 10
+  driver:
+    artifact: murmur-driver-anthropic
+"""
+CALLS = [
+    "id -u; echo made > f && cat f",  # a legitimate tool, in the tools' workdir
+    "cat /capsule/murmur.yaml; echo rc=$?",  # readable by uid 10001 bare (the control below): not to a tool
+    "bomb() { bomb | bomb & }; bomb; SECONDS=0; while (( SECONDS < 2 )); do :; done",  # fork bomb
+    "x=$(head -c 900000000 /dev/zero | tr '\\0' x); echo ${#x}",  # a memory bomb past the pod's limit
+    "echo still here",  # the runtime, in the same cgroup, outlived the OOM kill
+]
+
+
+def test_a_shell_capsule_runs_its_tools_under_the_pods_settings(docker_client, base_image, mur_env, tmp_path):
+    """The capsule exported as is (no refusal): the pod's memory limit is cgroup_memory_bytes, and inside it
+    mur takes the pod's read-only cgroup as the tools' aggregate bound; the tools run, confined."""
+    from mur.testing.modelserver import ModelServer
+
+    driver = Path(__file__).resolve().parents[2] / "examples" / "murmur-driver-anthropic"
+    script = [{"tool_use": {"name": "bash", "input": {"command": c}, "id": f"toolu_pod_{i}"}} for i, c in enumerate(CALLS)]
+    with ModelServer(script + [{"text": "pod script finished"}]) as model:
+        port = int(model.url.rsplit(":", 1)[1])
+        capsule = tmp_path / "podshell"
+        (capsule / "driver").mkdir(parents=True)
+        for name in ("murmur.yaml", "murmur-driver-anthropic.wasm"):
+            (capsule / "driver" / name).write_bytes((driver / name).read_bytes())
+        memory = 512 << 20
+        (capsule / "murmur.yaml").write_text(SHELL_CAPSULE.format(port=port, memory=memory))
+        built = mur_json("image", "build", "-m", str(capsule / "murmur.yaml"), "-t", f"{RUN}/podshell:1", env=mur_env)
+        out = tmp_path / "k8s"
+        exported = mur_json("export", "k8s", "-m", str(capsule / "murmur.yaml"), "--image", built["tag"], "-o", str(out),
+                            env=mur_env)
+        assert any(n.startswith("shell tools: the pod's memory limit (512Mi") for n in exported["notes"]), exported
+        c, a2a, _probe = run_pod(docker_client, built["tag"], out, "shell")
+        try:
+            wait_for(lambda: agent_card(a2a), 180, "the agent card")
+            answer = mur("send", f"127.0.0.1:{a2a}", "run the scripted tools", env=mur_env, timeout=600)
+            assert "pod script finished" in answer.stdout, answer.stdout + answer.stderr
+            results = tool_results(model)
+            trace = c.exec_run(["sh", "-c", "cat /workdir/sessions/ses_*/trace.jsonl"]).output.decode()
+            boot = c.exec_run(["sh", "-c", "cat /workdir/sessions/ses_*/logs/bootstrap.log"]).output.decode()
+            control = c.exec_run(["cat", "/capsule/murmur.yaml"], user="10001")  # the same uid, bare
+        finally:
+            c.remove(force=True)
+    assert "the aggregate bound is the cgroup mur runs in" in boot, boot[-3000:]
+    assert results[0].startswith("10001\nmade"), results[0]
+    assert "Permission denied" in results[1] and "podshell" not in results[1]
+    assert control.exit_code == 0 and b"name: podshell" in control.output
+    assert "Resource temporarily unavailable" in results[2], results[2]
+    shells = [json.loads(line) for line in trace.splitlines() if '"event_type": "shell"' in line
+              or '"event_type":"shell"' in line]
+    assert shells[3]["exit_code"] == 137 and shells[3].get("resource_limit") == "cgroup_memory_bytes", shells[3]
+    assert results[4].startswith("still here"), results[4]
+
+
+def tool_results(model) -> list[str]:
+    """The tool_result text of each scripted call, in order (from the recorded requests)."""
+    found: dict[str, str] = {}
+    for req in model.message_requests():
+        for message in (req.body or {}).get("messages") or []:
+            for block in message.get("content") if isinstance(message.get("content"), list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    content = block.get("content")
+                    text = content if isinstance(content, str) else "".join(
+                        b.get("text", "") for b in content or [] if isinstance(b, dict))
+                    try:
+                        body = json.loads(text)
+                        text = body.get("data", text) if isinstance(body, dict) else text
+                    except ValueError:
+                        pass
+                    found[block["tool_use_id"]] = text
+    return [found.get(f"toolu_pod_{i}", "") for i in range(len(CALLS))]

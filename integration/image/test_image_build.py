@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.requires_docker, pytest.mark.slow]
 def test_rebuild_from_nothing_gives_the_same_id_and_one_byte_another(docker_client, hello_image, mur_env, hello,
                                                                       tmp_path):
     first = hello_image
-    assert first["id"].startswith("sha256:") and not first["unchanged"]
+    # the export tests' session fixture may have built the same inputs already: this build may be a retag
+    assert first["id"].startswith("sha256:")
     # the engine forgets the image entirely: the rebuild recreates it, byte for byte
     docker_client.images.remove(first["id"], force=True)
     again = mur_json("image", "build", "-m", str(hello / "murmur.yaml"), "-t", first["tag"], env=mur_env)

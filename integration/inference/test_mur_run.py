@@ -283,3 +283,100 @@ def test_cancel_a_running_agent_task_stops_it_before_its_tool_call(model_server,
     assert not [e for e in trace if e["event_type"] == "tool_call"]  # greet was never called
     ends = [e for e in trace if e["event_type"] == "task_end"]
     assert [e["exit_status"] for e in ends] == ["failed", "ok"]
+
+
+# --- Ctrl-C and what a terminal sees --------------------------------------------------------------
+
+
+def _mur(manifest: Path, *args: str, env: dict[str, str] | None = None, tty: bool = False):
+    from mur.testing.terminal import MurProcess
+
+    run_env = {**os.environ, "LOOPBACK_API_KEY": "sk-ant-loopback", **(env or {})}
+    return MurProcess("run", "--no-env-file", "-m", str(manifest), *args, cwd=manifest.parent, env=run_env, tty=tty)
+
+
+def _processes(match) -> list[int]:
+    """PIDs of the processes `match(/proc/<pid>)` accepts (ones gone meanwhile are skipped)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and match(entry):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _processes_with(marker: str) -> list[int]:
+    """PIDs whose command line holds `marker`."""
+    return _processes(lambda proc: marker in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+
+
+def _processes_in(directory: Path) -> list[int]:
+    """PIDs whose working directory is `directory` or below it."""
+    return _processes(lambda proc: Path(os.readlink(proc / "cwd")).is_relative_to(directory))
+
+
+def test_ctrl_c_during_a_model_call_ends_the_task_interrupted(model_server, tmp_path):
+    """The driver is inside its http import (a ctypes callback) waiting for the model: Ctrl-C traps
+    it there, no 'Exception ignored' noise, the trace says how it ended, exit 130."""
+    server = model_server([{"text": "too late", "delay": 60}])
+    manifest = write_capsule(tmp_path / "capsule", server.url)
+    with _mur(manifest, "-t", "Greet Ada.") as mur:
+        mur.wait_for(lambda: server.message_requests(), what="the model call")
+        mur.ctrl_c()
+        assert mur.finish(30) == 130  # the model answers only after 60 s
+    lines = mur.stderr.splitlines()
+    assert [lines[0][:13], lines[1][:9], lines[2:]] == ["murmur: url l", "session: ", ["status:  interrupted"]]
+    assert mur.stdout == ""
+    trace = read_trace(tmp_path / "capsule" / "workdir" / lines[1].removeprefix("session: "))
+    ends = {e["event_type"]: e["exit_status"] for e in trace if e["event_type"] in ("session_end", "task_end")}
+    assert ends == {"session_end": "interrupted", "task_end": "interrupted"}
+
+
+@pytest.mark.requires_root
+@pytest.mark.requires_landlock
+def test_ctrl_c_during_a_shell_tool_leaves_no_process_behind(model_server, tmp_path):
+    marker = "read -t 47.125"  # unique on this machine: what is left of it after the run is ours
+    # Shell builtins only (the sandbox runs no binary but bash): a coprocess and a read that waits on it.
+    command = f"coproc {{ read; }}; {marker} -u ${{COPROC[0]}}"
+    server = model_server([{"tool_use": {"name": "bash", "input": {"command": command}}}, {"text": "never asked"}])
+    manifest = write_capsule(tmp_path / "capsule", server.url, shell=True)
+    with _mur(manifest, "--json", "-t", "Sleep.") as mur:
+        mur.wait_for(lambda: _processes_with(marker), what="the sandboxed wait")
+        mur.ctrl_c()
+        assert mur.finish(30) == 130
+    assert _processes_with(marker) == []
+    first, last = (json.loads(line) for line in mur.stdout.splitlines())
+    assert (last["status"], last["session_id"]) == ("interrupted", first["session_id"])
+    assert mur.stderr.splitlines()[-1] == "interrupted" and "Exception ignored" not in mur.stderr  # after W-SEC-005
+    assert len(server.message_requests()) == 1  # no turn after the interrupt
+
+
+@pytest.mark.requires_claude
+def test_ctrl_c_stops_the_claude_cli_too(model_server, claude_env, tmp_path):
+    """The CLI runs in its own session (a terminal's Ctrl-C does not reach it): mur ends it."""
+    server = model_server([{"text": "too late", "delay": 60}])
+    manifest = process_capsule(tmp_path / "capsule")
+    with _mur(manifest, "-t", "Say hi.", env=claude_env(server)) as mur:
+        mur.wait_for(lambda: server.message_requests(), timeout=120, what="the CLI's model call")
+        cli = [pid for pid in _processes_in(tmp_path / "capsule" / "workdir") if pid != mur.proc.pid]
+        assert cli, "the claude CLI runs in the session's workdir"
+        mur.ctrl_c()
+        assert mur.finish(30) == 130
+    assert mur.stderr.splitlines()[-1] == "status:  interrupted"
+    assert [pid for pid in cli if Path(f"/proc/{pid}").exists()] == []
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["terminal", "pipe"])
+def test_a_provider_retry_shows_on_a_terminal_only(model_server, tmp_path, tty):
+    server = model_server([{"error": {"status": 429, "message": "slow down", "retry_after": 1}},
+                           {"text": "Done after one retry."}])
+    manifest = write_capsule(tmp_path / "capsule", server.url)
+    with _mur(manifest, "-t", "Greet Ada.", tty=tty) as mur:
+        assert mur.finish(120) == 0, mur.stderr
+    assert mur.stdout == "Done after one retry.\n"
+    retry = "inference provider: HTTP 429: rate_limit_error: slow down; retry 1 of 3 in 1s"
+    assert (retry in mur.stderr) == tty, mur.stderr
+    if not tty:
+        assert mur.stderr.splitlines()[2:] == ["status:  ok"]

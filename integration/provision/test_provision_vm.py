@@ -131,10 +131,11 @@ def test_non_root_deploy_with_shell_limits_on_the_cloud_init_host(tf_vm, home, r
 def test_escape_suite_on_kernel_6_1(tf_vm):
     suite = run_escape_suite(tf_vm)
     _matrix_row("6.1", tf_vm, suite, bool(tf_vm.extra.get("deployed")))
-    assert suite["abi"] == 2 and suite["passed"] + len(suite["flaky"]) >= 16, suite["tail"]
-    # exactly the escapes ABI 2 cannot stop (vm_suite.KNOWN_GAPS), nothing else
-    assert suite["failed_names"] == expected_failures(2) == ["test_connect_to_a_tcp_port_not_allowed",
-                                                             "test_signal_a_process_outside"], suite["tail"]
+    assert suite["abi"] == 2 and suite["passed"] + len(suite["flaky"]) >= 50, suite["tail"]
+    # exactly what ABI 2 leaves open (vm_suite.KNOWN_GAPS: TCP in the no-namespace fallback), nothing else
+    assert suite["failed_names"] == expected_failures(2) == [
+        "test_connecting_or_listening_around_landlock_is_refused",
+        "test_without_a_namespace_the_port_rules_fallback_says_so"], suite["tail"]
 
 
 # --- 2. a bare VM, prepared by mur host prepare -------------------------------------------------
@@ -238,7 +239,7 @@ def test_deploy_and_escape_suite_on_kernel_6_12(vm612, runtime_bundle, shell_cap
     suite = run_escape_suite(m)
     _matrix_row("6.12", m, suite, True)
     assert suite["abi"] >= 6 and expected_failures(suite["abi"]) == []
-    assert suite["failed_names"] == [] and suite["passed"] + len(suite["flaky"]) >= 18, suite["tail"]
+    assert suite["failed_names"] == [] and suite["passed"] + len(suite["flaky"]) >= 52, suite["tail"]
 
 
 def test_vm_ssh_and_destroy(vm612):

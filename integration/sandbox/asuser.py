@@ -19,7 +19,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from hostile import ROOT, UnprivilegedUser, python_for_others  # type: ignore[import-not-found]
+from hostile import ROOT, UnprivilegedUser, join_cgroups, python_for_others  # type: ignore[import-not-found]
 
 DRIVER = r'''
 import json, os, sys, threading, time
@@ -43,6 +43,7 @@ try:
         boxes.append(sb)
         out["sessions"].append({"workdir": str(sb.workdir), "warnings": warnings, "network": sb.policy.network.mode,
                                 "processes": sb.policy.processes, "namespaces": list(sb.policy.namespaces),
+                                "aggregate": sb.policy.aggregate, "rlimits": dict(sb.policy.rlimits),
                                 "results": []})
     threads = []
     for i, call in spec.get("background", []):
@@ -67,7 +68,8 @@ try:
     for i, call in spec.get("calls", []):
         args = [fill(a) for a in call["args"]] if call.get("args") is not None else None
         r = boxes[i].run(call["binary"], command=fill(call.get("command")), args=args, timeout=60)
-        out["sessions"][i]["results"].append({"exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr})
+        out["sessions"][i]["results"].append({"exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
+                                              "resource_limit": r.resource_limit})
     for k, sb in enumerate(boxes):  # what the other sessions' calls left of this session's processes
         state = []
         for pid in sorted(sb.cgroup.pids()):
@@ -93,23 +95,27 @@ def _python(user: UnprivilegedUser) -> tuple[str, str]:
     return prefix[0], boot
 
 
-def run_sessions(user: UnprivilegedUser, spec: dict[str, Any], timeout: float = 180) -> dict[str, Any]:
-    """Run the driver as ``user``; returns its JSON (raises with its stderr when it fails)."""
+def _env(user: UnprivilegedUser) -> dict[str, str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"}
+    if os.environ.get("PYTHONPATH"):  # the VM suite's copy of the packages
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
+def run_sessions(user: UnprivilegedUser, spec: dict[str, Any], timeout: float = 180,
+                 prefix: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the driver as ``user`` (in ``user.cgroups``; ``prefix``: an argv run first, as root, that
+    execs the rest); returns its JSON (raises with its stderr when it fails)."""
     base = Path(user.home) / f"sessions-{os.urandom(4).hex()}"
     base.mkdir()
     user.chown(base)
     python, boot = _python(user)
 
-    def join_cgroups() -> None:  # still root: enter the cgroups delegated to the user
-        for directory in user.cgroups:
-            with open(os.path.join(directory, "cgroup.procs"), "w") as fh:
-                fh.write(str(os.getpid()))
-
-    argv = ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--",
+    argv = [*prefix, "setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--",
             python, "-c", boot + DRIVER]
     proc = subprocess.run(argv, input=json.dumps(dict(spec, base=str(base))), capture_output=True, text=True,
-                          timeout=timeout, cwd=str(base), preexec_fn=join_cgroups,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"})
+                          timeout=timeout, cwd=str(base), preexec_fn=lambda: join_cgroups(user),
+                          env=_env(user))
     if proc.returncode != 0:
         raise AssertionError(f"driver failed ({proc.returncode}): {proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -118,5 +124,4 @@ def run_sessions(user: UnprivilegedUser, spec: dict[str, Any], timeout: float = 
 def bare_as(user: UnprivilegedUser, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     """The control: the same action as a plain process of ``user`` (no sandbox)."""
     return subprocess.run(["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--", *argv],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"})
+                          capture_output=True, text=True, timeout=timeout, env=_env(user))

@@ -335,9 +335,7 @@ artifacts:
     def _join_cgroups(self) -> None:
         """preexec (still root): enter the cgroups delegated to the user, as a deploy's service does."""
         assert self.user is not None
-        for directory in self.user.cgroups:
-            with open(os.path.join(directory, "cgroup.procs"), "w") as fh:
-                fh.write(str(os.getpid()))
+        join_cgroups(self.user)
 
 
 class Running:
@@ -395,6 +393,17 @@ def tool_artifact(dest: Path, name: str, wasm: Path, description: str = "") -> P
     return dest
 
 
+def join_cgroups(user: UnprivilegedUser) -> None:
+    """Move the calling process into the user's cgroups (a preexec_fn, still root). On cgroup v2 a
+    subtree an earlier mur enabled controllers in takes processes only in a leaf: mur's own
+    ``murmur-supervisor``, where that mur moved itself (the "no internal processes" rule)."""
+    for directory in user.cgroups:
+        leaf = os.path.join(directory, "murmur-supervisor")
+        target = leaf if os.path.isdir(leaf) else directory
+        with open(os.path.join(target, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+
+
 def _startup(stdout: str) -> dict[str, Any]:
     for line in stdout.splitlines():
         if line.startswith("{"):
@@ -435,6 +444,9 @@ def python_for_others() -> tuple[str, ...] | None:
     execute it, else the system python 3 of the same minor version with the venv's packages."""
     if _reachable_by_others(sys.executable) and _reachable_by_others(sysconfig.get_paths()["purelib"]):
         return (sys.executable, "-m", "mur")
+    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    if pythonpath and _reachable_by_others(sys.executable) and all(_reachable_by_others(p) for p in pythonpath):
+        return (sys.executable, "-m", "mur")  # the packages come from PYTHONPATH (the VM suite's copy)
     if not os.path.exists(SYSTEM_PYTHON):
         return None
     probe = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
@@ -464,19 +476,22 @@ def seed_cache(cache_root: Path, wasm: Iterable[Path] = (DRIVER_WASM,)) -> Path:
     """A fresh MUR_CACHE_DIR holding the compiled components of `wasm` (compiled once into this
     process's cache, then copied), so a run with its own cache does not compile the driver again."""
     from mur.fsutil import file_sha256
-    from mur.wasm.engine import WasmEngine
 
     target = Path(cache_root) / "wasm"
     target.mkdir(parents=True, exist_ok=True)
-    engine = WasmEngine()
-    try:
-        for path in wasm:
-            engine.component(Path(path))
-            source = engine.cache_path(file_sha256(path))
-            if source.is_file():
-                shutil.copyfile(source, target / source.name)
-    finally:
-        engine.close()
+    wasm = [Path(w) for w in wasm if Path(w).is_file()]  # none in the kernel-matrix VMs (no examples there)
+    if wasm:
+        from mur.wasm.engine import WasmEngine
+
+        engine = WasmEngine()
+        try:
+            for path in wasm:
+                engine.component(path)
+                source = engine.cache_path(file_sha256(path))
+                if source.is_file():
+                    shutil.copyfile(source, target / source.name)
+        finally:
+            engine.close()
     os.chmod(cache_root, 0o700)
     os.chmod(target, 0o700)
     return Path(cache_root)
@@ -506,6 +521,12 @@ def make_unprivileged_user() -> UnprivilegedUser | str:
 
     with open("/proc/self/mounts") as fh:
         mode = detect_mode(fh.read())
+    if mode == "unified":  # a cgroup v2 subtree delegated to the uid, the way systemd's Delegate=yes does
+        path = os.path.join("/sys/fs/cgroup", f"mur-hostile-{uid}-{uuid.uuid4().hex[:8]}")
+        os.mkdir(path)
+        groups.append(path)
+        for name in ("", "cgroup.procs", "cgroup.subtree_control", "cgroup.threads"):
+            os.chown(os.path.join(path, name) if name else path, uid, uid)
     if mode in ("hybrid", "legacy"):
         roots = cgroup_v1_roots()
         for mountpoint in dict.fromkeys(roots[c] for c in V1_DELEGATED if c in roots):

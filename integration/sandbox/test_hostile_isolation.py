@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import subprocess
 import threading
 
@@ -189,3 +190,63 @@ def test_explain_scope_states_the_mechanisms_in_force(who, tmp_path):
     assert (c["achieved"], c["floor_met"], c["network"]) == ("scoped", True, "netns+egress-proxy")
     assert c["processes"] == ("session-uid" if who is None else "pid-namespace")
     assert "  network:   netns+egress-proxy (shell tools reach exactly the allowed hosts" in out[False]
+
+
+TTY_TRICKS = r"""
+import errno, fcntl, json, os, sys
+TIOCSTI = 0x5412
+out = {}
+for name, opener in (("stdin", lambda: 0), ("stdout", lambda: 1), ("dev_tty", lambda: os.open("/dev/tty", os.O_RDWR))):
+    try:
+        fd = opener()
+        fcntl.ioctl(fd, TIOCSTI, b"x")
+        out[name] = "ok"
+    except OSError as exc:
+        out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps(out))
+"""
+
+
+def test_disclosure_terminal_core_and_loader_end_to_end(hostile, who, tmp_path, record_escape):
+    """Reading a process's environ and fds (mur's uid: where the API keys live), TIOCSTI into a terminal, a
+    core dump, LD_PRELOAD of a library copied into the workdir: one `mur run`, each beside a control."""
+    canary = f"mur-canary-{tmp_path.name}"
+    uid = who.uid if who is not None else 0
+    victim = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "60"],
+                              env={"PATH": "/usr/bin:/bin", "MUR_TEST_SECRET": canary})
+    try:
+        capsule = hostile(user=who, shell_allow=(*DEFAULT_SHELL, "grep"))
+        run = capsule.run([
+            f"cat /proc/{victim.pid}/environ >/dev/null 2>&1; echo rc=$?; "  # 0: mur's uid's secrets
+            f"grep -l {canary} /proc/[0-9]*/environ 2>/dev/null | wc -l; "
+            f"ls /proc/{victim.pid}/fd >/dev/null 2>&1; echo rc=$?",  # and its open files
+            py(TTY_TRICKS),  # 1
+            "python3 -c 'import resource; print(*resource.getrlimit(resource.RLIMIT_CORE))'; bash -c 'kill -SEGV $$'; echo rc=$?; ls | grep -c '^core' || true",  # 2
+            "cp /lib/x86_64-linux-gnu/libc.so.6 ./l.so && LD_PRELOAD=$PWD/l.so cat /dev/null; echo rc=$?",  # 3
+        ])
+        assert_ok(run)
+        got = run.results[0].data
+        assert "[stderr]" not in got and got.split()[0] != "rc=0" and got.split()[1] == "0", got  # unreadable, anywhere
+        assert got.split()[2] != "rc=0", got
+        tty = first_json(run.results[1])
+        assert "ok" not in tty.values(), tty
+        assert tty["stdin"] == "EPERM", tty  # seccomp refuses the ioctl itself, whatever the fd
+        core = run.results[2].data
+        assert core.split("\n[stderr]")[0].split() == ["1", "1", "rc=139", "0"] and "core dumped" not in core, core
+        preload = run.results[3].data
+        assert "cannot be preloaded" in preload and "rc=0" in preload, preload  # the copy is never mapped
+        # controls: the victim's uid reads its environ; a copy where exec is allowed preloads silently
+        argv = ["bash", "-c", f"tr '\\0' '\\n' < /proc/{victim.pid}/environ | grep -c {canary}"]
+        assert bare(who, argv).stdout.strip() == "1"
+        assert bare(who, ["ls", f"/proc/{victim.pid}/fd"]).returncode == 0
+        lib = (who.home if who is not None else tmp_path) / "l.so"  # a directory that uid can reach
+        subprocess.run(["cp", "/lib/x86_64-linux-gnu/libc.so.6", str(lib)], check=True)
+        os.chmod(lib, 0o755)
+        ctl = bare(who, ["env", f"LD_PRELOAD={lib}", "cat", "/dev/null"])
+        assert ctl.returncode == 0 and "cannot be preloaded" not in ctl.stderr, ctl.stderr
+    finally:
+        victim.kill()
+        victim.wait()
+    tag = "root" if who is None else "non-root"
+    record_escape(f"mur run: /proc environ, TIOCSTI, core dump, LD_PRELOAD copy ({tag})",
+                  "EACCES / EPERM / no core / not preloaded", "bare: environ read, library preloaded")

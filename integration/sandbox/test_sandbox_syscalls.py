@@ -5,6 +5,8 @@ is killed, and nothing a legitimate tool needs breaks (bash, python3, coreutils,
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 
@@ -14,6 +16,7 @@ from escape_scripts import INT80, LEGIT, LEGIT_OUT, PY, TOOLS, UNLISTED  # type:
 from sbx_support import HOST_ENV, SYSTEM_PYTHON, capabilities  # type: ignore[import-not-found]
 
 pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
+MISSING = [t for t in TOOLS if shutil.which(t) is None]  # a minimal host (the kernel-matrix VMs) lacks jq, git
 
 
 def bare_python(code: str, cwd) -> subprocess.CompletedProcess:
@@ -26,9 +29,12 @@ def test_syscalls_not_on_the_allowlist_get_enosys(sandbox, tmp_path, record_esca
     r = sb.run("python3", args=["-c", UNLISTED])
     got = json.loads(r.stdout)
     assert got["fchmodat2"] == got["cachestat"] == got["lsm_list_modules"] == got["mbind_unknown_999"] == "ENOSYS"
+    assert got["ustat"] == "ENOSYS"
     assert got["modify_ldt"] == got["move_pages"] == "EPERM"  # named refusals
     control = json.loads(bare_python(UNLISTED, tmp_path).stdout)
-    assert control["fchmodat2"] == "ok" and control["lsm_list_modules"] != "ENOSYS"
+    assert control["ustat"] == "EINVAL"  # reaches the kernel bare (dev 0 is no filesystem)
+    if tuple(int(n) for n in os.uname().release.split("-")[0].split(".")[:2]) >= (6, 6):  # fchmodat2: 6.6+
+        assert control["fchmodat2"] == "ok"
     record_escape("syscalls off the allowlist (fchmodat2, lsm_*, ...)", "ENOSYS / EPERM", "fchmodat2 works")
 
 
@@ -41,6 +47,7 @@ def test_a_foreign_architecture_syscall_kills_the_tool(sandbox, tmp_path, record
     record_escape("i386 int 0x80 from a 64-bit tool", "killed (SIGSYS)", "returns the pid")
 
 
+@pytest.mark.skipif(bool(MISSING), reason=f"not installed: {' '.join(MISSING)}")
 def test_legitimate_tools_still_work(sandbox, tmp_path):
     sb = sandbox(capabilities(allow=TOOLS))
     (sb.workdir / "py.py").write_text(PY)
@@ -60,11 +67,13 @@ def test_as_another_user_the_allowlist_holds_and_tools_work(unprivileged_user, t
     from asuser import run_sessions  # type: ignore[import-not-found]
     from sbx_support import python_stdlib  # type: ignore[import-not-found]
 
-    caps = {"shell": {"allow": list(TOOLS), "interpreter_runtime": [
+    tools = [t for t in TOOLS if t not in MISSING]
+    caps = {"shell": {"allow": tools, "interpreter_runtime": [
         {"binary": "python3", "dirs": [{"path": python_stdlib(), "list_dir": True}]}]}}
+    legit_call = LEGIT if not MISSING else "true"  # the legitimate-tools half needs every tool
     out = run_sessions(unprivileged_user, {"sessions": [{"caps": caps}], "calls": [
         [0, {"binary": "python3", "args": ["-c", f"open('py.py', 'w').write({PY!r})"]}],
-        [0, {"binary": "bash", "args": ["-c", "export GIT_CONFIG_NOSYSTEM=1\n" + LEGIT]}],
+        [0, {"binary": "bash", "args": ["-c", "export GIT_CONFIG_NOSYSTEM=1\n" + legit_call]}],
         [0, {"binary": "python3", "args": ["-c", UNLISTED]}],
         [0, {"binary": "python3", "args": ["-c", INT80]}],
     ]})
@@ -72,9 +81,10 @@ def test_as_another_user_the_allowlist_holds_and_tools_work(unprivileged_user, t
     assert session["namespaces"] == ["user", "net", "ipc", "mnt", "pid"]
     legit, unlisted, int80 = session["results"][1:]
     assert legit["exit_code"] == 0, legit["stderr"]
-    (tmp_path / "in.txt").write_text("b\na\nc\n")
-    sha = subprocess.run(["sha256sum", str(tmp_path / "in.txt")], capture_output=True, text=True).stdout[:16]
-    assert legit["stdout"] == LEGIT_OUT.format(sha=sha)
+    if not MISSING:
+        (tmp_path / "in.txt").write_text("b\na\nc\n")
+        sha = subprocess.run(["sha256sum", str(tmp_path / "in.txt")], capture_output=True, text=True).stdout[:16]
+        assert legit["stdout"] == LEGIT_OUT.format(sha=sha)
     got = json.loads(unlisted["stdout"])
     assert got["fchmodat2"] == "ENOSYS" and got["move_pages"] == "EPERM"
     assert int80["exit_code"] == 128 + signal.SIGSYS

@@ -15,10 +15,11 @@ SES = re.compile(r"^ses_[0-9a-f]{32}$")
 def test_hello_runs_and_lays_out_the_workdir(hello, home):
     proc = run_mur("run", "--task", "Ada", cwd=hello, home=home)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    assert proc.stdout == "Hello, Ada!\n"  # the answer alone on stdout; the rest is for the person, on stderr
+    lines = proc.stderr.splitlines()
     assert re.fullmatch(r"murmur: url localhost:\d+", lines[0])
     assert lines[1].startswith("session: ") and SES.match(lines[1].split(": ")[1])
-    assert lines[-1] == "status:  ok"
+    assert lines[2:] == ["status:  ok"]
     [wd] = session_dirs(hello)
     assert wd.name == lines[1].split(": ")[1]
     assert (wd / "out" / "result.txt").read_text().strip() == "Hello, Ada!"
@@ -34,11 +35,23 @@ def test_hello_runs_and_lays_out_the_workdir(hello, home):
 def test_json_startup_line_is_deploys_contract(hello, home):
     proc = run_mur("run", "--task", "Bo", "--json", cwd=hello, home=home)
     assert proc.returncode == 0, proc.stderr
-    first = json.loads(proc.stdout.splitlines()[0])
+    first, last = (json.loads(line) for line in proc.stdout.splitlines())
     assert list(first) == ["url", "pid", "session_id", "name", "version", "workdir"]
     assert re.fullmatch(r"localhost:\d+", first["url"]) and SES.match(first["session_id"])
     assert (first["name"], first["version"]) == ("hello", "0.1.0")
     assert (hello / "workdir" / first["session_id"]) == __import__("pathlib").Path(first["workdir"])
+    assert last == {"status": "ok", "session_id": first["session_id"], "result": "Hello, Bo!\n",
+                    "result_path": f"{first['workdir']}/out/result.txt"}
+    assert proc.stderr == ""
+
+
+def test_json_ending_of_a_failed_session_names_the_error(hello, home):
+    (hello / "capsule.wasm").write_bytes(b"\0asm\x0d\0\x01\0")  # a component header and nothing else
+    proc = run_mur("run", "--task", "Bo", "--json", cwd=hello, home=home)
+    assert proc.returncode == 1
+    first, last = (json.loads(line) for line in proc.stdout.splitlines())
+    assert (last["status"], last["session_id"], last["result"]) == ("trapped", first["session_id"], None)
+    assert last["error"]["code"] == "E-RUN-001" and proc.stderr.startswith("error[E-RUN-001]: ")
 
 
 def test_trace_lines_follow_the_schema(hello, home):
@@ -130,7 +143,7 @@ def test_env_allow_reaches_the_guest_but_secrets_do_not(hello, home):
 def test_verbose_prints_the_session_details(hello, home):
     proc = run_mur("run", "--task", "Gu", "-v", cwd=hello, home=home)
     assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
+    out = proc.stderr
     assert "workdir: " in out and "manifest: hello v0.1.0" in out and "driver: <none>" in out
     assert "skills: 0 installed" in out
 

@@ -26,6 +26,10 @@ let the running task finish for up to ``term_grace`` seconds (``TaskContext.canc
 true so an executor can wrap up early; a task waiting in request-input fails "terminated"), then
 interrupt the executor with :class:`Terminated` (the task fails), flush the trace and return.
 A second SIGTERM interrupts at once.
+
+SIGINT (Ctrl-C; ``mur run`` delivers it as one KeyboardInterrupt, see mur.wasm.interrupt): the
+running task ends failed "interrupted" (its task_end says ``interrupted``), waiting tasks are
+rejected, no linger, and ``interrupted`` is true; a Ctrl-C while waiting for a task ends the session too.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ DEFAULT_IDLE_TIMEOUT = 30.0
 DEFAULT_TERM_GRACE = 5.0
 DEFAULT_LINGER = 2.0
 TERMINATED_MESSAGE = "terminated: the capsule received SIGTERM"
+INTERRUPTED_MESSAGE = "interrupted: the capsule received SIGINT (Ctrl-C)"
 
 
 @dataclass
@@ -120,6 +125,7 @@ class TaskOutcome:
     text: str  # the result, or the error message
     history: list[dict] | None = None  # threaded: the history to persist (only used on success)
     stats: dict = field(default_factory=dict)  # turns, input_tokens, output_tokens, tool_calls, shell_calls, reopen_count
+    interrupted: bool = False  # ended by Ctrl-C (task_end says `interrupted`)
 
 
 Executor = Callable[[TaskRequest, TaskContext], TaskOutcome]
@@ -229,8 +235,14 @@ class CapsuleService:
         cancel_running: bool = False,
         auth: DoorAuth | None = None,
         limits: DoorLimits | None = None,
+        on_wait: Callable[[float | None], None] | None = None,
+        raise_into: Callable[[BaseException], None] | None = None,
     ):
         self.lifecycle = lifecycle
+        self._on_wait = on_wait  # hears each wait for an A2A task (its timeout; None = forever)
+        # How a signal handler raises into the running executor (mur run: mur.wasm.interrupt.raise_soon,
+        # which waits until guest code is stopped); default: at once.
+        self._raise_into = raise_into or _raise
         self.executor = executor
         self.workdir = Path(workdir)
         self.task_dir = Path(task_dir) if task_dir is not None else self.workdir
@@ -254,6 +266,8 @@ class CapsuleService:
         self._forced = False
         self._raised = False
         self._sigterm_seen = False
+        self.interrupted = False  # a Ctrl-C ended the session (the running task, or the wait for one)
+        self.last_task: Task | None = None  # the last task that ended (its result is out/result.txt)
 
     @property
     def threaded(self) -> bool:
@@ -317,6 +331,9 @@ class CapsuleService:
             previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
             return self._lifecycle(initial_task)
+        except KeyboardInterrupt:  # while waiting for a task, or between tasks: the session ends
+            self._interrupted()
+            return "failed"
         finally:
             self._reject_waiting()
             self.linger()  # with the SIGTERM handler still installed, so a SIGTERM ends it at once
@@ -333,6 +350,8 @@ class CapsuleService:
         elif acceptance == "none":
             return "ok"
         while not self._terminating.is_set():
+            if self._on_wait is not None and not self.registry.has_pending():
+                self._on_wait(self.idle_timeout)
             task = self.registry.take(self.idle_timeout)
             if task is None:
                 if self._terminating.is_set() or acceptance == "queue":
@@ -376,6 +395,7 @@ class CapsuleService:
         finally:
             if final is None:
                 final = self.registry.finish(task.id, FAILED, "the session failed while running this task", None)
+            self.last_task = final
             self._publish_status(final.id, final.context_id, final.state, final.message, final.response, final=True)
         return final.state
 
@@ -422,7 +442,7 @@ class CapsuleService:
         end: dict[str, Any] = {
             "event_type": ev.TASK_END,
             "task_id": task.id,
-            "exit_status": "ok" if state == COMPLETED else "failed",
+            "exit_status": "ok" if state == COMPLETED else "interrupted" if outcome.interrupted else "failed",
             "duration_ms": int((time.monotonic() - started) * 1000),
         }
         for key in STAT_KEYS:
@@ -474,8 +494,8 @@ class CapsuleService:
         except Terminated:
             return TaskOutcome(FAILED, TERMINATED_MESSAGE)
         except KeyboardInterrupt:
-            self.shutdown()
-            return TaskOutcome(FAILED, "interrupted")
+            self._interrupted()
+            return TaskOutcome(FAILED, INTERRUPTED_MESSAGE, interrupted=True)
         except InputWaitEnded as exc:
             if exc.reason == "canceled":
                 return TaskOutcome(FAILED, CANCELED_MESSAGE)
@@ -487,7 +507,11 @@ class CapsuleService:
             self.last_error = exc
             return TaskOutcome(FAILED, f"{type(exc).__name__}: {exc}")
 
-    # --- SIGTERM ------------------------------------------------------------------------------
+    # --- SIGTERM, SIGINT -----------------------------------------------------------------------
+
+    def _interrupted(self) -> None:
+        self.interrupted = True
+        self.shutdown()
 
     def shutdown(self) -> None:
         """Stop at once, from any thread: no new tasks, waiting ones rejected, waits woken.
@@ -518,7 +542,7 @@ class CapsuleService:
         self._forced = True
         if self._in_executor and not self._raised:
             self._raised = True
-            raise Terminated()
+            self._raise_into(Terminated())
 
     def _graceful(self) -> None:
         self._stop_accepting()
@@ -533,6 +557,10 @@ class CapsuleService:
     def _flush(self) -> None:
         if self._trace_flush is not None:
             self._trace_flush()
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
 
 
 def _status(state: str) -> str:

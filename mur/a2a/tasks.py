@@ -283,6 +283,11 @@ class TaskRegistry:
     def stopping(self) -> bool:
         return self._stopping
 
+    def has_pending(self) -> bool:
+        """A task is waiting to start (take() would not block)."""
+        with self._cond:
+            return bool(self._pending)
+
     def counts(self) -> dict[str, int]:
         """How many tasks are in each state (for tests, benchmarks and diagnostics)."""
         with self._cond:

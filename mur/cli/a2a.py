@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Send a task to a capsule and print its result."""
         from mur.a2a.client import send_task, task_text
-        from mur.cli.render import emit_json, note
+        from mur.cli.render import emit_json, note, terminal_safe
         from mur.errors import MurError
 
         base, credentials = resolve_credentials(url, token, token_file, cacert, pin_sha256)
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
             return
         if state == "completed":
             answer = task_text(task)
-            sys.stdout.write(answer if answer.endswith("\n") or not answer else answer + "\n")
+            sys.stdout.write(terminal_safe(answer if answer.endswith("\n") or not answer else answer + "\n"))
             sys.stdout.flush()
             return
         if state == "input-required":

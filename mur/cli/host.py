@@ -12,6 +12,7 @@ from typing import List, Optional
 import typer
 
 from mur.cli.render import emit
+from mur.humanize import plain
 
 
 def reporter(enabled: bool = True):
@@ -62,7 +63,7 @@ def _human(r: dict) -> str:
     pf = r.get("preflight")
     if pf:
         lines.append(f"  preflight  {'ok' if pf['ok'] else 'FAILED'} as {r['deploy_user']}: Landlock ABI "
-                     f"{pf.get('landlock_abi')}, cgroup {pf.get('cgroup_mode')}, init {pf.get('init')}")
+                     f"{plain(pf.get('landlock_abi'))}, cgroup {plain(pf.get('cgroup_mode'))}, init {plain(pf.get('init'))}")
     lines.append(f"  deploy     {r['deploy_command']}")
     return "\n".join(lines) + "\n"
 

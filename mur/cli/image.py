@@ -36,7 +36,9 @@ def _human_build(r: dict) -> str:
 
 
 def _human_ref(r: dict) -> str:
-    return "\n".join(f"{k:<16} {v}" for k, v in r.items()) + "\n"
+    from mur.humanize import plain
+
+    return "\n".join(f"{k:<16} {plain(v)}" for k, v in r.items()) + "\n"
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,8 @@ import typer
 
 from mur import __version__
 
+INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
+
 # Command modules, each exposing register(app). Order is the order of `mur --help`.
 COMMAND_MODULES = (
     "mur.cli.run",
@@ -76,18 +78,24 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI; MurError -> `error[CODE]` + hint on stderr, exit 1; usage errors exit 2."""
     from typer.exceptions import Abort, Exit, TyperException
 
+    from mur.cli.render import Reported
     from mur.errors import MurError
 
     try:
         command = typer.main.get_command(build_app())
         rv = command.main(args=argv, prog_name="mur", standalone_mode=False)
+    except Reported as done:
+        _flush()
+        sys.exit(done.code)
     except MurError as err:
         _flush()
-        print(err.render(), file=sys.stderr)
+        from mur.cli.render import terminal_safe
+
+        print(terminal_safe(err.render(), sys.stderr), file=sys.stderr)  # messages quote names tools chose
         sys.exit(1)
     except Abort:
         print("aborted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except Exit as exc:
         sys.exit(exc.exit_code)
     except TyperException as exc:  # usage errors (bad option values, missing arguments): exit 2
@@ -99,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except BrokenPipeError:
         sys.exit(1)
     except Exception as exc:  # noqa: BLE001 - the one place a stray exception becomes an error line
@@ -113,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error[E-INTERNAL]: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
         print("  hint: rerun with MUR_DEBUG=1 to see the traceback, and report it", file=sys.stderr)
         sys.exit(1)
+    if rv == INTERRUPTED:  # typer's answer to a KeyboardInterrupt (Ctrl-C) in any command
+        print("interrupted", file=sys.stderr)
     if isinstance(rv, int) and rv not in (0, None):
         sys.exit(rv)
     sys.exit(0)

@@ -20,6 +20,8 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json(report)
             return
+        from mur.humanize import plain
+
         width = max(len(k) for k in report)
         for key, value in report.items():
-            typer.echo(f"{key.ljust(width)}  {value}")
+            typer.echo(f"{key.ljust(width)}  {plain(value)}")

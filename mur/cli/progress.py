@@ -1,8 +1,9 @@
-"""Transfer progress bars on stderr (rich), shown only when stderr is a terminal.
+"""Progress on stderr (rich): transfer bars and activity spinners, shown only when stderr is a terminal.
 
 `MUR_NO_PROGRESS=1` turns them off everywhere; tests and pipes never see them, so stdout and
 stderr stay byte-stable for golden comparisons. The library reports through
-mur.artifacts.progress.Transfer; this is the CLI's drawing of it.
+mur.artifacts.progress.Transfer and mur.session.reporter.SessionReporter.activity; this is the
+CLI's drawing of them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from typing import Callable, Iterator
 
 
@@ -50,3 +52,23 @@ def transfer_bar(description: str, total: int | None) -> Iterator[Callable[[int]
     with progress:
         task = progress.add_task(description, total=total)
         yield lambda n: progress.advance(task, n)
+
+
+@contextlib.contextmanager
+def activity(description: str) -> Iterator[None]:
+    """A spinner with `description` and the elapsed time while the block runs, then one `✓` line
+    saying how long it took; nothing at all when disabled."""
+    if not enabled():
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True, highlight=False)
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=console, transient=True)
+    started = time.monotonic()
+    with progress:
+        progress.add_task(description, total=None)
+        yield
+    console.print(f"✓ {description} ({time.monotonic() - started:.1f}s)", style="dim", markup=False)

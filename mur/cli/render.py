@@ -4,9 +4,34 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator
+
+# C0 controls but newline and tab, DEL, and C1: ESC starts the sequences that retitle a terminal,
+# rewrite what is on screen, or (OSC 52) write its clipboard; CR overwrites a line in place.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+
+
+def terminal_safe(text: str, stream: IO[str] | None = None) -> str:
+    """``text`` made inert for a terminal: what a model or a tool wrote (an answer, a command in a
+    trace, a log) has its control characters shown as ``\\xNN``. Only for a terminal: a pipe or a
+    file gets the text as it is."""
+    stream = stream or sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if tty else text
+
+
+class Reported(Exception):
+    """A command already told the user how it ended: exit with `code`, print nothing more."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
 
 
 def emit_json(obj: Any) -> None:
@@ -29,7 +54,7 @@ def emit(obj: Any, json_out: bool, human: Callable[[Any], str]) -> None:
     if json_out:
         emit_json(obj)
     else:
-        sys.stdout.write(human(obj))
+        sys.stdout.write(terminal_safe(human(obj)))
         sys.stdout.flush()
 
 

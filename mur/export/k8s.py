@@ -3,7 +3,8 @@
 One pod shape for every form (Deployment, StatefulSet, agent-sandbox `Sandbox`): the image's user
 (10001), no privilege escalation, every capability dropped, a read-only root filesystem with
 writable /workdir and /tmp volumes, the Localhost seccomp profile that lets Landlock through
-(mur.export.seccomp), probes on the agent card, resources from the manifest's limits.
+(mur.export.seccomp), probes on the agent card, resources from the manifest's limits (for a capsule
+with shell tools the memory limit is exactly cgroup_memory_bytes: the pod's cgroup is their bound).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class CapsuleFacts:
     env: dict[str, str] = field(default_factory=dict)
     env_allow: tuple[str, ...] = ()
     allow: tuple[Any, ...] = ()  # parsed capabilities.network.allow (mur.manifest.network.AllowEntry)
+    subprocesses: bool = False  # shell / spawn grants: the pod's cgroup is the tools' aggregate bound
+    pids_max: int = 0  # capabilities.resources.cgroup_pids_max
 
 
 def dns_label(text: str) -> str:
@@ -77,7 +80,7 @@ def pod_spec(f: CapsuleFacts, image: str, secret: str, workdir_volume: bool) -> 
         "imagePullPolicy": "IfNotPresent",
         "ports": [{"name": "a2a", "containerPort": f.port, "protocol": "TCP"}],
         "env": [{"name": "MUR_BIND", "value": "0.0.0.0"}, {"name": "MUR_PORT", "value": str(f.port)},
-                {"name": "MUR_WORKDIR", "value": S.WORKDIR}],
+                {"name": "MUR_WORKDIR", "value": S.TOOLS_WORKDIR}],
         "envFrom": [{"secretRef": {"name": secret}}],
         "resources": {
             "limits": {"memory": quantity(f.memory_bytes), "cpu": cpu(f.cpu_percent)},
@@ -171,4 +174,9 @@ def objects(f: CapsuleFacts, image: str, sandbox: bool = False) -> Export:
     if f.persistent:
         notes.append("lifecycle.conversation is threaded: the workdir (conversation history) is a persistent "
                      f"volume claim of {quantity(f.workdir_bytes)}")
+    if f.subprocesses:
+        notes.append(f"shell tools: the pod's memory limit ({quantity(f.memory_bytes)} = cgroup_memory_bytes, shared "
+                     "by the runtime and its tools) is their aggregate bound; a pod carries no pids limit, so their "
+                     f"tasks are bounded by RLIMIT_NPROC (at most cgroup_pids_max = {f.pids_max}); the kubelet's "
+                     "podPidsLimit bounds the whole pod as well")
     return Export(out, kind, tuple(notes))

@@ -41,21 +41,18 @@ class ExportResult:
 
 
 def facts(inputs: Any) -> CapsuleFacts:
-    """What the manifests need from a gathered capsule; E-EXP-001 for what a pod cannot hold."""
+    """What the manifests need from a gathered capsule."""
     from mur.manifest.network import parse_allow_list
 
     cap = inputs.capsule
     caps = cap.capabilities
-    if inputs.needs_subprocess:
-        raise MurError(
-            "E-EXP-001",
-            f"capsule {inputs.name} runs subprocesses (capabilities.shell / spawn), and a pod with mur's "
-            "securityContext (non-root, no capabilities) has no cgroup it can delegate: mur would refuse to "
-            "start it with E-RUN-012 (no aggregate bound on the tool tree)",
-            "serve it where mur can create the cgroup: mur deploy --docker or --host (docs/kubernetes.md, limits)")
+    # A pod's cgroup is read-only for mur: no cgroup of the session's own, so the pod's own memory limit is
+    # the shell tools' aggregate bound (mur.sandbox.enclosing), which must then be at or below theirs.
+    memory = int(caps.resources.cgroup_memory_bytes) if inputs.needs_subprocess else inputs.service_memory_bytes
     return CapsuleFacts(
         name=inputs.name, version=inputs.version, capsule_digest=inputs.digest,
-        port=inputs.internal_port or S.DEFAULT_PORT, memory_bytes=inputs.service_memory_bytes,
+        port=inputs.internal_port or S.DEFAULT_PORT, memory_bytes=memory, subprocesses=inputs.needs_subprocess,
+        pids_max=int(caps.resources.cgroup_pids_max),
         cpu_percent=int(caps.resources.cgroup_cpu_percent), workdir_bytes=int(caps.resources.workdir_max_bytes),
         persistent=cap.lifecycle.conversation == "threaded", env=dict(inputs.env),
         env_allow=tuple(caps.env.allow), allow=tuple(parse_allow_list(list(caps.network.allow))))

@@ -85,9 +85,9 @@ def build_image(inputs: Any, tag: str, reporter: Reporter = QUIET, options: Buil
     runtime = _runtime(inputs, plat, opts, reporter)
     lock_bytes = _lock(inputs, notes)
     if inputs.needs_subprocess:
-        notes.append("this capsule runs shell tools, which need a cgroup mur can create: a hardened container "
-                     "(non-root, no capabilities) has none, so mur refuses them there (E-RUN-012); "
-                     "docs/image.md, 'Shell tools'")
+        notes.append("this capsule runs shell tools: in a hardened container (non-root, no capabilities, read-only "
+                     "cgroups) their aggregate bound is the container's own memory limit, which must be at or below "
+                     "capabilities.resources.cgroup_memory_bytes (else E-RUN-012); docs/image.md, 'Shell tools'")
     compiled = _precompiled(inputs, plat, opts, reporter)
     scratch = Path(tempfile.mkdtemp(prefix="mur-image-", dir=_scratch_root()))
     try:
@@ -221,9 +221,11 @@ def _add_capsule(layer: Layer, inputs: Any, lock: bytes, compiled: list[Any], ba
     # The compile cache must be the service user's own, 0700 (mur.wasm.engine refuses it otherwise).
     uid, gid = user
     layer.dir(f"{murmur}/cache/wasm", 0o700, uid, gid)
+    layer.symlink(f"{murmur}/cache/payloads", S.PAYLOADS_DIR)  # the root filesystem is read-only
     for f in compiled:
         layer.file(f"{murmur}/cache/wasm/{f.rel}", src=f.src, mode=0o600, uid=uid, gid=gid)
     layer.dir(S.WORKDIR, 0o700, uid, gid)
+    layer.symlink(f"{cap}/workdir", S.SESSIONS_DIR)  # the session records: on the volume, beside the tools' workdir
 
 
 def _load(engine: Engine, config: bytes, base: BaseImage, layer_path: Path, diff_id: str, mtime: int,

@@ -17,7 +17,14 @@ UID = GID = 10001
 USER = "mur"
 HOME = "/home/mur"
 CAPSULE_DIR = "/capsule"
-WORKDIR = "/workdir"
+WORKDIR = "/workdir"  # the one writable volume: the tools' workdir and the session records, side by side
+TOOLS_WORKDIR = f"{WORKDIR}/work"  # `mur run --workdir`: what shell tools and guests may write
+# `<manifest dir>/workdir` (where mur run keeps each session's record: trace, logs, results) links here: on
+# the volume, never inside the tools' workdir, and /capsule itself stays read-only.
+SESSIONS_DIR = f"{WORKDIR}/sessions"
+# The staged wasm payloads of a session (mur.session.staging: `<cache root>/payloads`, private to the
+# runtime) go to /tmp, which the root filesystem's read-only cache cannot hold; tools cannot reach /tmp.
+PAYLOADS_DIR = "/tmp/mur-payloads"
 RUNTIME_DIR = "/opt/mur/runtime"
 DEFAULT_PORT = 8080
 AGENT_CARD = "/.well-known/agent-card.json"
@@ -85,7 +92,7 @@ class ImageSpec:
     def env(self) -> list[str]:
         base = [e for e in (self.base_config.get("Env") or []) if not e.startswith(("HOME=", "MUR_"))]
         return sorted(base + [f"HOME={HOME}", "MURMUR_A2A_TIMEOUT_SECS=0", f"MUR_PORT={self.port}",
-                              "MUR_BIND=0.0.0.0", f"MUR_WORKDIR={WORKDIR}"])
+                              "MUR_BIND=0.0.0.0", f"MUR_WORKDIR={TOOLS_WORKDIR}"])
 
     def config(self) -> dict[str, Any]:
         created = rfc3339(self.created)
@@ -132,7 +139,9 @@ def serve_script(run_args: tuple[str, ...]) -> bytes:
         "#!/bin/sh\n"
         "# The capsule served over A2A: waits for tasks until SIGTERM (MURMUR_A2A_TIMEOUT_SECS=0).\n"
         "# One JSON line on stdout when it is up; a tool's output never reaches it.\n"
-        f'exec /usr/local/bin/mur run --manifest {CAPSULE_DIR}/murmur.yaml --workdir "${{MUR_WORKDIR:-{WORKDIR}}}" \\\n'
+        "# The session records and staged payloads live on the writable volumes (links in the image point there).\n"
+        f"mkdir -p {SESSIONS_DIR} && mkdir -p -m 0700 {PAYLOADS_DIR} || exit 1\n"
+        f'exec /usr/local/bin/mur run --manifest {CAPSULE_DIR}/murmur.yaml --workdir "${{MUR_WORKDIR:-{TOOLS_WORKDIR}}}" \\\n'
         f'  --json --no-env-file --bind "${{MUR_BIND:-0.0.0.0}}" --port "${{MUR_PORT:-{DEFAULT_PORT}}}"{extra} "$@"\n'
     ).encode()
 

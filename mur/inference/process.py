@@ -252,34 +252,38 @@ def run_process_transport(task: str, *, command: str, model: str, max_turns: int
     except OSError as exc:
         return failed("E-RUN-007", f"agent loop failed: cannot start '{command}': {exc.strerror or exc}")
     deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            _kill(proc)
-            stream.close_turn()
-            return failed("E-RUN-007", f"inference subprocess timed out after {timeout:g}s{tail.text()}")
-        reason = should_stop() if should_stop is not None else None
-        if reason:
-            _kill(proc)
-            stream.close_turn()
-            out = failed("E-RUN-007", reason)
-            out.stopped = True
-            return out
-        try:
-            raw = lines.get(timeout=min(remaining, STOP_POLL))
-        except queue.Empty:
-            continue
-        if raw is None:  # EOF: the CLI closed stdout without a result event
-            try:
-                proc.wait(timeout=EXIT_GRACE)
-            except subprocess.TimeoutExpired:
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 _kill(proc)
-            stream.close_turn()
-            return failed("E-RUN-007", "inference subprocess closed stdout without producing a result"
-                                       f" (exit status {proc.poll()}){tail.text()}")
-        line = raw.decode("utf-8", "replace").strip()
-        if line and stream.feed(line):
-            break
+                stream.close_turn()
+                return failed("E-RUN-007", f"inference subprocess timed out after {timeout:g}s{tail.text()}")
+            reason = should_stop() if should_stop is not None else None
+            if reason:
+                _kill(proc)
+                stream.close_turn()
+                out = failed("E-RUN-007", reason)
+                out.stopped = True
+                return out
+            try:
+                raw = lines.get(timeout=min(remaining, STOP_POLL))
+            except queue.Empty:
+                continue
+            if raw is None:  # EOF: the CLI closed stdout without a result event
+                try:
+                    proc.wait(timeout=EXIT_GRACE)
+                except subprocess.TimeoutExpired:
+                    _kill(proc)
+                stream.close_turn()
+                return failed("E-RUN-007", "inference subprocess closed stdout without producing a result"
+                                           f" (exit status {proc.poll()}){tail.text()}")
+            line = raw.decode("utf-8", "replace").strip()
+            if line and stream.feed(line):
+                break
+    except BaseException:  # Ctrl-C, SIGTERM's Terminated: the CLI runs in its own session, so it must go too
+        _kill(proc)
+        raise
     # Over: give the CLI a moment to exit on its own, then make sure it is gone.
     if not stream.over_budget:
         try:

@@ -9,7 +9,9 @@
   * `scoped` also means network.allow is carried by a private network namespace for a capsule that
     can spawn subprocesses and has network.allow: on a host that cannot create one the capsule
     achieves only `advisory` (its tools would reach any address on an allowed port), so a scoped
-    floor is refused rather than silently degraded to Landlock's port rules.
+    floor is refused rather than silently degraded to Landlock's port rules. The same holds for a host
+    where such a capsule's subprocesses would share mur's uid with nothing (session uid, pid namespace,
+    Landlock signal scope) keeping them from other processes.
   * Refusal: E-CAP-003 before any registry pull, compile or workdir creation.
 This module is pure: it takes the probe result as an argument.
 """
@@ -42,6 +44,14 @@ NETWORK_SHORTFALL = (
     "scoped confines the network.allow of a capsule that spawns subprocesses to exactly its hosts, which needs "
     "a private network namespace (mur as root, or unprivileged user namespaces); this host cannot create one, "
     "so shell tools would reach every address on an allowed port"
+)
+
+
+PROCESS_SHORTFALL = (
+    "scoped keeps the subprocesses of a capsule away from every process outside its session, which needs a uid of "
+    "the session's own (mur as root), a pid namespace (unprivileged user namespaces) or Landlock's signal scoping "
+    "(ABI 6+); this host provides none of them, so shell tools sharing mur's uid could signal mur and every other "
+    "process of that uid"
 )
 
 
@@ -88,14 +98,31 @@ def network_shortfall(caps: Any, probe: ProbeLike) -> bool:
             and not getattr(probe, "netns", True))
 
 
-def achieved_class(probe: ProbeLike, workdir_exec: bool, network_short: bool = False) -> str:
+def process_shortfall(caps: Any, probe: ProbeLike) -> bool:
+    """A Landlock host where a capsule's subprocesses would share mur's uid with nothing keeping them
+    from other processes: not root (no session uid), no user namespace (no pid namespace) and
+    Landlock below ABI 6 (no signal scoping). Probes that do not measure it count as able."""
+    spawns = bool(caps.shell_allow or caps.spawn_allow)
+    return (spawns and probe.achieved == "scoped" and not getattr(probe, "root", True)
+            and not getattr(probe, "userns", True) and getattr(probe, "landlock_abi", 6) < 6)
+
+
+def subprocess_shortfall(caps: Any, probe: ProbeLike) -> str | None:
+    """Why this host cannot confine this capsule's subprocesses as `scoped` requires, or None."""
+    if network_shortfall(caps, probe):
+        return NETWORK_SHORTFALL
+    return PROCESS_SHORTFALL if process_shortfall(caps, probe) else None
+
+
+def achieved_class(probe: ProbeLike, workdir_exec: bool, network_short: bool | str | None = False) -> str:
     """The host's class, capped at advisory when the capsule keeps its workdir executable or its
-    network.allow cannot be carried by a namespace here."""
+    subprocesses cannot be confined here (``network_short``: True, or subprocess_shortfall()'s reason)."""
     achieved = probe.achieved if probe.achieved in ("advisory", "scoped") else "advisory"
     return "advisory" if workdir_exec or network_short else achieved
 
 
-def shortfall_reason(declared: str, achieved: str, workdir_exec: bool, network_short: bool = False) -> str | None:
+def shortfall_reason(declared: str, achieved: str, workdir_exec: bool,
+                     network_short: bool | str | None = False) -> str | None:
     """Why `achieved` falls short of `declared`, naming the missing mechanism; None when met."""
     if CLASS_RANK[achieved] >= CLASS_RANK[declared]:
         return None
@@ -103,6 +130,8 @@ def shortfall_reason(declared: str, achieved: str, workdir_exec: bool, network_s
         return SEALED_SHORTFALL  # no host provides it, whatever the capsule declares
     if workdir_exec:
         return WORKDIR_EXEC_SHORTFALL
+    if isinstance(network_short, str):
+        return network_short
     return NETWORK_SHORTFALL if network_short else SCOPED_SHORTFALL
 
 
@@ -116,7 +145,7 @@ def floor_error(declared: str, achieved: str, reason: str) -> MurError:
     )
 
 
-def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool, network_short: bool = False) -> str:
+def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool, network_short: bool | str | None = False) -> str:
     """Raise E-CAP-003 when the floor is unmet; returns the achieved class."""
     achieved = achieved_class(probe, workdir_exec, network_short)
     reason = shortfall_reason(floor.declared, achieved, workdir_exec, network_short)

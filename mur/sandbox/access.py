@@ -10,8 +10,11 @@ the user passed with ``--workdir``: chowning their tree to ``nobody`` would be a
 * every regular file gets ``user:65534:rw-``;
 * each ancestor the uid cannot traverse gets ``user:65534:--x`` (search only: no listing, no reads);
   this is what makes absolute paths such as ``HOME=<workdir>/.capsule-home`` usable;
-* ``revoke`` strips every such entry again at session end and restores the ancestors exactly.
-  Files the tool created stay owned by 65534 (root can still manage them).
+* ``revoke`` strips every such entry again at session end. Files the tool created stay owned by
+  65534 (root can still manage them).
+* Ancestors are shared by concurrent sessions: ``mur.sandbox.ancestors`` changes their ACLs under a
+  host-wide lock, counts the sessions holding an entry, and a session's end removes only its own
+  (the last one restores the ancestor exactly).
 * ``readonly`` directories (the session's logs, outside the workdir) get ``r-x`` / ``r--`` the same way.
 
 Tools can rename and link inside the workdir while we walk it, so the walk goes through directory
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from mur.fsafe import DIR_FLAGS, Tree
+from mur.sandbox.ancestors import STATE_DIR, Ancestors
 
 ACCESS, DEFAULT = "system.posix_acl_access", "system.posix_acl_default"
 USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
@@ -82,7 +86,7 @@ def without_user(entries: list[tuple[int, int, int]], uid: int) -> list[tuple[in
     return rest + [(MASK, mask, UNDEFINED_ID)]
 
 
-def _get(target: str | int, name: str) -> bytes | None:
+def get_acl(target: str | int, name: str) -> bytes | None:
     try:
         return os.getxattr(target, name)
     except OSError as exc:
@@ -92,18 +96,18 @@ def _get(target: str | int, name: str) -> bytes | None:
 
 
 def _grant_one(fd: int, st: os.stat_result, uid: int, perm: int, directory: bool, default: int = 7) -> None:
-    current = _get(fd, ACCESS)
+    current = get_acl(fd, ACCESS)
     base = decode(current) if current else from_mode(st.st_mode)
     os.setxattr(fd, ACCESS, encode(with_user(base, uid, perm)))
     if directory:
-        current = _get(fd, DEFAULT)
+        current = get_acl(fd, DEFAULT)
         base = decode(current) if current else from_mode(st.st_mode)
         os.setxattr(fd, DEFAULT, encode(with_user(base, uid, default)))
 
 
 def _revoke_one(fd: int, uid: int, directory: bool) -> None:
     for name in (ACCESS, DEFAULT) if directory else (ACCESS,):
-        current = _get(fd, name)
+        current = get_acl(fd, name)
         if current is None:
             continue
         entries = decode(current)
@@ -157,9 +161,10 @@ class WorkdirAccess:
     uid: int
     gid: int
     readonly: tuple[str, ...] = ()
-    ancestors: list[tuple[str, bytes | None, int]] = field(default_factory=list)  # (path, old acl, old mode)
     mode: str = "none"  # "acl" | "chown" | "none"
     notes: list[str] = field(default_factory=list)
+    state_dir: str = STATE_DIR  # mur.sandbox.ancestors' lock and reference counts
+    ancestors: Ancestors | None = None
 
     def grant(self) -> None:
         """Give uid rw on the workdir tree (r on ``readonly``) and search on any ancestor that lacks it."""
@@ -177,31 +182,17 @@ class WorkdirAccess:
                 os.fchown(fd, self.uid, self.gid)
             self.mode = "chown"
             self.notes.append(f"no POSIX ACL support under {self.workdir}: the workdir tree was chowned to uid {self.uid}")
-        seen: set[str] = set()
+        candidates: list[str] = []
         for root in (self.workdir, *self.readonly):
-            self._search_ancestors(root, seen)
-
-    def _search_ancestors(self, root: str, seen: set[str]) -> None:
-        parent = os.path.dirname(root)
-        while parent and parent != "/" and parent not in seen:
-            seen.add(parent)
-            st = os.stat(parent)
-            if not st.st_mode & 0o001 and st.st_uid != self.uid:
-                try:
-                    old = _get(parent, ACCESS)
-                    entries = decode(old) if old else from_mode(st.st_mode)
-                    perm = next((p for t, p, i in entries if t == USER and i == self.uid), 0)
-                    mask = next((p for t, p, _i in entries if t == MASK), 7)
-                    if not perm & mask & 1:  # absent, or masked (a concurrent session's undo chmodded it)
-                        os.setxattr(parent, ACCESS, encode(with_user(entries, self.uid, perm | 1)))
-                        self.ancestors.append((parent, old, stat.S_IMODE(st.st_mode)))
-                except OSError as exc:
-                    self.notes.append(f"{parent} is not searchable by uid {self.uid} ({exc.strerror}): "
-                                      "absolute paths into the workdir will fail; relative paths work")
-            parent = os.path.dirname(parent)
+            parent = os.path.dirname(root)
+            while parent and parent != "/" and parent not in candidates:
+                candidates.append(parent)
+                parent = os.path.dirname(parent)
+        self.ancestors = Ancestors(self.uid, state_dir=self.state_dir)
+        self.ancestors.grant(candidates, self.notes)
 
     def revoke(self) -> None:
-        """Undo ``grant`` (idempotent): strip the uid's entries, restore ancestors exactly."""
+        """Undo ``grant`` (idempotent): strip the uid's entries (the ancestors' too)."""
         if self.mode == "acl":
             for root in (self.workdir, *self.readonly):
                 try:
@@ -212,14 +203,6 @@ class WorkdirAccess:
                             continue
                 except OSError:
                     continue
-        for path, old, mode in reversed(self.ancestors):
-            try:
-                if old is None:
-                    os.removexattr(path, ACCESS)
-                    os.chmod(path, mode)
-                else:
-                    os.setxattr(path, ACCESS, old)
-            except OSError:
-                pass
-        self.ancestors.clear()
+        if self.ancestors is not None:
+            self.ancestors.revoke()
         self.mode = "none"

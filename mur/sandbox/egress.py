@@ -15,14 +15,16 @@ Per connection:
 * ``GET http://host[:port]/path`` (absolute form) -- the same check for scheme http, the Host
   header must agree, and the request goes upstream in origin form with ``Connection: close``.
 
-Host names are resolved here, by mur, at connect time (the injected ``resolve`` in tests). The
-decisions are ``policy.egress_allowed`` / ``egress_target_allowed``; this module only parses and
+Host names are resolved here, by mur, at connect time (the injected ``resolve`` in tests); a name
+whose address moved into a scope it did not have at launch (a public name now answering loopback or
+link-local: DNS rebinding) is refused. The decisions are ``policy.egress_allowed`` / ``egress_target_allowed``; this module only parses and
 relays. One asyncio loop in one thread per session; at most ``max_connections`` at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
 import socket
 import struct
@@ -30,7 +32,7 @@ import threading
 from collections import deque
 from typing import Callable, Iterable
 
-from mur.manifest.network import normalize_host, url_host
+from mur.hostnames import normalize_host, url_host
 from mur.sandbox.policy import egress_allowed, egress_target_allowed
 
 HEAD_LIMIT = 16 * 1024
@@ -160,6 +162,23 @@ def is_ip(host: str) -> bool:
 # --- the proxy --------------------------------------------------------------------------------
 
 
+def address_scope(address: str) -> str:
+    """"loopback", "link-local", "private", "reserved" or "global" (an IPv4-mapped IPv6 as its IPv4)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return "reserved"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local"
+    if ip.is_unspecified or ip.is_multicast or ip.is_reserved:
+        return "reserved"
+    return "private" if ip.is_private else "global"
+
+
 def _response(status: int, reason: str) -> bytes:
     text = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 504: "Gateway Timeout"}.get(status, "Error")
     body = f"mur egress proxy: {reason}\n".encode()
@@ -195,8 +214,16 @@ class EgressProxy:
         self._ready = threading.Event()
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        # DNS rebinding: the address scopes each allowed name had at launch. The proxy runs in mur's
+        # own network namespace, so a name that later resolves to loopback or link-local (the host's
+        # own services, a cloud metadata endpoint) must not become a way there.
+        self.launch_scopes: dict[str, set[str]] = {}
 
     def start(self) -> None:
+        for entry in self.allow:
+            host = getattr(entry, "host")
+            if not is_ip(host) and host not in self.launch_scopes:
+                self.launch_scopes[host] = {address_scope(a) for a in self.resolve(host)}
         self.listener.setblocking(False)
         self._thread.start()
         self._ready.wait(5)
@@ -277,6 +304,15 @@ class EgressProxy:
             addresses = []
         if not addresses:
             raise Refused(502, f"{host} does not resolve")
+        if not is_ip(host):
+            known = self.launch_scopes.get(host, set()) | {"global"}
+            kept = [a for a in addresses if address_scope(a) in known]
+            if not kept:
+                why = (f"{host} now resolves to {addresses[0]} ({address_scope(addresses[0])}), which it did not at "
+                       "launch: DNS rebinding")
+                self._note(f"{host}:{port}", f"refused ({why})")
+                raise Refused(403, why)
+            addresses = kept
         last: Exception | None = None
         for address in addresses:
             try:

@@ -44,6 +44,16 @@ def process_text(policy: ShellPolicy) -> str:
             "can signal mur's own processes")
 
 
+def aggregate_text(policy: ShellPolicy) -> str:
+    """'' for a session cgroup of its own, else one clause naming the bound that stands in for it."""
+    if policy.aggregate == "session-cgroup":
+        return ""
+    tasks = "its pids.max" if policy.aggregate == "enclosing-cgroup" else \
+        f"the tools' RLIMIT_NPROC ({dict(policy.rlimits).get('NPROC')}; the cgroup sets no pids.max)"
+    return (f"; no cgroup of the session's own: the aggregate bound is the cgroup mur runs in, shared with the "
+            f"runtime (its memory limit; tasks by {tasks})")
+
+
 def launch_warnings(caps: Any, probe: Any, policy: ShellPolicy) -> list[tuple[str, str]]:
     """[(code, message)] for this session's launch, in the order the runtime prints them."""
     names = ", ".join(caps.shell_allow)
@@ -67,7 +77,7 @@ def launch_warnings(caps: Any, probe: Any, policy: ShellPolicy) -> list[tuple[st
         tier.append(("W-SEC-005", (
             f"kernel enforcement in force ({probe.mechanism}, Landlock ABI {probe.landlock_abi}): shell tools "
             f"[{names}] may write only inside the workdir and execute only their own binaries and libraries; "
-            f"{network_text(policy)}; {unix_text}; {process_text(policy)}"
+            f"{network_text(policy)}; {unix_text}; {process_text(policy)}{aggregate_text(policy)}"
         )))
     elif probe.tier == "seccomp-only":
         tier.append(("W-SEC-002", (

@@ -49,6 +49,11 @@ class Capture:
                 self.head += keep[: OUTPUT_LIMIT + 4 - len(self.head)]
         self.total += len(chunk)
 
+    @property
+    def spooled(self) -> int:
+        """Bytes held in the unnamed spool file (the disk this stream takes before its log exists)."""
+        return min(self.total, self.cap) if self.spool is not None else 0
+
     def copy_to(self, out: IO[bytes]) -> None:
         if self.spool is None:
             out.write(bytes(self.head))

@@ -399,21 +399,42 @@ def landlock_policy(abi: int, workdir: str, *, workdir_exec: bool, closures: dic
 RLIM_INFINITY = -1
 
 
-def rlimits(resources: object, nproc_baseline: int, hard_limits: dict[str, int]) -> tuple[tuple[str, int], ...]:
-    """Hard limits (cur == max), spec defaults; values above the inherited hard limit are clamped."""
+def rlimits(resources: object, nproc_baseline: int, hard_limits: dict[str, int],
+            nproc_is_aggregate: bool = False) -> tuple[tuple[str, int], ...]:
+    """Hard limits (cur == max), spec defaults; values above the inherited hard limit are clamped.
+    ``nproc_is_aggregate``: no pids.max bounds the tool tree, so RLIMIT_NPROC stands in for it and
+    its headroom is capped at cgroup_pids_max as well."""
+    headroom = getattr(resources, "max_processes")
+    if nproc_is_aggregate:
+        headroom = min(headroom, getattr(resources, "cgroup_pids_max"))
     wanted = {
-        "NPROC": nproc_baseline + getattr(resources, "max_processes"),
+        "NPROC": nproc_baseline + headroom,
         "NOFILE": getattr(resources, "max_open_files"),
         "FSIZE": getattr(resources, "max_file_size_bytes"),
         "CPU": getattr(resources, "cpu_seconds"),
         "AS": getattr(resources, "memory_bytes"),
-        "CORE": 0,
+        # 1, not the spec's 0: with a pipe core_pattern (systemd-coredump, apport) the kernel ignores
+        # RLIMIT_CORE and hands a crashing tool's memory to a root helper, unless the limit is exactly
+        # 1, which it reads as "abort the dump"; a 1-byte limit also writes no core file (< one page).
+        "CORE": 1,
     }
     out = []
     for name, value in wanted.items():
         hard = hard_limits.get(name, RLIM_INFINITY)
         out.append((name, value if hard == RLIM_INFINITY or hard < 0 else min(value, hard)))
     return tuple(out)
+
+
+# --- the aggregate bound ----------------------------------------------------------------------
+
+# What bounds the whole tool tree (memory, tasks), strongest first:
+#   session-cgroup          a cgroup of the session's own (cgroups.py)
+#   enclosing-cgroup        the cgroup mur runs in and cannot leave or raise (enclosing.py), shared with mur
+#   enclosing-cgroup+nproc  the same for memory; its tasks bounded by the tools' RLIMIT_NPROC (no pids.max)
+AGGREGATE_BOUNDS = ("session-cgroup", "enclosing-cgroup", "enclosing-cgroup+nproc")
+# Tools sharing mur's cgroup are the OOM killer's first choice, so a tool's memory bomb never takes
+# the runtime down with it (a process may raise its own oom_score_adj; lowering it needs a capability).
+SHARED_CGROUP_OOM_SCORE_ADJ = 1000
 
 
 # --- the whole policy -------------------------------------------------------------------------
@@ -433,6 +454,8 @@ class ShellPolicy:
     namespaces: tuple[str, ...] = ()  # private namespaces the tools join, in NAMESPACES order
     noexec_workdir: str | None = None  # re-mounted noexec in the session's mount namespace
     processes: str = "seccomp-only"  # process_isolation()
+    aggregate: str = "session-cgroup"  # an AGGREGATE_BOUNDS value
+    oom_score_adj: int | None = None  # written to /proc/self/oom_score_adj by each tool's spawn step
 
     @property
     def tcp(self) -> TcpPlan:
@@ -442,12 +465,13 @@ class ShellPolicy:
 def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[str, tuple[str, ...]],
                  network: NetworkPlan, run_as: tuple[int, int] | None, namespaces: Iterable[str],
                  nproc_baseline: int, hard_limits: dict[str, int], existing: Callable[[str], bool],
-                 readonly: tuple[str, ...] = ()) -> ShellPolicy:
+                 readonly: tuple[str, ...] = (), aggregate: str = "session-cgroup") -> ShellPolicy:
     """Everything the appliers need, derived from the manifest and what was measured on this host.
 
     ``run_as`` is the session uid leased for this session (root only); ``namespaces`` the private
     namespaces actually created for it; ``network`` the plan_network() result for them;
-    ``readonly`` the session's logs directory when it is outside the workdir.
+    ``readonly`` the session's logs directory when it is outside the workdir; ``aggregate`` what
+    bounds the tool tree (AGGREGATE_BOUNDS).
     """
     linux = getattr(probe, "os") == "linux"
     shell = getattr(caps, "shell")
@@ -479,7 +503,9 @@ def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[st
         )
     return ShellPolicy(
         tier=getattr(probe, "tier"), landlock=landlock, seccomp=seccomp,
-        rlimits=rlimits(resources, nproc_baseline, hard_limits), cgroup=cgroup, run_as=run_as,
+        rlimits=rlimits(resources, nproc_baseline, hard_limits, nproc_is_aggregate=aggregate.endswith("+nproc")),
+        cgroup=cgroup, run_as=run_as, aggregate=aggregate,
+        oom_score_adj=SHARED_CGROUP_OOM_SCORE_ADJ if linux and aggregate != "session-cgroup" else None,
         network=network, sockets=sockets, unix_sockets=unix, namespaces=namespaces,
         noexec_workdir=workdir if "mnt" in namespaces and not workdir_exec else None,
         processes=process_isolation(run_as, namespaces, abi if linux else 0),

@@ -2,7 +2,7 @@
 
 ``probe_host()`` forks a child that builds and *applies* a real Landlock ruleset and the seccomp
 allowlist a session installs, and reports which worked; it also tries to create (and removes) a
-cgroup with pids and memory limits, and the private namespaces a session would run its tools in
+cgroup with pids and memory limits (else it reads the limits of the cgroup it runs in), and the private namespaces a session would run its tools in
 (network + IPC as root; user + network + pid otherwise). The result is cached per process. ``python -m mur.sandbox.probe`` prints it as one
 JSON line (the deploy helper runs that on remote targets).
 """
@@ -40,6 +40,9 @@ class HostProbe:
     root: bool = False  # mur runs as root: tools get a session uid of their own
     netns: bool = False  # a private network namespace could be created (as root, or in a user namespace)
     userns: bool = False  # an unprivileged user namespace could be created (what non-root needs)
+    # No cgroup could be created, but the one mur runs in has limits it cannot change (enclosing.py):
+    # EnclosingBound's fields; whether they are at or below a capsule's bounds is the capsule's question.
+    enclosing: dict | None = None
 
 
 _cache: HostProbe | None = None
@@ -106,28 +109,30 @@ def _kernel_checks() -> tuple[int, bool, str | None]:
     return (abi if ll_ok else 0), bool(sc_ok), detail
 
 
-def _cgroup_checks() -> tuple[str, bool]:
-    from mur.sandbox import cgroups
+def _cgroup_checks() -> tuple[str, bool, dict | None]:
+    """(mode, a session cgroup could be created, else the enclosing bound's fields or None)."""
+    from mur.sandbox import cgroups, enclosing
 
     try:
         with open("/proc/self/mounts") as fh:
             mode = cgroups.detect_mode(fh.read())
     except OSError:
-        return "none", False
+        return "none", False, None
     if mode == "none":
-        return mode, False
+        return mode, False, None
     name = f"probe-{os.getpid()}-{threading.get_ident() % 100000}"
     try:
         cg = cgroups.create_session_cgroup(
             name, cgroups.CgroupLimits(64 << 20, 16, 100, 100 << 20), mode=mode
         )
     except cgroups.CgroupUnavailable:
-        return mode, False
+        bound = enclosing.find_enclosing()
+        return mode, False, asdict(bound) if bound is not None else None
     try:
         cg.remove()
     except OSError:
         pass
-    return mode, True
+    return mode, True, None
 
 
 def _namespace_checks(root: bool) -> tuple[bool, bool]:
@@ -141,7 +146,7 @@ def _namespace_checks(root: bool) -> tuple[bool, bool]:
 
 def classify(system: str, abi: int, seccomp_ok: bool, detail: str | None, cgroup_mode: str,
              delegated: bool, systemd: bool, *, root: bool = False, netns: bool = False,
-             userns: bool = False) -> HostProbe:
+             userns: bool = False, enclosing: dict | None = None) -> HostProbe:
     """The tier / mechanism / achieved class implied by what was measured."""
     if system != "linux":
         return HostProbe(system, 0, False, "environment-only", "none", "advisory", REASON_NO_LANDLOCK,
@@ -160,7 +165,7 @@ def classify(system: str, abi: int, seccomp_ok: bool, detail: str | None, cgroup
             reason = REASON_NO_LANDLOCK + (f" ({detail})" if detail else "")
     achieved = "scoped" if tier == "full" else "advisory"
     return HostProbe(system, abi, seccomp_ok, tier, mechanism, achieved, reason, cgroup_mode, delegated, systemd,
-                     root=root, netns=netns, userns=userns)
+                     root=root, netns=netns, userns=userns, enclosing=enclosing)
 
 
 def _measure() -> HostProbe:
@@ -170,9 +175,10 @@ def _measure() -> HostProbe:
         return classify(system, 0, False, None, "none", False, systemd)
     root = os.geteuid() == 0
     abi, sc_ok, detail = _kernel_checks()
-    mode, delegated = _cgroup_checks()
+    mode, delegated, bound = _cgroup_checks()
     netns, userns = _namespace_checks(root)
-    return classify(system, abi, sc_ok, detail, mode, delegated, systemd, root=root, netns=netns, userns=userns)
+    return classify(system, abi, sc_ok, detail, mode, delegated, systemd, root=root, netns=netns, userns=userns,
+                    enclosing=bound)
 
 
 def probe_host(refresh: bool = False) -> HostProbe:

@@ -11,7 +11,7 @@ from mur.manifest.containment import (
     Floor,
     ProbeLike,
     achieved_class,
-    network_shortfall,
+    subprocess_shortfall,
     shortfall_reason,
 )
 from mur.manifest.network import parse_allow_list
@@ -43,7 +43,7 @@ def scope_report(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, 
     """The `--explain-scope --json` object: containment + the capsule-wide grant set."""
     caps = capsule.capabilities
     workdir_exec = caps.filesystem.workdir_exec
-    short = network_shortfall(caps, probe)
+    short = subprocess_shortfall(caps, probe)
     achieved = achieved_class(probe, workdir_exec, short)
     reason = shortfall_reason(floor.declared, achieved, workdir_exec, short)
     network, processes = explain_isolation(parse_allow_list(list(caps.network.allow)), probe,

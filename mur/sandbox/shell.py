@@ -22,14 +22,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import IO, Any, Callable, Iterable, Mapping
 
 from mur import fsafe
 from mur.errors import MurError
 from mur.fsafe import Tree
-from mur.sandbox import cgroups, elf, namespaces, policy as pol, rlimits, uids
+from mur.sandbox import cgroups, elf, enclosing, namespaces, policy as pol, rlimits, tree, uids
 from mur.sandbox.access import WorkdirAccess
 from mur.sandbox.egress import EgressProxy, system_resolve
+from mur.sandbox.enclosing import E012_HINT, EnclosingCgroup
 from mur.sandbox.launch_warnings import launch_warnings
 from mur.sandbox.output import OUTPUT_LIMIT, Capture, cut, write_log
 from mur.sandbox.probe import HostProbe, probe_host
@@ -38,9 +39,6 @@ from mur.sandbox.spawn import Prepared, SpawnError, prepare, spawn
 from mur.sandbox.workdir_guard import WorkdirGuard
 from mur.secrets import is_credential_name, matches_any
 
-if TYPE_CHECKING:
-    from mur.manifest.capsule import Capabilities
-    from mur.manifest.network import AllowEntry
 
 __all__ = [
     "OUTPUT_LIMIT", "ShellResult", "ShellSandbox", "attribute", "limit_error", "shell_env", "shell_trace_fields",
@@ -50,14 +48,13 @@ __all__ = [
 BASELINE_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TEMP", "TMP", "CARGO_HOME", "RUSTUP_HOME", "TERM")
 CAPSULE_HOME = ".capsule-home"
 DRAIN_SECONDS = 0.5  # after the tool exits, how long its leftovers may keep our pipes open
-E012_HINT = "the systemd user unit `mur` runs under needs `Delegate=yes` for memory, pids, cpu and io"
 LIMIT_FIELDS = ("cpu_seconds", "max_file_size_bytes", "cgroup_memory_bytes", "cgroup_pids_max")
 
 
 # --- environment and manifests ----------------------------------------------------------------
 
 
-def shell_env(caps: "Capabilities", workdir: Path, host_env: Mapping[str, str]) -> dict[str, str]:
+def shell_env(caps: Any, workdir: Path, host_env: Mapping[str, str]) -> dict[str, str]:
     """Upstream's rules: baseline names + baseline_env globs, minus strip_env globs and credentials,
     then HOME (and USERPROFILE) forced to ``<workdir>/.capsule-home``. strip_env and the
     credential backstop win over baseline_env."""
@@ -118,15 +115,16 @@ class _Binary:
 
 class ShellSandbox:
     """One per session. Owns the session's cgroup(s), uid lease, namespaces, egress proxy and the
-    workdir-size watcher.
+    workdir-size watcher. ``caps`` is a ``mur.manifest.capsule.Capabilities``, ``network_allow``
+    its parsed ``AllowEntry`` list (duck-typed: the sandbox package does not import the manifest's).
 
     ``resolve(host) -> [address, ...]`` is how network.allow hosts are looked up, at launch (a host
     that does not resolve is skipped, as the spec says) and by the egress proxy at connect time;
     tests inject one that maps test names to loopback.
     """
 
-    def __init__(self, caps: "Capabilities", workdir: Path, session_id: str,
-                 network_allow: list["AllowEntry"], probe: HostProbe | None = None,
+    def __init__(self, caps: Any, workdir: Path, session_id: str,
+                 network_allow: list[Any], probe: HostProbe | None = None,
                  log: Callable[[str], None] | None = None, *,
                  host_env: Mapping[str, str] | None = None,
                  on_workdir_exceeded: Callable[[MurError], None] | None = None,
@@ -144,7 +142,7 @@ class ShellSandbox:
         self.on_workdir_exceeded = on_workdir_exceeded
         self.resolve = resolve or system_resolve
         self.policy: pol.ShellPolicy | None = None
-        self.cgroup: cgroups.SessionCgroup | None = None
+        self.cgroup: cgroups.SessionCgroup | EnclosingCgroup | None = None
         self.binaries: dict[str, _Binary] = {}
         self._prepared: Prepared | None = None
         self._access: WorkdirAccess | None = None
@@ -155,6 +153,7 @@ class ShellSandbox:
         self._started = False
         self._closed = False
         self._children: set[int] = set()
+        self._captures: tuple[Capture, ...] = ()  # the running call's output streams
         self._lease: uids.UidLease | None = None
         self.namespaces: namespaces.SessionNamespaces | None = None
         self.proxy: EgressProxy | None = None
@@ -181,12 +180,7 @@ class ShellSandbox:
                 try:
                     self.cgroup = cgroups.create_session_cgroup(self.session_id, limits, workdir=str(self.workdir))
                 except cgroups.CgroupUnavailable as exc:
-                    raise MurError(
-                        "E-RUN-012",
-                        f"no cgroup could be created to bound the shell subprocess tree ({exc}); "
-                        "a capsule with capabilities.shell.allow does not run without an aggregate memory/pids bound",
-                        E012_HINT,
-                    ) from exc
+                    self.cgroup = self._enclosing_cgroup(exc, limits)
                 for note in self.cgroup.notes:
                     self.log(f"cgroup: {note}")
             try:
@@ -207,7 +201,7 @@ class ShellSandbox:
                 network=network, run_as=run_as, namespaces=joined, readonly=self._readonly(),
                 # a fresh session uid, or a user namespace of our own, starts from no tasks at all
                 nproc_baseline=0 if run_as or "user" in joined else rlimits.uid_task_count(os.getuid()),
-                hard_limits=rlimits.inherited_hard_limits(), existing=os.path.exists,
+                hard_limits=rlimits.inherited_hard_limits(), existing=os.path.exists, aggregate=self._aggregate(),
             )
             self.log(f"shell sandbox: network {network.mechanism}, processes {self.policy.processes}, "
                      f"namespaces {'+'.join(joined) or 'none'}")
@@ -228,7 +222,8 @@ class ShellSandbox:
                 self.proxy = EgressProxy(self.namespaces.listener, network.allow, resolve=self.resolve, log=self.log)
                 self.proxy.start()
             self._guard = WorkdirGuard(str(self.workdir), resources.workdir_max_bytes, self._workdir_breach,
-                                       also=self._readonly())  # shell logs grow with what tools print
+                                       also=self._readonly(),  # shell logs grow with what tools print
+                                       pending=lambda: sum(c.spooled for c in self._captures))
             self._guard.start()
             atexit.register(self.close)
         except BaseException:
@@ -342,6 +337,7 @@ class ShellSandbox:
         assert logs is not None
         cap = self.caps.resources.workdir_max_bytes
         out, err = Capture(logs, cap), Capture(logs, cap)
+        self._captures = (out, err)
         began = time.monotonic()
         try:
             proc = spawn(argv, executable=info.path, env=env, cwd=str(self.workdir), prepared=self._prepared,
@@ -355,13 +351,17 @@ class ShellSandbox:
             timed_out = self._pump(proc, out, err, stdin, began + timeout)
         finally:
             self._children.discard(proc.pid)
+        if isinstance(self.cgroup, EnclosingCgroup):  # orphans re-parented to mur (a subreaper) that exited
+            tree.reap(self._children)
         duration_ms = int((time.monotonic() - began) * 1000)
         after = self.cgroup.evidence() if self.cgroup else (0, 0)
         rc = proc.returncode
         sig = -rc if rc is not None and rc < 0 else None
         exit_code = 128 + sig if sig is not None else (rc or 0)
         truncated = out.total > OUTPUT_LIMIT or err.total > OUTPUT_LIMIT
-        full_path = write_log(logs, text, out, err) if truncated else None
+        self._captures = ()  # the log, counted as it is written, takes over from the spools
+        # past workdir_max_bytes the session is over: no full log to add to what broke the limit
+        full_path = write_log(logs, text, out, err) if truncated and self._exceeded is None else None
         out.close()
         err.close()
         stderr = cut(bytes(err.head))
@@ -460,10 +460,26 @@ class ShellSandbox:
         return ShellResult(code, "", message, False, None, 0, 0, len(message.encode()),
                            info.canonical or info.name, text, None)
 
+    def _lookup_path(self) -> str:
+        """The host PATH without entries a tool could have filled: relative ones (mur's cwd) and
+        ones inside the tools' workdir (a previous session's tools could plant a `bash` there, which
+        would then be granted execute and run as the allowed binary)."""
+        kept = []
+        for entry in self.host_env.get("PATH", os.defpath).split(os.pathsep):
+            if not os.path.isabs(entry) or fsafe.inside(os.path.realpath(entry), self.workdir):
+                self.log(f"PATH entry {entry!r} is not used to find shell binaries: "
+                         + ("relative" if not os.path.isabs(entry) else "inside the tools' workdir"))
+                continue
+            kept.append(entry)
+        return os.pathsep.join(kept)
+
     def _resolve_binaries(self, with_closure: bool) -> None:
-        path_env = self.host_env.get("PATH", os.defpath)
+        path_env = self._lookup_path()
         for name in self.caps.shell_allow:
             found = shutil.which(name, path=path_env)
+            if found is not None and fsafe.inside(os.path.realpath(found), self.workdir):
+                self.log(f"shell binary '{name}' resolves into the tools' workdir ({found}): not used")
+                found = None
             if found is None:
                 self.log(f"shell binary '{name}' was not found on PATH: calls to it will fail")
                 self.binaries[name] = _Binary(name, None, None)
@@ -472,7 +488,11 @@ class ShellSandbox:
             info = _Binary(name, found, os.path.realpath(found))
             if with_closure:
                 closure = elf.closure(found, path_env=path_env)
-                files, missing = list(closure.files), list(closure.missing)
+                files = [f for f in closure.files if not fsafe.inside(os.path.realpath(f), self.workdir)]
+                if len(files) < len(closure.files):  # a library (RUNPATH, $ORIGIN) in the tools' reach
+                    self.log(f"shell binary '{name}': files inside the tools' workdir are never granted execute: "
+                             + ", ".join(f for f in closure.files if f not in files))
+                missing = list(closure.missing)
                 for grant in self.caps.shell.interpreter_runtime if self.caps.shell else ():
                     if grant.binary != name:
                         continue
@@ -485,6 +505,30 @@ class ShellSandbox:
                     self.log(f"shell binary '{name}': libraries not found for the Landlock grant: "
                              + ", ".join(closure.missing))
             self.binaries[name] = info
+
+    def _enclosing_cgroup(self, exc: cgroups.CgroupUnavailable, limits: cgroups.CgroupLimits) -> EnclosingCgroup:
+        """No cgroup of the session's own: the cgroup mur runs in is the aggregate bound when it has a
+        memory limit (and a pids.max, if any) at or below the manifest's that mur cannot change;
+        E-RUN-012 otherwise."""
+        bound = enclosing.find_enclosing()
+        why = enclosing.unmet(bound, limits.memory_bytes, limits.pids_max)
+        if why is not None:
+            raise MurError(
+                "E-RUN-012",
+                f"no cgroup could be created to bound the shell subprocess tree ({exc}), {why}; a capsule with "
+                "capabilities.shell.allow does not run without an aggregate memory/pids bound", E012_HINT,
+            ) from exc
+        assert bound is not None
+        tree.become_subreaper()  # a tool's orphans come back to mur, where kill_tools finds them
+        self.log(f"cgroup: no cgroup of the session's own ({exc}); the aggregate bound is the cgroup mur runs in, "
+                 f"which no process in it can leave or raise ({bound.describe()}), shared with the runtime")
+        return EnclosingCgroup(bound, find=lambda: {p for p, st in tree.tool_processes().items() if st != "Z"},
+                               kill=lambda timeout: tree.kill_tools(timeout, exclude=self._children))
+
+    def _aggregate(self) -> str:
+        if not isinstance(self.cgroup, EnclosingCgroup):
+            return "session-cgroup"
+        return "enclosing-cgroup" if self.cgroup.bound.pids_max is not None else "enclosing-cgroup+nproc"
 
     def _lease_uid(self) -> tuple[int, int]:
         try:

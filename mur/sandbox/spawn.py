@@ -6,7 +6,7 @@ compiled seccomp programs, the open ``cgroup.procs`` files, and the session's na
 order environment.md section 0 verified:
 
   1. join the cgroup(s)      -- while still root: cgroup.procs is root-owned
-  2. set the rlimits         -- hard, cur == max
+  2. set the rlimits         -- hard, cur == max (and, in a cgroup shared with mur, oom_score_adj 1000)
   3. join the namespaces     -- setns(): user first (when mur is not root: it grants the rest), then
                                 net, ipc, mnt (the noexec workdir; re-enter the cwd through it), pid
   3b. (pid namespace only) fork once more: setns(pid) only moves the caller's *children*, so the
@@ -54,7 +54,8 @@ def _stand_in(child: int) -> None:
             continue
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset (it would raise)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
@@ -115,6 +116,7 @@ def _preexec(prepared: Prepared, report_fd: int, cwd: str):
     joins = prepared.namespaces.join_order() if prepared.namespaces is not None else []
     cwd_b = os.fsencode(cwd)
     cgroup_fds = list(prepared.cgroup_fds)
+    oom_adj = str(prepared.policy.oom_score_adj).encode() if prepared.policy.oom_score_adj is not None else None
 
     def child() -> None:
         step = "joining the cgroup"
@@ -124,6 +126,13 @@ def _preexec(prepared: Prepared, report_fd: int, cwd: str):
                 os.write(fd, pid)
             step = "setting rlimits"
             rlimits.apply(limits)
+            if oom_adj is not None:  # a cgroup shared with mur: the tool, never mur, is the OOM killer's pick
+                step = "raising oom_score_adj"
+                fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, oom_adj)
+                finally:
+                    os.close(fd)
             for fd, flag in joins:
                 step = f"joining the session's namespaces ({flag:#x})"
                 _setns(fd, flag)

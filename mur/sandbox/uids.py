@@ -27,7 +27,9 @@ import signal
 import stat
 from dataclasses import dataclass
 
-RANGES = ((0x7A6D0000, 0x7A6DFFFF), (61184, 65519))
+from mur.ids import SESSION_UID_RANGES
+
+RANGES = SESSION_UID_RANGES
 STATE_DIR = "/run/mur/uids"
 
 

@@ -48,9 +48,13 @@ class WorkdirGuard:
     """A daemon thread polling the workdir size; calls ``on_exceeded(size)`` once on breach."""
 
     def __init__(self, root: str, limit: int, on_exceeded: Callable[[int], None],
-                 interval: float = POLL_SECONDS, also: tuple[str, ...] = ()) -> None:
+                 interval: float = POLL_SECONDS, also: tuple[str, ...] = (),
+                 pending: Callable[[], int] = lambda: 0) -> None:
         self.root = root
         self.also = also  # more trees the tools fill (the session's shell logs), counted in the same total
+        # bytes the tools have made the runtime hold in no tree (a running call's unnamed output
+        # spools): a tool printing without end must not fill the disk before its log exists
+        self.pending = pending
         self.limit = limit
         self.interval = interval
         self.on_exceeded = on_exceeded
@@ -60,7 +64,7 @@ class WorkdirGuard:
 
     def check(self) -> int | None:
         """One poll now; returns the size when over the limit (and fires the callback once)."""
-        size = 0
+        size = self.pending()
         for root in (self.root, *self.also):
             if size > self.limit:
                 break

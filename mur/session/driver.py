@@ -3,11 +3,13 @@ the session's WasmHost with the driver's own guest config (grants, env, limits).
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 
-def driver_client(tools: Any, inference: Any) -> Any:
-    """A DriverModelClient over the staged `inference.driver_artifact`, or None when there is none."""
+def driver_client(tools: Any, inference: Any, reporter: Any = None) -> Any:
+    """A DriverModelClient over the staged `inference.driver_artifact`, or None when there is none.
+    A provider retry's backoff shows through `reporter.activity` (a SessionReporter)."""
     if inference is None or inference.transport != "http" or not inference.driver_artifact:
         return None
     driver = tools.staged.tools.get(inference.driver_artifact)
@@ -21,4 +23,21 @@ def driver_client(tools: Any, inference: Any) -> Any:
     def call_driver(payload: str) -> Any:
         return tools.host.call_tool(cfg, ToolInput(data=payload), kind="driver")
 
-    return DriverModelClient(call_driver)
+    client = DriverModelClient(call_driver)
+    if reporter is not None:
+        client.on_retry, client.sleep = _shown_backoff(reporter, client.policy.max_retries)
+    return client
+
+
+def _shown_backoff(reporter: Any, retries: int) -> tuple[Callable[..., None], Callable[[float], None]]:
+    """(on_retry, sleep) for with_retries: each backoff is an activity naming the failure and the retry."""
+    said = {"text": "inference provider: retrying"}
+
+    def on_retry(attempt: int, error: Any, wait: float) -> None:
+        said["text"] = f"inference provider: {error.describe()}; retry {attempt} of {retries} in {wait:.0f}s"
+
+    def sleep(seconds: float) -> None:
+        with reporter.activity(said["text"]):
+            time.sleep(seconds)
+
+    return on_retry, sleep

@@ -24,17 +24,19 @@ class TaskExecutor:
     """Runs tasks for one session."""
 
     def __init__(
-        self, prep: Any, session_id: str, wd: Any, tools: Any, trace: TraceWriter, capsule_url: str, hooks: Any = None
+        self, prep: Any, session_id: str, wd: Any, tools: Any, trace: TraceWriter, capsule_url: str, hooks: Any = None,
+        reporter: Any = None,
     ):
         self.prep = prep
         self.hooks = hooks
+        self.reporter = reporter  # a SessionReporter: provider retries show on a terminal
         self.session_id = session_id
         self.wd = wd
         self.tools = tools
         self.trace = trace
         self.capsule_url = capsule_url
         self.last_error: MurError | None = None
-        self.status = "ok"  # ok | failed | trapped | max_turns_reached
+        self.status = "ok"  # ok | failed | trapped | max_turns_reached | interrupted
         self.totals = {"turns": 0, "input_tokens": 0, "output_tokens": 0, "tool_calls": 0, "shell_calls": 0}
 
     # --- trace ---------------------------------------------------------------------------------
@@ -104,8 +106,11 @@ class TaskExecutor:
             self.last_error = err
             self.status = "trapped" if err.code == "E-RUN-001" else "failed"
             state, text, stats, history = "failed", err.message, {}, None
-        stats.setdefault("tool_calls", self.tools.tool_calls - calls_before[0])
-        stats.setdefault("shell_calls", self.tools.shell_calls - calls_before[1])
+        except KeyboardInterrupt:  # Ctrl-C: the trace still says how the session ended, then it goes on up
+            self.status = "interrupted"
+            self._session_end(self._calls_since(calls_before), "interrupted", started)
+            raise
+        stats = {**self._calls_since(calls_before), **stats}
         exit_status = {"completed": "ok"}.get(state, stats.pop("exit_status", "failed"))
         if state == "failed" and _canceled(context):
             # A client's tasks/cancel is not a failure of the session: its status stays as it was.
@@ -117,6 +122,9 @@ class TaskExecutor:
         if workdir_error is not None:
             self.last_error, self.status, state, text = workdir_error, "failed", "failed", workdir_error.message
         return TaskOutcome(state=state, text=text, history=history, stats=stats)
+
+    def _calls_since(self, before: tuple[int, int]) -> dict[str, int]:
+        return {"tool_calls": self.tools.tool_calls - before[0], "shell_calls": self.tools.shell_calls - before[1]}
 
     def _run_plain(self, request: Any, context: Any) -> tuple[str, str, dict, Any]:
         """A plain tool capsule: call capsule.wasm's run(); its out/result.txt is the result."""
@@ -175,7 +183,7 @@ class TaskExecutor:
                 should_stop=getattr(context, "stop_reason", None),
             )
         else:
-            client = driver_client(self.tools, inf)
+            client = driver_client(self.tools, inf, self.reporter)
             cfg = LoopConfig(
                 model=inf.model,
                 max_turns=inf.max_turns,

@@ -151,10 +151,15 @@ def check_subprocess_bound(prep: Any) -> None:
     host = prep.probe
     if not needs_subprocesses(prep) or host.os != "linux":
         return
-    if not host.cgroup_delegated:
+    if host.cgroup_delegated:
+        return
+    from mur.sandbox.enclosing import E012_HINT, unmet
+
+    resources = prep.loaded.capsule.capabilities.resources
+    why = unmet(getattr(host, "enclosing", None), resources.cgroup_memory_bytes, resources.cgroup_pids_max)
+    if why is not None:
         raise MurError(
             "E-RUN-012",
-            f"no cgroup could be created for this capsule's subprocess tree (cgroup mode: {host.cgroup_mode}); "
-            "running shell tools with no aggregate memory/pids/cpu ceiling is refused",
-            "the systemd user unit `mur` runs under needs `Delegate=yes` for memory, pids, cpu and io",
+            f"no cgroup could be created for this capsule's subprocess tree (cgroup mode: {host.cgroup_mode}), "
+            f"{why}; running shell tools with no aggregate memory/pids ceiling is refused", E012_HINT,
         )

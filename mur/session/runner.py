@@ -7,7 +7,14 @@ Order matters and is the contract users see:
   4. the reporter gets the startup facts (the CLI prints the line, or one JSON line with --json:
      deploy's contract);
   5. the lifecycle runs tasks until it ends; SIGTERM finishes or fails the running task;
-  6. teardown always runs: sandbox processes killed and cgroups removed, trace closed, server stopped.
+  6. teardown always runs: sandbox processes killed and cgroups removed, trace closed, server stopped;
+  7. the reporter gets the ending (status, the last task's answer, the error), then a session that
+     did not end ok raises its MurError.
+
+Ctrl-C (SIGINT) at any point: mur.wasm.interrupt holds it back while guest code runs, the task ends
+`interrupted` (session_end and task_end say so), teardown runs without being cut short, the
+reporter hears status `interrupted`, and KeyboardInterrupt goes on up (the CLI exits 130). Before
+the startup line (compiling, staging) the half-made session directory is removed.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Any
 from mur import ids
 from mur.errors import MurError, warn
 from mur.session.options import RunOptions
-from mur.session.reporter import SessionReporter, SilentReporter, Startup
+from mur.session.reporter import Ending, SessionReporter, SilentReporter, Startup
 
 
 def _card(prep: Any, staged: Any) -> dict[str, Any]:
@@ -54,8 +61,15 @@ def _launch_warnings(warnings: list[tuple[str, str]], wd: Any) -> None:
 
 
 def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> None:
-    """Run a capsule session, reporting its startup and final status to `reporter`; raises MurError
-    for the CLI to render (exit 1) when it did not end ok."""
+    """Run a capsule session, reporting its startup and ending to `reporter`; raises MurError for the
+    CLI to render (exit 1) when it did not end ok, KeyboardInterrupt when Ctrl-C ended it."""
+    from mur.wasm.interrupt import deferred_sigint
+
+    with deferred_sigint():
+        _run_session(opts, reporter or SilentReporter())
+
+
+def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
     from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
     from mur.a2a.auth import load_door_auth
     from mur.session import murmur_md
@@ -64,8 +78,8 @@ def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> No
     from mur.session.tools import SessionTools
     from mur.trace.writer import TraceWriter
     from mur.session.workdir import create_workdir, plan_workdir, write_task_input
+    from mur.wasm.interrupt import held, raise_soon
 
-    reporter = reporter or SilentReporter()
     prep = prepare(opts)
     door_auth = load_door_auth(opts.a2a_token_file, opts.tls_cert, opts.tls_key)
     loaded = prep.loaded
@@ -106,12 +120,15 @@ def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> No
         # run() cannot be stopped midway, so its running task is not cancelable
         cancel_running=capsule.inference is not None,
         auth=door_auth,
+        on_wait=lambda timeout: reporter.waiting(url, timeout),
+        raise_into=raise_soon,  # SIGTERM's Terminated never lands inside wasmtime's glue
     )
+    staged = shell = trace = otel = hooks = tools = engine = None
+    serving = interrupted = discard = False
     url = service.start()
-    loaded.emit_stage_warnings()
-    _native_grant_warnings(prep)
-    staged = shell = trace = otel = hooks = tools = None
     try:
+        loaded.emit_stage_warnings()
+        _native_grant_warnings(prep)
         create_workdir(wd)
         initial = write_task_input(wd, opts.task)  # before any tool can touch the workdir
         trace = TraceWriter(wd.trace, session_id, wd.bootstrap_log)
@@ -127,6 +144,8 @@ def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> No
 
         tools = SessionTools(staged, settings, None, shell, trace)
         tools.host = WasmHost(shell=tools.guest_shell)
+        engine = tools.host.engine
+        engine.progress = lambda what: reporter.activity(f"compiling {what}")
         _precompile(tools, staged, prep)
         from mur.session.hookwiring import session_hooks
 
@@ -136,7 +155,7 @@ def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> No
             trace.listeners.append(hooks.on_event)
         from mur.session.executor import TaskExecutor
 
-        executor = TaskExecutor(prep, session_id, wd, tools, trace, url, hooks=hooks)
+        executor = TaskExecutor(prep, session_id, wd, tools, trace, url, hooks=hooks, reporter=reporter)
         executor_box["executor"] = executor
         inventory = murmur_md.Inventory(
             capsule.name,
@@ -153,29 +172,74 @@ def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> No
         if shell is not None:
             _launch_warnings(shell.launch_warnings, wd)
         reporter.started(_startup(prep, url, session_id, wd, staged))
-        status = service.run(initial)
+        serving = True
+        try:
+            status = service.run(initial)
+        except KeyboardInterrupt:  # during the linger after the last task
+            status, interrupted = "failed", True
+    except KeyboardInterrupt:
+        discard = not serving  # compiling or staging: nothing ran, so nothing of this session is kept
+        raise
     finally:
-        if hooks is not None:
-            hooks.close()  # drains async hooks while the trace is still open
-        if shell is not None:
-            shell.close()
-        if staged is not None:
-            staged.cleanup()
-        if tools is not None:
-            tools.close()
-        service.stop()
-        if trace is not None:
-            trace.close()
-        if otel is not None:
-            otel.export()  # never raises; bounded by its timeout; failures go to logs/otel.log
+        with held():  # a second Ctrl-C must not leave sandboxed processes or cgroups behind
+            _teardown(hooks, shell, staged, tools, engine, service, trace, otel)
+            if discard:
+                _remove_session_dir(wd)
+    executor = executor_box.get("executor")
     # A queue + sleep service ends ok (idle, SIGTERM) whatever one task did; its tasks say how they ended.
-    final = status if service.keeps_serving else executor_box["executor"].status if "executor" in executor_box else "failed"
+    final = status if service.keeps_serving else executor.status if executor is not None else "failed"
     if final == "ok" and status != "ok":
         final = "failed"
-    reporter.ended(final)
-    error = executor_box["executor"].last_error if "executor" in executor_box else None
-    if final != "ok":
-        raise error or MurError("E-RUN-007", "agent loop failed: the session did not complete")
+    if interrupted or service.interrupted:
+        final = "interrupted"
+    error = None if final in ("ok", "interrupted") else (
+        (executor.last_error if executor is not None else None)
+        or MurError("E-RUN-007", "agent loop failed: the session did not complete"))
+    reporter.ended(_ending(final, session_id, service.last_task, wd, error))
+    if final == "interrupted":
+        raise KeyboardInterrupt
+    if error is not None:
+        raise error
+
+
+def _teardown(hooks: Any, shell: Any, staged: Any, tools: Any, engine: Any, service: Any, trace: Any,
+              otel: Any) -> None:
+    """Undo what the session set up, in order; idempotent (each part closes once)."""
+    if hooks is not None:
+        hooks.close()  # drains async hooks while the trace is still open
+    if shell is not None:
+        shell.close()
+    if staged is not None:
+        staged.cleanup()
+    if tools is not None:
+        tools.close()
+    if engine is not None:
+        engine.progress = None
+    service.stop()
+    if trace is not None:
+        trace.close()
+    if otel is not None:
+        otel.export()  # never raises; bounded by its timeout; failures go to logs/otel.log
+
+
+def _ending(status: str, session_id: str, task: Any, wd: Any, error: Any) -> Ending:
+    """The Ending of a session whose last task was `task` (None: no task ran)."""
+    from mur.a2a.tasks import COMPLETED
+
+    result = task.response if task is not None and task.state == COMPLETED else None
+    path = wd.result if task is not None and wd.result.is_file() else None
+    return Ending(status=status, session_id=session_id, result=result, result_path=path, error=error)
+
+
+def _remove_session_dir(wd: Any) -> None:
+    """Remove a session directory that never served (never through a link); best effort."""
+    from mur.fsafe import Tree
+
+    try:
+        with Tree(wd.session.parent) as parent:
+            parent.remove_tree(wd.session.name)
+    except OSError:
+        pass
 
 
 def _native_grant_warnings(prep: Any) -> None:

@@ -4,6 +4,7 @@
   modelserver.py    a loopback Anthropic-compatible model server replaying a reply script
                     (python -m mur.testing.modelserver); model_script.py parses that script
   a2a_harness.py    a CapsuleService on a background thread, for tests and bench/
+  terminal.py       a `mur` command as a terminal's foreground job (Ctrl-C, stderr on a pty)
 
 tests/testing/test_import_graph.py keeps `mur run` and the CLI from importing this package.
 """

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
+from mur.humanize import plain
 from mur.trace.timeline import fmt_ms, heading
 
 _LOWER, _HIGHER, _NONE = "lower", "higher", None
@@ -99,7 +100,7 @@ def tool_diff(seq_a: list[str], seq_b: list[str]) -> dict[str, Any]:
 
 
 def _sequence(summary: dict[str, Any]) -> list[str]:
-    return [str(c["tool_name"]) for c in summary["tool_calls"]["calls"]]
+    return [plain(c["tool_name"]) for c in summary["tool_calls"]["calls"]]
 
 
 def _delta(va: Any, vb: Any, fmt: str, better: str | None) -> tuple[Any, str | None]:

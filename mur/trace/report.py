@@ -54,7 +54,7 @@ def session_row(events: list[dict[str, Any]], path: Path) -> dict[str, Any]:
         "session_id": str(s["session_id"] or path.parent.name),
         "trace": str(path),
         "started_ms": as_int(start.get("timestamp")),
-        "status": str(s["status"]),
+        "status": str(s["status"] or "unknown"),  # a session_end without exit_status is still counted
         "turns": s["turns"]["count"],
         "input_tokens": s["tokens"]["input"],
         "output_tokens": s["tokens"]["output"],

@@ -14,10 +14,13 @@ No match, or several, is E-TRC-002.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 from mur.errors import MurError
+from mur.ids import SESSION_UID_RANGES
 from mur.paths import MURMUR_DIR
 
 SESSION_ID = re.compile(r"ses_[0-9a-f]{32}")
@@ -40,9 +43,19 @@ def list_sessions(workdir: Path) -> list[Path]:
         except OSError:
             continue
         for child in children:
-            if SESSION_ID.fullmatch(child.name.lower()) and child.is_dir():
+            if SESSION_ID.fullmatch(child.name.lower()) and _made_by_mur(child):
                 found.setdefault(child.name.lower(), child)
     return [found[name] for name in sorted(found)]
+
+
+def _made_by_mur(path: Path) -> bool:
+    """A real directory (never a link) not owned by a session uid: a shell tool (running as one, with
+    mur as root) can plant `ses_*` directories in a --workdir; they are not sessions to show root."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and not any(lo <= st.st_uid <= hi for lo, hi in SESSION_UID_RANGES)
 
 
 def resolve_trace(selector: str | None, workdir: Path) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mur.humanize import plain
 from mur.trace import events as ev
 from mur.trace.timeline import as_int, fmt_input, fmt_ms, require_session
 
@@ -169,7 +170,7 @@ def _row_lines(row: dict[str, Any]) -> list[str]:
     if kind == ev.TOOL_CALL:
         mark = "✓" if row["status"] == "ok" else "✗"
         effect = f"  {row['state_effect']}" if row.get("state_effect") else ""
-        lines = [f"    tool_call   {row['name']}  {mark} {row['status']}  {fmt_ms(row['duration_ms'])}  "
+        lines = [f"    tool_call   {plain(row['name'])}  {mark} {plain(row['status'])}  {fmt_ms(row['duration_ms'])}  "
                  f"in {fmt_bytes(row['input_bytes'])}  out {fmt_bytes(row['output_bytes'])}{effect}"]
         if "input" in row:
             lines.append(f"{pad}input:  " + (fmt_input(row["input"], VERBOSE_LIMIT).strip() or "—"))
@@ -178,11 +179,11 @@ def _row_lines(row: dict[str, Any]) -> list[str]:
         return lines
     if kind == ev.SKILL_CALL:
         mark = "✓" if row["status"] == "ok" else "✗"
-        return [f"    skill_call  {row['name']}  {mark} {row['status']}  {fmt_ms(row['duration_ms'])}  "
+        return [f"    skill_call  {plain(row['name'])}  {mark} {plain(row['status'])}  {fmt_ms(row['duration_ms'])}  "
                 f"out {fmt_bytes(row['output_bytes'])}"]
     if kind == ev.SHELL:
         limit = f"  limit {row['resource_limit']}" if row.get("resource_limit") else ""
-        lines = [f"    shell       {row['binary'] or '—'}  exit {row['exit_code']}  {fmt_ms(row['duration_ms'])}  "
+        lines = [f"    shell       {plain(row['binary'] or None)}  exit {plain(row['exit_code'])}  {fmt_ms(row['duration_ms'])}  "
                  f"stdout {fmt_bytes(row['stdout_bytes'])}  stderr {fmt_bytes(row['stderr_bytes'])}{limit}"]
         if "command" in row:
             lines.append(f"{pad}$ {row['command']}")
@@ -193,7 +194,7 @@ def _row_lines(row: dict[str, Any]) -> list[str]:
         decision = (row["decision"] or "—") + (f" → {row['tool_name']}" if row["tool_name"] else "")
         origin = f"  ({row['origin']})" if row["origin"] else ""
         return [f"    inference   {decision}  in {row['input_tokens']:,}  out {row['output_tokens']:,}{origin}"]
-    fields = "  ".join(f"{k}={v}" for k, v in row["fields"].items())
+    fields = "  ".join(f"{k}={plain(v)}" for k, v in row["fields"].items() if v is not None)
     return [f"    {kind:<11} {fields}".rstrip()]
 
 

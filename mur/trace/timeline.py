@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
+from mur.humanize import plain
 from mur.trace import events as ev
 from mur.trace.reader import load_events
 
@@ -98,18 +99,20 @@ def render(summary: dict[str, Any]) -> str:
     s = summary
     section = _section(out)
     section("Session")
-    out.append(f"session:    {s['session_id']}")
-    out.append(f"capsule:    {s['capsule']} v{s['version']}")
-    out.append(f"model:      {s['model'] or '—'}")
-    out.append(f"status:     {s['status']}")
-    out.append(f"duration:   {fmt_ms(s['duration_ms'])}")
-    out.append(f"capabilities: {', '.join(s['capabilities']) or '—'}")
-    out.append(f"tools:      {', '.join(s['tools']) or '—'}")
-    out.append(f"containment: {s['containment']['declared']} → {s['containment']['achieved']}")
-    out.append(f"workdir exec: {'yes' if s['workdir_exec'] else 'no'}")
     prompt = s["prompt"]
     digest = f"  {prompt['sha256'][:12]}…" if prompt["sha256"] else ""
-    out.append(f"prompt:     {prompt['source'] or 'none'}{digest}")
+    out.extend(labelled([
+        ("session", plain(s["session_id"])),
+        ("capsule", f"{plain(s['capsule'])} v{plain(s['version'])}"),
+        ("model", plain(s["model"])),
+        ("status", plain(s["status"])),
+        ("duration", fmt_ms(s["duration_ms"])),
+        ("capabilities", plain(s["capabilities"])),
+        ("tools", plain(s["tools"])),
+        ("containment", f"{plain(s['containment']['declared'])} → {plain(s['containment']['achieved'])}"),
+        ("workdir exec", plain(bool(s["workdir_exec"]))),
+        ("prompt", f"{prompt['source'] or 'none'}{digest}"),
+    ]))
     if s["hook_failures"]:
         section("Hook failures")
         out.extend(f"✗ {h['hook_name']} {h['event']} {h['arm']}" for h in s["hook_failures"])
@@ -153,10 +156,17 @@ def render(summary: dict[str, Any]) -> str:
             out.append(f"task {i}  {short}  turns: {t.get('turns')}  in: {t.get('input_tokens')}  "
                        f"out: {t.get('output_tokens')}  {t.get('exit_status')}  {fmt_ms(t.get('duration_ms'))}")
     section("Timeline")
-    for row in s["timeline"]:
-        stamp = f"+{row['offset_ms']:,}ms"
-        out.append(f"{stamp:<10}{row['event_type']:<16}{row['text']}".rstrip())
+    rows = [(f"+{row['offset_ms']:,}ms", str(row["event_type"]), row["text"]) for row in s["timeline"]]
+    stamp_width = max((len(r[0]) for r in rows), default=0)
+    type_width = max((len(r[1]) for r in rows), default=0)
+    out.extend(f"{stamp:<{stamp_width}}  {kind:<{type_width}}  {text}".rstrip() for stamp, kind, text in rows)
     return "\n".join(out) + "\n"
+
+
+def labelled(pairs: list[tuple[str, str]]) -> list[str]:
+    """`label:  value` lines with the values in one column."""
+    width = max(len(label) for label, _ in pairs) + 1
+    return [f"{label + ':':<{width}}  {value}" for label, value in pairs]
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -164,37 +174,53 @@ def render(summary: dict[str, Any]) -> str:
 
 def _describe(e: dict[str, Any]) -> str:
     kind = e["event_type"]
+
+    def v(key: str) -> str:
+        return plain(e.get(key))
+
     turn = f"turn {e['turn']}  " if e.get("turn") is not None else ""
     if kind == ev.SESSION_START:
-        return (f"{e.get('capsule_name')} v{e.get('capsule_version')}  model {e.get('model') or '—'}  "
-                f"containment {e.get('containment_declared')} → {e.get('containment_achieved')}")
+        return (f"{v('capsule_name')} v{v('capsule_version')}  model {v('model')}  "
+                f"containment {v('containment_declared')} → {v('containment_achieved')}")
     if kind == ev.SESSION_END:
-        return (f"{e.get('exit_status')}  turns {e.get('total_turns')}  in {e.get('total_input_tokens')}  "
-                f"out {e.get('total_output_tokens')}  {fmt_ms(e.get('duration_ms'))}")
+        return (f"{v('exit_status')}  turns {as_int(e.get('total_turns'))}  "
+                f"in {as_int(e.get('total_input_tokens'))}  out {as_int(e.get('total_output_tokens'))}  "
+                f"{fmt_ms(e.get('duration_ms'))}")
     if kind == ev.INFERENCE:
-        decision = str(e.get("decision"))
+        decision = v("decision")
         if e.get("tool_name"):
             decision += f" → {e['tool_name']}"
         origin = f"  ({e['origin']})" if e.get("origin") else ""
-        return f"{turn}{decision}  in {e.get('input_tokens')}  out {e.get('output_tokens')}{origin}"
+        return f"{turn}{decision}  in {as_int(e.get('input_tokens'))}  out {as_int(e.get('output_tokens'))}{origin}"
     if kind == ev.TOOL_CALL:
         mark = "✓" if e.get("status") == "ok" else "✗"
-        return f"{turn}{e.get('tool_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}" + fmt_input(e.get("input"))
+        return f"{turn}{v('tool_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}" + fmt_input(e.get("input"))
     if kind == ev.SKILL_CALL:
         mark = "✓" if e.get("status") == "ok" else "✗"
-        return f"{turn}{e.get('skill_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}"
+        return f"{turn}{v('skill_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}"
     if kind == ev.SHELL:
         command = str(e.get("command") or "")
         command = command if len(command) <= 80 else command[:79] + "…"
         limit = f"  limit {e['resource_limit']}" if e.get("resource_limit") else ""
-        return f"{turn}{e.get('binary')}  exit {e.get('exit_code')}  {fmt_ms(e.get('duration_ms'))}{limit}  {command}"
+        return f"{turn}{v('binary')}  exit {v('exit_code')}  {fmt_ms(e.get('duration_ms'))}{limit}  {command}"
     if kind == ev.COMPACTION:
         return f"{turn}{as_int(e.get('tokens_before')):,} → {as_int(e.get('tokens_after')):,} tokens"
     if kind == ev.TASK_START:
-        return f"{e.get('task_id')}  ({e.get('source')})"
+        return f"{v('task_id')}  ({v('source')})"
     if kind == ev.TASK_END:
-        return f"{e.get('task_id')}  {e.get('exit_status')}  {fmt_ms(e.get('duration_ms'))}"
-    fields = [f"{k}={v}" for k, v in e.items() if k not in _COMMON and k != "turn" and _scalar(v)]
+        return f"{v('task_id')}  {v('exit_status')}  {fmt_ms(e.get('duration_ms'))}"
+    if kind == ev.A2A_TASK_RECEIVED:
+        parent = f"  traceparent {e['traceparent_from_caller']}" if e.get("traceparent_from_caller") else ""
+        return f"{v('task_id')}  context {v('context_id')}{parent}"
+    if kind == ev.NETWORK_DENIED:
+        return f"{turn}{v('artifact')}  {v('method')} {v('url')}  {v('reason')}"
+    if kind == ev.HOOK_DISPATCH_ERROR:
+        return f"{v('hook_name')}  {v('event')}  {v('arm')}"
+    if kind == ev.TASK_REOPENED:
+        return f"{v('task_id')}  reopen {v('reopen_number')} by {v('hook_name')}: {v('reason')}"
+    # A type newer than this version: its scalar fields, the ones it has.
+    fields = [f"{key}={plain(value)}" for key, value in e.items()
+              if key not in _COMMON and key != "turn" and value is not None and _scalar(value)]
     return turn + "  ".join(fields)
 
 

@@ -8,10 +8,16 @@ engine settings and the platform, because serialized code only loads into an ide
 
 Deserializing is loading native code, so the cache directory must be ours: it is created 0700, and
 one that is not owned by us or is group/other-writable is not used (we compile instead).
+
+A compile runs on a worker thread while the calling thread waits: wasmtime cannot stop a compile,
+but the wait ends at Ctrl-C (KeyboardInterrupt), the abandoned compile dies with the process, and
+nothing reaches the cache, which is written only by the waiting thread once the compile is done.
+``WasmEngine.progress`` (set by ``mur run`` to its reporter) hears each compile as it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -19,7 +25,7 @@ import sys
 import threading
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 from mur.fsutil import file_sha256, mark_used  # noqa: F401 - file_sha256 is re-exported (wasm.build, tests)
 from mur.paths import cache_root
@@ -78,6 +84,8 @@ class WasmEngine:
         self._digests: dict[tuple[str, int, int], str] = {}
         self._lock = threading.Lock()
         self._ticker: EpochTicker | None = None
+        # `progress(what)` wraps each real compile (not a cache hit): e.g. "tool 'greet'".
+        self.progress: Callable[[str], ContextManager[None]] | None = None
 
     def start_ticker(self) -> None:
         """Start the epoch ticker (idempotent). Deadlines fire only while it runs."""
@@ -126,11 +134,12 @@ class WasmEngine:
             except WasmtimeError:
                 cached.unlink(missing_ok=True)  # stale or corrupt: recompile below
         if component is None:
+            who = "capsule" if kind == "capsule" else f"{kind} '{label or path.stem}'"
             try:
-                component = Component.from_file(self.engine, str(path))
+                with self.progress(who) if self.progress is not None else contextlib.nullcontext():
+                    component = self._compile(path)
             except WasmtimeError as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid component"
-                who = "capsule" if kind == "capsule" else f"{kind} '{label or path.stem}'"
                 raise GuestError("E-RUN-001", f"{who}: failed to compile {path}: {first}",
                                  kind="compile") from exc
             self.stats["compiled"] += 1
@@ -139,6 +148,28 @@ class WasmEngine:
         with self._lock:
             self._components[digest] = component
         return component
+
+    def _compile(self, path: Path) -> Any:
+        """Component.from_file on a worker thread; the wait is interruptible (see the module docstring)."""
+        from wasmtime.component import Component
+
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["component"] = Component.from_file(self.engine, str(path))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                box["error"] = exc
+            finally:
+                _compiling.discard(worker)
+
+        worker = threading.Thread(target=work, name="mur-wasm-compile", daemon=True)
+        _compiling.add(worker)
+        worker.start()
+        worker.join()
+        if "error" in box:
+            raise box["error"]
+        return box["component"]
 
     def _store(self, target: Path, component: Any) -> None:
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -151,6 +182,17 @@ class WasmEngine:
             os.replace(tmp, target)
         except OSError:
             tmp.unlink(missing_ok=True)  # a cache we cannot write is only slower, never wrong
+        except BaseException:  # Ctrl-C mid-write: no half-written file left behind
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+_compiling: set[threading.Thread] = set()
+
+
+def compiling() -> bool:
+    """A compile is still running (one a Ctrl-C abandoned: it ends only with the process)."""
+    return bool(_compiling)
 
 
 _default: WasmEngine | None = None

@@ -25,6 +25,7 @@ from mur.errors import MurError
 from mur.fsafe import open_append
 from mur.wasm.engine import WasmEngine, default_engine
 from mur.wasm.http import OutboundHttp
+from mur.wasm.interrupt import GuestInterrupted, guest_call, interruption
 from mur.wasm.limits import (
     GuestError,
     apply_store_limits,
@@ -232,36 +233,40 @@ class WasmHost:
             run_inference=self.run_inference,
         )
         output = _Output(Path(cfg.log_path) if cfg.log_path else None)
-        try:
-            live = instantiate(self.engine, component, cfg, ctx, output.write)
-        except BaseException:
-            output.close()
-            raise
         failure: BaseException | None = None
         result: Any = None
-        try:
-            target = live.func(interface, func)
-            if target is None:
-                who = "capsule component" if kind == "capsule" else f"{kind} '{cfg.label}'"
-                raise GuestError("E-RUN-001", f"{who} does not export {interface}#{func}", kind="compile",
-                                 hint=f"build it against the `{kind}` world in mur/wasm/wit (docs/wasm.md)")
+        with guest_call(self.engine.engine, deadline_ticks(cfg.limits.deadline_seconds)):
             try:
-                result = target(live.store, *args)
-            except (WasmtimeError, Trap, MurError) as exc:
-                failure = exc
-            except Exception as exc:  # a host import raised something unexpected: still E-RUN-001
-                failure = MurError("E-RUN-001", f"host import raised {type(exc).__name__}: {exc}")
-                failure.__cause__ = exc
-            else:
+                live = instantiate(self.engine, component, cfg, ctx, output.write)
+            except BaseException as exc:
+                output.close()
+                raise interruption(exc) or exc
+            try:
+                target = live.func(interface, func)
+                if target is None:
+                    who = "capsule component" if kind == "capsule" else f"{kind} '{cfg.label}'"
+                    raise GuestError("E-RUN-001", f"{who} does not export {interface}#{func}", kind="compile",
+                                     hint=f"build it against the `{kind}` world in mur/wasm/wit (docs/wasm.md)")
                 try:
-                    target.post_return(live.store)
-                except WasmtimeError:
-                    pass  # wasmtime runs post-return itself in recent versions
-        finally:
-            # Closing the store drops the WASI context, so all guest output has reached `output`
-            # before the failure is classified.
-            live.close()
-            output.close()
+                    result = target(live.store, *args)
+                except (WasmtimeError, Trap, MurError, GuestInterrupted) as exc:
+                    failure = exc
+                except Exception as exc:  # a host import raised something unexpected: still E-RUN-001
+                    failure = MurError("E-RUN-001", f"host import raised {type(exc).__name__}: {exc}")
+                    failure.__cause__ = exc
+                else:
+                    try:
+                        target.post_return(live.store)
+                    except WasmtimeError:
+                        pass  # wasmtime runs post-return itself in recent versions
+            finally:
+                # Closing the store drops the WASI context, so all guest output has reached `output`
+                # before the failure is classified.
+                live.close()
+                output.close()
+        interrupted = interruption(failure)  # Ctrl-C: one KeyboardInterrupt, not a trap (mur.wasm.interrupt)
+        if interrupted is not None:
+            raise interrupted
         if failure is not None:
             raise classify_call_failure(failure, kind=kind, label=cfg.label, limits=cfg.limits,
                                         stderr=output.text()) from failure

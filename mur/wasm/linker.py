@@ -16,7 +16,9 @@ that imports it fails to instantiate with E-RUN-002.
 | murmur:runtime/inference@0.2.0          | ``run_inference(request)`` (hooks)             |
 
 A linker is built per guest call so its host functions close over that call's grants; building
-one costs about a millisecond.
+one costs about a millisecond. Every import is wrapped in mur.wasm.interrupt.host_import, so a
+Ctrl-C (or SIGTERM's Terminated) raised while one runs traps the guest instead of escaping
+wasmtime-py's ctypes trampoline.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Callable
 
 from mur.errors import MurError
 from mur.wasm.http import OutboundHttp
+from mur.wasm.interrupt import host_import
 from mur.wasm.types import ToolInput, ToolResult, input_from_value, result_to_value
 
 TOOL_RUN = "murmur:tool/run@0.1.0"
@@ -194,21 +197,21 @@ def build_linker(engine: Any, ctx: CallContext) -> Any:
         # componentize-py guests import every function of an interface they take types from, so
         # the type-only imports get stubs that answer "not callable here".
         with root.add_instance(TOOL_RUN) as inst:
-            inst.add_func("run", _not_callable_tool_run)
+            inst.add_func("run", host_import(_not_callable_tool_run))
         with root.add_instance(HOOK_LIFECYCLE) as inst:
             for fn in LIFECYCLE_FUNCS:
-                inst.add_func(fn, _not_callable_lifecycle)
+                inst.add_func(fn, host_import(_not_callable_lifecycle))
         with root.add_instance(TOOL_REGISTRY) as inst:
-            inst.add_func("invoke", _invoke(ctx))
+            inst.add_func("invoke", host_import(_invoke(ctx)))
         with root.add_instance(HTTP_OUTBOUND) as inst:
-            inst.add_func("send", _http_send(ctx))
+            inst.add_func("send", host_import(_http_send(ctx)))
         with root.add_instance(SHELL_EXECUTE) as inst:
-            inst.add_func("run", _shell_run(ctx))
+            inst.add_func("run", host_import(_shell_run(ctx)))
         with root.add_instance(TASK) as inst:
-            inst.add_func("request-input", _request_input(ctx))
+            inst.add_func("request-input", host_import(_request_input(ctx)))
         with root.add_instance(TEXT_CHUNKS) as inst:
-            inst.add_func("emit-chunk", _chunk(ctx, "text"))
-            inst.add_func("emit-thinking-chunk", _chunk(ctx, "thinking"))
+            inst.add_func("emit-chunk", host_import(_chunk(ctx, "text")))
+            inst.add_func("emit-thinking-chunk", host_import(_chunk(ctx, "thinking")))
         with root.add_instance(INFERENCE) as inst:
-            inst.add_func("run-inference", _run_inference(ctx))
+            inst.add_func("run-inference", host_import(_run_inference(ctx)))
     return linker

@@ -192,13 +192,16 @@ def test_a_second_export_removes_files_the_first_wrote(tmp_path):
                                                      "secret.yaml"]
 
 
-def test_a_shell_capsule_is_refused_with_the_reason(tmp_path):
-    inputs = gather(capsule(tmp_path, "capabilities:\n  shell:\n    allow: [bash]\n"))
-    with pytest.raises(MurError) as err:
-        export_k8s(inputs, IMAGE, tmp_path / "k8s")
-    assert err.value.code == "E-EXP-001" and "E-RUN-012" in err.value.message
-    assert "mur deploy --docker" in err.value.hint
-    assert not (tmp_path / "k8s").exists()
+def test_a_shell_capsule_gets_a_pod_whose_memory_limit_is_its_tools_bound(tmp_path):
+    inputs = gather(capsule(tmp_path, "capabilities:\n  shell:\n    allow: [bash]\n  resources:\n"
+                                      "    cgroup_memory_bytes: 536870912\n    cgroup_pids_max: 96\n"))
+    result = export_k8s(inputs, IMAGE, tmp_path / "k8s")
+    pod = yaml.safe_load((tmp_path / "k8s" / "deployment.yaml").read_text())["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["memory"] == "512Mi"  # not + 1 GiB: the runtime shares the bound
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    (note,) = [n for n in result.notes if n.startswith("shell tools")]
+    assert "aggregate bound" in note and "RLIMIT_NPROC (at most cgroup_pids_max = 96)" in note
 
 
 def test_bad_image_and_output_are_refused(tmp_path):

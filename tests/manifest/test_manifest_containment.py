@@ -26,6 +26,7 @@ from mur.manifest.containment import (
 )
 from mur.sandbox.scope import render_scope_report, scope_report
 from mur.manifest import parse_capsule
+from mur.sandbox.probe import classify
 
 CLASSES = ("advisory", "scoped", "sealed")
 RANK = {c: i for i, c in enumerate(CLASSES)}
@@ -186,6 +187,27 @@ def test_lower_floors_and_capsules_without_the_need_are_not_refused():
     no_shell = parse_capsule('name: c\nversion: "1"\ncapabilities:\n  containment: scoped\n'
                              "  network:\n    allow: [https://api.example.com]\n", env={}).capsule
     assert scope_report(no_shell, effective_floor("scoped", None, None), NO_NETNS_HOST)["containment"]["floor_met"]
+
+
+def test_a_scoped_floor_is_refused_where_subprocesses_could_signal_any_process_of_murs_uid():
+    """Not root (no session uid), no user namespace (no pid namespace), Landlock ABI < 6 (no signal
+    scope): the tools could signal mur itself. Never silently, under a scoped floor (E-CAP-003)."""
+    from mur.manifest.containment import PROCESS_SHORTFALL
+
+    bare = classify("linux", 5, True, None, "hybrid", True, False, root=False, netns=False, userns=False)
+    no_net = parse_capsule('name: c\nversion: "1"\ncapabilities:\n  containment: scoped\n'
+                           "  shell:\n    allow: [bash]\n", env={}).capsule
+    c = scope_report(no_net, effective_floor("scoped", None, None), bare)["containment"]
+    assert (c["achieved"], c["floor_met"], c["reason"], c["processes"]) == (
+        "advisory", False, PROCESS_SHORTFALL, "seccomp-only")
+    assert "could signal mur and every other process of that uid" in PROCESS_SHORTFALL
+    # what stands in for it: Landlock's signal scope (ABI 6), a user namespace, root's session uid
+    for able in (classify("linux", 6, True, None, "hybrid", True, False, root=False, netns=False, userns=False),
+                 classify("linux", 5, True, None, "hybrid", True, False, root=False, netns=True, userns=True),
+                 classify("linux", 5, True, None, "hybrid", True, False, root=True, netns=True)):
+        assert scope_report(no_net, effective_floor("scoped", None, None), able)["containment"]["floor_met"], able
+    advisory = scope_report(no_net, effective_floor("advisory", None, None), bare)["containment"]
+    assert advisory["floor_met"]  # below scoped: runs, and W-SEC-005 says a tool can signal mur's processes
 
 
 def test_parse_class_rejects_unknown_names():

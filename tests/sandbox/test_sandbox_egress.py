@@ -79,3 +79,46 @@ def test_not_tls_and_truncated_hellos():
 def test_same_host_normalizes():
     assert egress.same_host("API.example.com.", "api.example.com")
     assert not egress.same_host("api.example.com", "api.example.com.evil.com")
+
+
+@pytest.mark.parametrize(("address", "scope"), [
+    ("127.0.0.1", "loopback"), ("::1", "loopback"), ("::ffff:127.0.0.1", "loopback"), ("169.254.169.254", "link-local"),
+    ("fe80::1%eth0", "link-local"), ("10.1.2.3", "private"), ("fd00::1", "private"), ("0.0.0.0", "reserved"),
+    ("93.184.216.34", "global"), ("2606:4700::1", "global"), ("not-an-ip", "reserved"),
+])
+def test_address_scope(address, scope):
+    assert egress.address_scope(address) == scope
+
+
+def test_a_name_rebound_to_loopback_is_refused_one_that_always_was_is_not():
+    """DNS rebinding: `rebind.test` was public at launch and now answers 127.0.0.1 (the host's own
+    services, from mur's namespace): 403. Control: `local.test`, loopback at launch too, connects."""
+    import socket
+    import threading
+
+    from mur.manifest.network import parse_allow_list
+
+    upstream = socket.create_server(("127.0.0.1", 0))
+    port = upstream.getsockname()[1]
+    threading.Thread(target=lambda: [upstream.accept()[0].sendall(b"hello") for _ in range(2)], daemon=True).start()
+    launch = {"rebind.test": ["93.184.216.34"], "local.test": ["127.0.0.1"]}
+    now = {"rebind.test": ["127.0.0.1"], "local.test": ["127.0.0.1"]}
+    answers = launch
+    listener = socket.create_server(("127.0.0.1", 0))
+    proxy = egress.EgressProxy(listener, parse_allow_list([f"rebind.test:{port}", f"local.test:{port}"]),
+                               resolve=lambda host: answers.get(host, []))
+    proxy.start()  # the launch answers (only their scopes are kept; the public address is never dialled)
+    answers = now
+    try:
+        def connect(host: str) -> bytes:
+            with socket.create_connection(listener.getsockname(), timeout=5) as c:
+                c.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+                return c.recv(4096)
+
+        refused = connect("rebind.test")
+        assert refused.startswith(b"HTTP/1.1 403") and b"DNS rebinding" in refused, refused
+        assert connect("local.test").startswith(b"HTTP/1.1 200")
+        assert any("DNS rebinding" in d for _, d in proxy.decisions)
+    finally:
+        proxy.close()
+        upstream.close()

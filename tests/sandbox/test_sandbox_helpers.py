@@ -49,7 +49,7 @@ def test_grant_and_revoke_restore_the_tree(tmp_path):
         pytest.skip("filesystem without POSIX ACLs")
     os.removexattr(tmp_path / "a", access.ACCESS)
     before = {p: os.stat(p).st_mode for p in (tmp_path / "a", work, work / "sub" / "f.txt")}
-    grant = access.WorkdirAccess(str(work), 65534, 65534)
+    grant = access.WorkdirAccess(str(work), 65534, 65534, state_dir=str(tmp_path / "state"))
     grant.grant()
     assert grant.mode == "acl"
     assert (access.USER, 6, 65534) in access.decode(os.getxattr(work / "sub" / "f.txt", access.ACCESS))
@@ -63,6 +63,43 @@ def test_grant_and_revoke_restore_the_tree(tmp_path):
     assert after == before
     for p in (tmp_path / "a", work, work / "sub", work / "sub" / "f.txt", work / "later.txt"):
         assert access.ACCESS not in os.listxattr(p) and access.DEFAULT not in os.listxattr(p)
+
+
+def test_concurrent_sessions_share_an_ancestor_and_never_strip_each_others_entry(tmp_path):
+    """Two sessions (two uids) under one 0700 ancestor: the first to end removes only its own
+    search entry; the last restores the ancestor exactly. A session that died is pruned."""
+    from mur.sandbox.ancestors import Ancestors
+
+    top = tmp_path / "top"
+    (top / "a").mkdir(parents=True)
+    os.chmod(top, 0o700)
+    if not _acl_supported(str(top)):
+        pytest.skip("filesystem without POSIX ACLs")
+    os.removexattr(top, access.ACCESS)
+    before = os.stat(top).st_mode
+    state = str(tmp_path / "state")
+    live = {65534, 65533}
+    first, second = (Ancestors(uid, state_dir=state, alive=lambda u: u in live) for uid in (65534, 65533))
+    notes: list[str] = []
+    first.grant([str(top)], notes)
+    second.grant([str(top)], notes)
+    entries = access.decode(os.getxattr(top, access.ACCESS))
+    assert {(access.USER, 1, 65534), (access.USER, 1, 65533)} <= set(entries) and notes == []
+    first.revoke()
+    entries = access.decode(os.getxattr(top, access.ACCESS))
+    assert (access.USER, 1, 65533) in entries and not any(e[2] == 65534 for e in entries if e[0] == access.USER)
+    assert next(p for t, p, _ in entries if t == access.MASK) & 1  # the survivor can still search it
+    second.revoke()
+    assert access.ACCESS not in os.listxattr(top) and os.stat(top).st_mode == before
+    # a session killed without revoking: the next one to touch the ancestor prunes its entry
+    dead = Ancestors(65532, state_dir=state, alive=lambda u: u in live)
+    dead.grant([str(top)], notes)
+    live.discard(65532)
+    survivor = Ancestors(65534, state_dir=state, alive=lambda u: u in live)
+    survivor.grant([str(top)], notes)
+    assert not any(e[0] == access.USER and e[2] == 65532 for e in access.decode(os.getxattr(top, access.ACCESS)))
+    survivor.revoke()
+    assert access.ACCESS not in os.listxattr(top) and os.stat(top).st_mode == before
 
 
 # --- workdir guard ---
@@ -146,3 +183,14 @@ def test_seccomp_table_compiles_to_two_programs_within_the_kernel_limit():
         assert all(40 < n < 4096 for n in program.instructions)  # BPF_MAXINSNS
     assert with_unix.instructions[0] == without_unix.instructions[0]  # the allowlist does not depend on sockets
     assert with_unix.instructions[1] != without_unix.instructions[1]
+
+
+def test_bytes_the_runtime_holds_for_a_running_call_count_toward_the_limit(tmp_path):
+    """A tool printing without end fills an unnamed spool, in no tree the walk sees: it is counted."""
+    (tmp_path / "f").write_bytes(b"x" * 1000)
+    pending = [0]
+    fired: list[int] = []
+    guard = workdir_guard.WorkdirGuard(str(tmp_path), 5000, fired.append, pending=lambda: pending[0])
+    assert guard.check() is None
+    pending[0] = 4500
+    assert guard.check() == 5500 and fired == [5500]

@@ -313,7 +313,7 @@ def test_noexec_workdir_follows_the_mount_namespace():
 
 def test_rlimits_are_spec_defaults_with_nproc_as_headroom():
     limits = dict(build(caps(), baseline=40).rlimits)
-    assert limits == {"NPROC": 168, "NOFILE": 1024, "FSIZE": 4 << 30, "CPU": 3600, "AS": 2 << 30, "CORE": 0}
+    assert limits == {"NPROC": 168, "NOFILE": 1024, "FSIZE": 4 << 30, "CPU": 3600, "AS": 2 << 30, "CORE": 1}
 
 
 def test_rlimits_are_clamped_to_the_inherited_hard_limit():
@@ -342,7 +342,7 @@ def test_lesser_tiers():
     mac = build(caps(), classify("darwin", 0, False, None, "none", False, False), run_as=(5, 5))
     assert mac.tier == "environment-only" and mac.landlock is None and mac.seccomp is None
     assert mac.cgroup is None and mac.run_as is None
-    assert dict(mac.rlimits)["CORE"] == 0  # rlimits apply on every platform
+    assert dict(mac.rlimits)["CORE"] == 1  # rlimits apply on every platform (1: no dump, even to a pipe)
 
 
 def test_probe_classification():

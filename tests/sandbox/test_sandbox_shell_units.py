@@ -165,3 +165,28 @@ def test_environment_only_tier_warns_and_still_runs_with_rlimits(tmp_path):
         assert r.stdout == "77\n77\n0\n" and r.exit_code == 0
     finally:
         sb.close()
+
+
+def test_binaries_are_never_found_in_the_tools_workdir_or_through_relative_path_entries(tmp_path, monkeypatch):
+    """A previous session's tools can plant `cat` in the workdir; a PATH naming it (or `.`, mur's cwd)
+    must not make mur grant the plant execute as the allowed binary. Control: /usr/bin's cat is found."""
+    import os
+
+    workdir = tmp_path / "work"
+    (workdir / "bin").mkdir(parents=True)
+    for where in (workdir / "bin", workdir):
+        (where / "cat").write_text("#!/bin/sh\necho planted\n")
+        (where / "cat").chmod(0o755)
+    monkeypatch.chdir(workdir)
+    notes: list[str] = []
+    sb = shell.ShellSandbox(caps(allow=["cat"]), workdir, "ses_path", [], log=notes.append,
+                            host_env={"PATH": f"{workdir / 'bin'}:.:/usr/bin:/bin"})
+    sb.workdir = workdir.resolve()
+    sb._resolve_binaries(with_closure=False)
+    assert os.path.realpath(sb.binaries["cat"].path) == os.path.realpath("/usr/bin/cat")
+    assert any("inside the tools' workdir" in n for n in notes) and any("relative" in n for n in notes)
+    control = shell.ShellSandbox(caps(allow=["cat"]), tmp_path / "other", "ses_path2", [],
+                                 host_env={"PATH": f"{workdir / 'bin'}:/usr/bin"})
+    control.workdir = (tmp_path / "other").resolve()
+    control._resolve_binaries(with_closure=False)
+    assert control.binaries["cat"].path == str(workdir / "bin" / "cat")  # outside this session's workdir: found

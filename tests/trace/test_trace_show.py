@@ -96,7 +96,7 @@ def test_render_has_sections_and_a_timeline():
     text = render(summarize(session_events()))
     for title in ("Session", "Turns", "Tokens", "Tool calls", "Shell calls", "Compaction", "Tasks", "Timeline"):
         assert f"── {title} " in text
-    assert "containment: advisory → scoped" in text
+    assert "containment:   advisory → scoped" in text and "workdir exec:  no" in text
     assert "fired:      turn 1  9,000 → 800 tokens" in text
     lines = text.splitlines()
     timeline = lines[lines.index(next(l for l in lines if l.startswith("── Timeline"))) + 1:]
@@ -105,6 +105,27 @@ def test_render_has_sections_and_a_timeline():
     assert "tool_call" in timeline[4] and "bash  70ms  ✓" in timeline[4]
     assert "exit 0" in timeline[5] and "/usr/bin/bash" in timeline[5]
     assert timeline[-1].startswith("+1,151ms ") and "task_end" in timeline[-1]
+
+
+def test_timeline_columns_never_run_together_and_show_no_python_values():
+    events = session_events()
+    late = events[-1]["timestamp"] + 123_456
+    events.append({"event_type": "hook_dispatch_error", "session_id": "x", "timestamp": late, "hook_name": "audit",
+                   "event": "on-tool-call", "arm": "error"})
+    events.append({"event_type": "future_thing", "session_id": "x", "timestamp": late, "done": True, "gone": None,
+                   "ratio": 0.5})
+    text = render(summarize(events))
+    lines = text.splitlines()
+    timeline = lines[lines.index(next(l for l in lines if l.startswith("── Timeline"))) + 1:]
+    # Every row: the offset, two spaces at least, the type, two spaces at least, the text.
+    starts = {line.index(" " + line.split()[1]) for line in timeline}
+    assert len(starts) == 1, timeline  # the type column starts at the same place on every row
+    assert timeline[-2] == "+124,607ms  hook_dispatch_error  audit  on-tool-call  error"
+    assert timeline[-1].split(None, 2)[2] == "done=yes  ratio=0.5"
+    assert timeline[0].split(None, 2)[2] == ("tsk_1  context ctx_1  traceparent "
+                                             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    for word in ("None", "True", "False"):
+        assert word not in text
 
 
 def test_parse_errors(tmp_path: Path):
@@ -139,7 +160,7 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
 def test_cli_show_human_and_json(workdir: Path, capsys):
     code, out, err = run_cli(["trace", "show", "--workdir", str(workdir)], capsys)
     assert code == 0, err
-    assert f"session:    {IDS[2]}" in out and "── Timeline " in out
+    assert f"session:       {IDS[2]}" in out and "── Timeline " in out
     code, out, _ = run_cli(["trace", "show", "0001", "--workdir", str(workdir), "--json"], capsys)
     assert code == 0 and len(out.splitlines()) == 1
     doc = json.loads(out)
@@ -153,3 +174,28 @@ def test_cli_errors_render_codes(workdir: Path, capsys):
     (workdir / IDS[0] / "trace.jsonl").write_text("garbage\n")
     code, _, err = run_cli(["trace", "show", "@3", "--workdir", str(workdir)], capsys)
     assert code == 1 and err.startswith("error[E-TRC-001]:") and "line 1" in err
+
+
+def test_session_directories_a_tool_could_have_planted_are_not_listed(tmp_path, monkeypatch):
+    """In a --workdir a shell tool can write, `ses_*` entries may be its own: a link (to any directory)
+    or, with mur as root, a directory owned by a session uid. Neither is a session."""
+    import os
+
+    import pytest
+
+    from mur.ids import SESSION_UID_RANGES
+    from mur.trace.sessions import list_sessions
+
+    monkeypatch.setenv("HOME", str(tmp_path.parent / f"{tmp_path.name}-home"))  # no ~/.murmur/sessions of its own
+    real = tmp_path / f"ses_{'0' * 31}1"
+    real.mkdir()
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / f"ses_{'f' * 32}").symlink_to(elsewhere)
+    assert list_sessions(tmp_path) == [real]
+    if os.geteuid() != 0:
+        pytest.skip("chowning to a session uid needs root")
+    planted = tmp_path / ".murmur" / f"ses_{'e' * 32}"
+    planted.mkdir(parents=True)
+    os.chown(planted, SESSION_UID_RANGES[0][0] + 7, SESSION_UID_RANGES[0][0] + 7)
+    assert list_sessions(tmp_path) == [real]
