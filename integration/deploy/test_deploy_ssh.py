@@ -137,7 +137,7 @@ def test_non_root_without_systemd_restarts_after_kill_9_bounds_sessions_and_surv
                 break
             time.sleep(0.5)
         assert st["restarts"] == i + 1 and st["state"] == "running", st
-    sessions = vm.sh(f"ls -d {root}/releases/*/workdir/.murmur/ses_*")[1].split()
+    sessions = vm.sh(f"ls -d {root}/releases/*/workdir/ses_*")[1].split()
     assert 1 <= len(sessions) <= 2, sessions  # 4 starts; 1 kept before the last one, plus the running one
     assert send_via_tunnel(home, vm, res, "after kills", user="deployer") == "Hello, after kills!"
 

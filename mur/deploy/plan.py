@@ -7,7 +7,8 @@ target user's own home (never a hard-coded /root)::
     ~/.murmur/bin/mur-<version>-<platform>            pinned runtime, shared by deployments
     ~/.murmur/bin/.refs/<bundle>/<dep_id>             who uses it (destroy removes unused ones)
     ~/.murmur/artifacts/<name>/<version>/...          the target's global artifact store
-    ~/.murmur/deployments/<dep_id>/releases/<n>/      murmur.yaml, referenced files, workdir/,
+    ~/.murmur/deployments/<dep_id>/releases/<n>/      murmur.yaml, referenced files, work/ (the tools'
+                                                      workdir, seeded), workdir/ (session records),
                                                       env (0600), mur -> the bundle, service.json,
                                                       prestart.sh, the systemd unit, release.json
     ~/.murmur/deployments/<dep_id>/current            symlink to the serving release
@@ -29,6 +30,7 @@ from mur.deploy.init.service import prestart_script, service_env
 from mur.deploy.init.supervisor import boot_script
 from mur.deploy.init.systemd import render_unit
 from mur.deploy.steps import (
+    TOOLS_WORKDIR,
     ArtifactRef, BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Step, Symlink, Tls, Upload, WriteFile,
 )
 from mur.errors import MurError
@@ -185,6 +187,7 @@ def plan_release(inp: ReleaseInputs) -> ReleasePlan:
         Mkdir(lay.bin_dir, 0o755), Mkdir(f"{lay.bin_dir}/.refs/{inp.bundle.name}", 0o755),
         Mkdir(lay.root, 0o700), Mkdir(lay.releases, 0o700), Mkdir(lay.run_dir, 0o700), Mkdir(lay.log_dir, 0o700),
         Mkdir(lay.tmp_dir, 0o700), Mkdir(rel, 0o755), Mkdir(f"{rel}/workdir", 0o755),
+        Mkdir(f"{rel}/{TOOLS_WORKDIR}", 0o755),
     ]
     steps.append(Upload(inp.bundle.src, lay.bundle(inp.bundle.name), 0o755, inp.bundle.sha256,
                         inp.bundle.size, refs=lay.bundle_refs(inp.bundle.name)))
@@ -199,7 +202,7 @@ def plan_release(inp: ReleaseInputs) -> ReleasePlan:
             steps.append(Upload(f.src, f"{lay.wasm_cache}/{f.rel}", 0o600, f.sha256, f.size,
                                 refs=f"{lay.wasm_cache}/.refs/{f.rel}"))
     dirs = sorted({str(f.rel).rsplit("/", 1)[0] for f in inp.files if "/" in str(f.rel)})
-    dirs += sorted({"workdir/" + str(f.rel).rsplit("/", 1)[0] for f in inp.workdir if "/" in str(f.rel)})
+    dirs += sorted({f"{TOOLS_WORKDIR}/" + str(f.rel).rsplit("/", 1)[0] for f in inp.workdir if "/" in str(f.rel)})
     steps += [Mkdir(f"{rel}/{d}", 0o755) for d in dirs]
     prev = lay.release(inp.prev_n) if inp.prev_n is not None and inp.prev_n != inp.n else None
 
@@ -211,7 +214,8 @@ def plan_release(inp: ReleaseInputs) -> ReleasePlan:
     for f in inp.files:
         steps.append(Upload(f.src, f"{rel}/{f.rel}", f.mode, f.sha256, f.size, alt=alt(str(f.rel))))
     for f in inp.workdir:
-        steps.append(Upload(f.src, f"{rel}/workdir/{f.rel}", f.mode, f.sha256, f.size, alt=alt(f"workdir/{f.rel}")))
+        steps.append(Upload(f.src, f"{rel}/{TOOLS_WORKDIR}/{f.rel}", f.mode, f.sha256, f.size,
+                            alt=alt(f"{TOOLS_WORKDIR}/{f.rel}")))
     steps.append(WriteFile(f"{rel}/env", render_env_file(svc.env), 0o600))
     if inp.token:
         steps.append(WriteFile(lay.token_file, inp.token, 0o600))
@@ -300,7 +304,7 @@ def destroy_steps(lay: Layout, init: str, sudo: bool, bundles: list[str], artifa
         deps = q(f"{lay.murmur}/deployments")
         steps.append(Run(f"if [ -z \"$(ls -A {deps} 2>/dev/null)\" ]; then rm -rf {q(lay.wasm_cache)}; fi; true",
                          sudo=sudo, check=False, label="remove the compile cache when unused"))
-    dirs = [f"{lay.wasm_cache}/.refs", lay.wasm_cache, f"{lay.murmur}/cache", lay.artifacts,
+    dirs = [f"{lay.wasm_cache}/.refs", lay.wasm_cache, f"{lay.murmur}/cache/payloads", f"{lay.murmur}/cache", lay.artifacts,
             f"{lay.murmur}/deployments", lay.murmur]
     steps.append(Run(f"for d in {' '.join(q(d) for d in dirs)}; do rmdir \"$d\" 2>/dev/null; done; true",
                      check=False, label="remove empty directories"))

@@ -81,8 +81,8 @@ def test_unchanged_files_are_linked_from_the_previous_release():
     plan = plan_release(inputs(n=3, prev=2))
     man = next(s for s in plan.prepare if isinstance(s, Upload) and s.dst.endswith("/releases/3/murmur.yaml"))
     assert man.alt.endswith("/releases/2/murmur.yaml")
-    seed = next(s for s in plan.prepare if isinstance(s, Upload) and s.dst.endswith("workdir/bin/tool.sh"))
-    assert seed.alt.endswith("/releases/2/workdir/bin/tool.sh") and seed.mode == 0o755
+    seed = next(s for s in plan.prepare if isinstance(s, Upload) and s.dst.endswith("/work/bin/tool.sh"))
+    assert seed.alt.endswith("/releases/2/work/bin/tool.sh") and seed.mode == 0o755
 
 
 def test_digest_ignores_the_release_number_and_tracks_every_input():
@@ -101,7 +101,7 @@ def test_service_spec_and_argv_run_through_current():
     assert spec["release_dir"].endswith(f"{DEP}/current") and spec["port"] == 23456
     assert spec["user"] == "deployer" and spec["run_args"] == ["--lifecycle-task-acceptance", "queue"]
     argv = run_argv("/r", 5, "127.0.0.1", ("--x",))
-    assert argv == ["/r/mur", "run", "--manifest", "/r/murmur.yaml", "--workdir", "/r/workdir", "--json",
+    assert argv == ["/r/mur", "run", "--manifest", "/r/murmur.yaml", "--workdir", "/r/work", "--json",
                     "--bind", "127.0.0.1", "--port", "5", "--x"]
 
 

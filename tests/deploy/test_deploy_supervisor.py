@@ -251,7 +251,7 @@ def test_prestart_sweeps_payloads_and_keeps_a_bounded_number_of_sessions(deploym
     stale = Path(lay.tmp_dir) / "mur-payloads-stale"
     stale.mkdir()
     (stale / "greet.wasm").write_bytes(b"x" * 1000)
-    sessions = Path(lay.release(1)) / "workdir" / ".murmur"
+    sessions = Path(lay.release(1)) / "workdir"
     for i in range(5):
         (sessions / f"ses_{i}").mkdir(parents=True)
         os.utime(sessions / f"ses_{i}", (1000 + i, 1000 + i))

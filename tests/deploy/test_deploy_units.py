@@ -29,7 +29,7 @@ def test_unit_delegates_restarts_and_runs_as_the_deploy_user():
     exec_start = next(x for x in lines if x.startswith("ExecStart="))
     assert exec_start == (f"ExecStart=/home/deployer/.murmur/deployments/{DEP}/current/mur run --manifest "
                           f"/home/deployer/.murmur/deployments/{DEP}/current/murmur.yaml --workdir "
-                          f"/home/deployer/.murmur/deployments/{DEP}/current/workdir --json --bind 127.0.0.1 "
+                          f"/home/deployer/.murmur/deployments/{DEP}/current/work --json --bind 127.0.0.1 "
                           "--port 2345 --lifecycle-task-acceptance queue")
     assert "KillMode=mixed" in lines and "StandardOutput=journal" in lines
     assert "Environment=MUR_RUNTIME_DIR=/home/deployer/.murmur/runtime" in lines

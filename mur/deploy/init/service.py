@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import shlex
 
-from mur.deploy.steps import Layout, ServiceConfig
+from mur.deploy.steps import TOOLS_WORKDIR, Layout, ServiceConfig
 
 
 def run_argv(release_dir: str, port: int, bind: str, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
     """The `mur run` command line of a release (deploy's contract: one JSON line on stdout)."""
     return [f"{release_dir}/mur", "run", "--manifest", f"{release_dir}/murmur.yaml",
-            "--workdir", f"{release_dir}/workdir", "--json", "--bind", bind, "--port", str(port), *extra]
+            "--workdir", f"{release_dir}/{TOOLS_WORKDIR}", "--json", "--bind", bind, "--port", str(port), *extra]
 
 
 def prestart_script(lay: Layout, keep_sessions: int) -> str:
@@ -22,7 +22,7 @@ def prestart_script(lay: Layout, keep_sessions: int) -> str:
     q = shlex.quote
     return ("#!/bin/sh\n# written by mur deploy: run before each start of the service\n"
             f"mkdir -p {q(lay.tmp_dir)} && chmod 700 {q(lay.tmp_dir)} && rm -rf {q(lay.tmp_dir)}/mur-payloads-*\n"
-            f"ls -1dt {q(lay.releases)}/*/workdir/.murmur/ses_* 2>/dev/null | tail -n +{int(keep_sessions) + 1} | "
+            f"ls -1dt {q(lay.releases)}/*/workdir/ses_* 2>/dev/null | tail -n +{int(keep_sessions) + 1} | "
             "while IFS= read -r d; do rm -rf -- \"$d\"; done\nexit 0\n")
 
 
