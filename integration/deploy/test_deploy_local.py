@@ -82,7 +82,7 @@ def test_local_deploy_with_the_pinned_bundle_and_tls(home, runtime_bundle, hello
 def test_env_satisfies_the_manifests_api_key_reference(home, tmp_path):
     """`api_key: ${KEY}` with KEY only in `--env`: deploy accepts it, the service resolves it on the
     target, and the provider sees exactly that key (a real driver against a loopback model server)."""
-    from mur.inference.modelserver import ModelServer
+    from mur.testing.modelserver import ModelServer
     from mur.wasm.build import build_guest_dir
 
     cap = tmp_path / "agent"
