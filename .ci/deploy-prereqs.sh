@@ -42,7 +42,7 @@ run_bg base images/build-base.sh
 run_bg vm-6.1 "$python" -m mur vm image --kernel 6.1
 run_bg vm-6.12 "$python" -m mur vm image --kernel 6.12
 run_bg bundle env HOME="$cache/bundle-home" "$python" -c \
-  "from mur.deploy.bundle import ensure_local_bundle; print(ensure_local_bundle().path)"
+  "from mur.runtime.bundle import ensure_local_bundle; print(ensure_local_bundle().path)"
 
 rc=0
 for i in "${!pids[@]}"; do

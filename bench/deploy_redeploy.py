@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integration" / "deploy"))
 
-from deploy_support import mur, sshd_image, start_sshd  # noqa: E402
+from deploy_support import mur, sshd_container, sshd_image  # noqa: E402
 
 
 def main() -> int:
@@ -45,10 +45,10 @@ def main() -> int:
         home = tmp / "home"
         home.mkdir()
         t = time.monotonic()
-        subprocess.run([sys.executable, "-c", "from mur.deploy.bundle import ensure_local_bundle; ensure_local_bundle()"],
+        subprocess.run([sys.executable, "-c", "from mur.runtime.bundle import ensure_local_bundle; ensure_local_bundle()"],
                        check=True, env={**os.environ, "HOME": str(home)})
         print(f"runtime bundle ready (not timed): {time.monotonic() - t:.1f}s", file=sys.stderr)
-        vm = start_sshd(client, sshd_image(client), tmp / "sshd")
+        vm = sshd_container(sshd_image(client), tmp / "sshd")
         try:
             args = ["deploy", "-m", str(ROOT / "examples" / "hello" / "murmur.yaml"), "--host", "127.0.0.1",
                     "--ssh-port", str(vm.port), "--ssh-key", str(vm.key), "--known-hosts", str(vm.known_hosts()),

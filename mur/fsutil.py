@@ -109,3 +109,13 @@ def locked(lock_path: Path | str) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def write_file(path: Path | str, data: bytes, mode: int = 0o644) -> Path:
+    """atomic_write_bytes with its OSError as E-IO-003 (private from the first byte: mkstemp is 0600)."""
+    from mur.errors import MurError
+
+    try:
+        return atomic_write_bytes(path, data, mode)
+    except OSError as exc:
+        raise MurError("E-IO-003", f"cannot write {path}: {exc.strerror or exc}") from exc

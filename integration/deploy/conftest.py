@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from deploy_support import BASE_IMAGE, ROOT, SshdVM, sshd_image, start_sshd
+from deploy_support import BASE_IMAGE, ROOT, SshdVM, sshd_container, sshd_image
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 CACHE = Path(os.environ.get("MUR_CI_CACHE", "/var/cache/mur-ci"))
+# Compiled components are content-addressed: every clean HOME shares the invoking user's cache, as
+# the runtime bundle is shared (precompiling examples/hello costs minutes on a loaded 2-core machine).
+os.environ.setdefault("MUR_CACHE_DIR", str(Path.home() / ".murmur" / "cache"))
 
 
 def _docker_client():
@@ -64,7 +67,7 @@ def bundle_cache() -> Path:
 def runtime_bundle(bundle_cache, tmp_path_factory) -> Path:
     """The PyInstaller one-file runtime of this checkout (built once per source change)."""
     home = tmp_path_factory.mktemp("bundle-home")
-    code = ("from mur.deploy.bundle import ensure_local_bundle; b = ensure_local_bundle(); "
+    code = ("from mur.runtime.bundle import ensure_local_bundle; b = ensure_local_bundle(); "
             "print(b.path)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "HOME": str(home), "MUR_BUNDLE_CACHE": str(bundle_cache)})
@@ -87,8 +90,17 @@ def sshd_vm_image(docker_client, base_image) -> str:
 
 
 @pytest.fixture
-def sshd_vm(docker_client, sshd_vm_image, tmp_path) -> SshdVM:
-    vm = start_sshd(docker_client, sshd_vm_image, tmp_path / "sshd")
+def sshd_vm(sshd_vm_image, tmp_path) -> SshdVM:
+    """An sshd "VM" without systemd, with cron (so a boot hook exists)."""
+    vm = sshd_container(sshd_vm_image, tmp_path / "sshd")
+    yield vm
+    vm.close()
+
+
+@pytest.fixture
+def bare_vm(sshd_vm_image, tmp_path) -> SshdVM:
+    """An sshd "VM" with neither systemd nor a running cron: no boot hook exists."""
+    vm = sshd_container(sshd_vm_image, tmp_path / "bare", cron=False)
     yield vm
     vm.close()
 

@@ -1,19 +1,21 @@
-"""Helpers for the deploy integration tests: real sshd containers, the real CLI, real A2A calls."""
+"""Helpers for the deploy integration tests: sshd containers (testcontainers), the real CLI, real A2A calls."""
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # no registry here for the reaper image
+from testcontainers.core.container import DockerContainer  # noqa: E402
+from testcontainers.core.wait_strategies import LogMessageWaitStrategy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -51,18 +53,10 @@ def keygen(path: Path, comment: str = "mur-test") -> Path:
     return path
 
 
-def _tar(files: dict[str, tuple[bytes, int, int]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, (data, mode, uid) in files.items():
-            info = tarfile.TarInfo(name.lstrip("/"))
-            info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, uid, uid, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def sshd_image(client) -> str:  # noqa: ANN001 - docker client
-    """Build the sshd "VM" image once per Dockerfile content (cached in the engine)."""
+    """Build the sshd "VM" image once per Dockerfile content (kept in the engine between runs)."""
+    from testcontainers.core.image import DockerImage
+
     digest = hashlib.sha256((FIXTURES / "sshd.Dockerfile").read_bytes() + (FIXTURES / "sshd-vm-init").read_bytes())
     tag = f"mur-sshd-test:{digest.hexdigest()[:12]}"
     try:
@@ -70,11 +64,9 @@ def sshd_image(client) -> str:  # noqa: ANN001 - docker client
         return tag
     except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound
         pass
-    proc = subprocess.run(["docker", "build", "--network", "host", "-q", "-f", str(FIXTURES / "sshd.Dockerfile"),
-                           "--build-arg", f"BASE={BASE_IMAGE}", "-t", tag, str(FIXTURES)],
-                          capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
-    if proc.returncode != 0:
-        raise RuntimeError(f"building {tag} failed:\n{proc.stderr[-3000:]}")
+    # network_mode host: apt reaches Debian's mirror (engines here run --bridge=none)
+    DockerImage(FIXTURES, tag=tag, clean_up=False, dockerfile_path="sshd.Dockerfile",
+                buildargs={"BASE": BASE_IMAGE}, network_mode="host", rm=True).build()
     return tag
 
 
@@ -82,11 +74,15 @@ def sshd_image(client) -> str:  # noqa: ANN001 - docker client
 class SshdVM:
     """A running sshd container standing in for an existing VM (host network, loopback only)."""
 
-    container: object
+    tc: DockerContainer
     port: int
     key: Path
     host_pub: str
     workdir: Path
+
+    @property
+    def container(self):  # noqa: ANN201 - the docker SDK container
+        return self.tc.get_wrapped_container()
 
     def known_hosts(self, path: Path | None = None) -> Path:
         path = path or self.workdir / "known_hosts"
@@ -99,56 +95,65 @@ class SshdVM:
         return res.exit_code, (res.output or b"").decode("utf-8", "replace")
 
     def procs(self) -> list[str]:
-        """Command lines of every process in the container except sshd and this probe."""
+        """Command lines of every process in the container except sshd, cron, init and this probe."""
         _, out = self.sh("for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
                          "[ -n \"$c\" ] && echo \"$c\"; done")
-        return [ln for ln in out.splitlines() if "sshd" not in ln and "/proc/[0-9]" not in ln and ln.strip()
-                and not ln.startswith("/bin/sh -c for p in")]
+        return [ln for ln in out.splitlines() if ln.strip() and not any(
+            x in ln for x in ("sshd", "/usr/sbin/cron", "docker-init", "/proc/[0-9]", "sshd-vm-init"))]
+
+    def restart(self, unclean: bool = True) -> None:
+        """A reboot: SIGKILL everything (power loss) or stop cleanly, then boot again."""
+        c = self.container
+        if unclean:
+            c.kill()
+        else:
+            c.stop(timeout=10)
+        c.wait(timeout=30)
+        c.start()
+        wait_for_ssh(self.port)
 
     def close(self) -> None:
-        try:
-            self.container.remove(force=True)
-        except Exception:  # noqa: BLE001
-            pass
+        self.tc.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_sshd(client, image: str, workdir: Path) -> SshdVM:  # noqa: ANN001
-    """Start one sshd "VM" with a fresh host key and one client key for root and deployer."""
+def wait_for_ssh(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                if s.recv(16).startswith(b"SSH-"):
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"sshd did not come up on port {port}")
+
+
+def sshd_container(image: str, workdir: Path, *, cron: bool = True) -> SshdVM:
+    """Start one sshd "VM" (testcontainers) with a fresh host key and one client key for root and
+    deployer; /run is a tmpfs, so a restart is a boot for cron's @reboot entries."""
     workdir.mkdir(parents=True, exist_ok=True)
     key = keygen(workdir / "id_ed25519")
     host = keygen(workdir / "host_ed25519", "sshd-vm")
     pub = (workdir / "id_ed25519.pub").read_bytes()
     port = free_port()
-    c = client.containers.create(
-        image, command=[str(port)], network_mode="host", cgroupns="private", cap_add=["SYS_ADMIN"], init=True,
-        labels={"dev.mur.test": "sshd-vm"}, detach=True)
-    c.put_archive("/", _tar({
-        "etc/ssh/test_host_ed25519_key": (host.read_bytes(), 0o600, 0),
-        "root/.ssh/authorized_keys": (pub, 0o600, 0),
-        "home/deployer/.ssh/authorized_keys": (pub, 0o600, 1000),
-    }))
-    c.start()
-    vm = SshdVM(c, port, key, (workdir / "host_ed25519.pub").read_text(), workdir)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                if s.recv(16).startswith(b"SSH-"):
-                    return vm
-        except OSError:
-            time.sleep(0.2)
-    c.reload()
-    logs = c.logs().decode(errors="replace")
-    vm.close()
-    raise RuntimeError(f"sshd did not come up on port {port}: {logs[-2000:]}")
+    tc = (DockerContainer(image).with_command(str(port)).with_env("MUR_TEST_CRON", "1" if cron else "0")
+          .with_tmpfs_mount("/run")
+          .with_kwargs(network_mode="host", cgroupns="private", cap_add=["SYS_ADMIN"], init=True,
+                       labels={"dev.mur.test": "sshd-vm"})
+          .with_copy_into_container(host.read_bytes(), "/etc/ssh/test_host_ed25519_key", 0o600)
+          .with_copy_into_container(pub, "/root/.ssh/authorized_keys", 0o600)
+          .with_copy_into_container(pub, "/home/deployer/.ssh/authorized_keys", 0o600)
+          .waiting_for(LogMessageWaitStrategy("Server listening on")))
+    tc.start()
+    return SshdVM(tc, port, key, (workdir / "host_ed25519.pub").read_text(), workdir)
 
 
-def a2a_send(url: str, text: str, timeout: float = 300) -> str:
-    """Send one task with the real A2A client; returns the answer text."""
-    from mur.a2a.client import send_task, task_text
+def a2a_send(url: str, text: str, timeout: float = 300, token: str | None = None) -> str:
+    """Send one task with the real A2A client (with the deployment's token); returns the answer."""
+    from mur.a2a.client import Credentials, send_task, task_text
 
-    task = send_task(url, text, timeout=timeout)
+    task = send_task(url, text, timeout=timeout, credentials=Credentials(token=token))
     state = task.get("status", {}).get("state")
     assert state == "completed", f"task ended {state}: {task}"
     return task_text(task).strip()

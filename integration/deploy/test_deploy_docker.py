@@ -7,9 +7,15 @@ import json
 
 import pytest
 
+from pathlib import Path
+
 from deploy_support import FORK_40, READ_OUTSIDE, ROOT, a2a_send, mur, mur_json, shell_task
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.slow]
+
+
+def send(res: dict, text: str) -> str:
+    return a2a_send(res["url"], text, token=Path(res["token_file"]).read_text().strip())
 
 
 def containers(client, dep_id):
@@ -27,31 +33,50 @@ def test_docker_deploy_redeploy_rollback_destroy(docker_client, base_image, home
 
     first = mur_json("deploy", "--docker", "-m", manifest, home=home)
     dep = first["deployment_id"]
-    assert a2a_send(first["url"], "container") == "Hello, container!"
+    assert send(first, "container") == "Hello, container!"
     assert containers(docker_client, dep) == [f"mur-{dep}"]
     c = docker_client.containers.get(f"mur-{dep}")
     host = c.attrs["HostConfig"]
     assert host["NetworkMode"] == "host" and host["CgroupnsMode"] == "private" and host["CapAdd"] == ["SYS_ADMIN"]
     assert not host["Privileged"] and host["Init"] is True
-    # the env file is copied into the container, never into the image
+    assert host["RestartPolicy"]["Name"] == "unless-stopped"  # back after a crash, an engine restart, a reboot
+    # the env file and the token are copied into the container, never into the image
     img_hist = " ".join(str(h.get("CreatedBy")) for h in docker_client.images.get(first["image"]).history())
     assert "HELLO_GREETING" not in img_hist
+    tok = Path(first["token_file"]).read_text().strip()
+    assert c.exec_run(["sh", "-c", f"stat -c %a /root/.murmur/deployments/{dep}/a2a-token"]).output == b"600\n"
+    assert tok.encode() not in c.exec_run(["sh", "-c", "cat /proc/1/environ"]).output
+    # the main process dies unexpectedly (kill -9 from the host): the restart policy brings it back
+    pid = c.attrs["State"]["Pid"]
+    import os
+    import signal
+    import time
+
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if mur("deploy", "status", dep, "--json", home=home, check=False).returncode == 0:
+            break
+        time.sleep(1)
+    assert docker_client.containers.get(f"mur-{dep}").attrs["RestartCount"] >= 1
+    assert send(first, "restarted") == "Hello, restarted!"
 
     again = mur_json("deploy", "--docker", "-m", manifest, home=home)
     assert again["unchanged"] and again["image"] == first["image"]
 
     second = mur_json("deploy", "--docker", "-m", manifest, "--env", "HELLO_GREETING=Hola", home=home)
     assert second["image"] == first["image"]  # same capsule image; only the config differs
-    assert a2a_send(second["url"], "mundo") == "Hola, mundo!"
+    assert send(second, "mundo") == "Hola, mundo!"
     assert sorted(containers(docker_client, dep)) == sorted([f"mur-{dep}", f"mur-{dep}-prev"])
 
     back = mur_json("deploy", "rollback", dep, home=home)
     assert back["status"] == "running"
-    assert a2a_send(first["url"], "again") == "Hello, again!"
+    assert send(first, "again") == "Hello, again!"
 
     status = mur_json("deploy", "status", dep, home=home)
     assert status["status"] == "running" and status["agent_card_ok"]
     assert '"session_id"' in mur("deploy", "logs", dep, home=home).stdout
+    assert any('"session_id"' in x for x in mur_json("deploy", "logs", dep, home=home)["lines"])
 
     mur_json("deploy", "stop", dep, home=home)
     assert docker_client.containers.get(f"mur-{dep}").status == "exited"
@@ -66,7 +91,7 @@ def test_shell_tools_get_aggregate_limits_in_the_container(docker_client, base_i
     res = mur_json("deploy", "--docker", "-m", str(shell_capsule / "murmur.yaml"),
                    "--seccomp-profile", str(ROOT / "images" / "seccomp-landlock.json"), home=home)
     try:
-        forks, outside = json.loads(a2a_send(res["url"], shell_task(FORK_40, READ_OUTSIDE)))
+        forks, outside = json.loads(send(res, shell_task(FORK_40, READ_OUTSIDE)))
         # cgroup_pids_max: 12 for the whole tool tree: forks fail long before 40 sleeps
         assert "cgroup_pids_max" in forks["summary"] and "Cannot fork" in forks["data"], forks
         # and Landlock is in force: the tool cannot read files outside its grants

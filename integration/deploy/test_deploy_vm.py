@@ -41,14 +41,14 @@ def args(vm, home: Path, user: str = "root") -> list[str]:
             "--known-hosts", str(kh)]
 
 
-def tunnel_send(vm, home: Path, port: int, text: str, user: str = "root") -> str:
+def tunnel_send(vm, home: Path, res: dict, text: str, user: str = "root") -> str:
     os.environ["HOME"] = str(home)
     from mur.deploy.targets.ssh import SSHTarget
 
     t = SSHTarget("127.0.0.1", user=user, port=vm.ssh_port, key_file=vm.key, known_hosts=str(home / "known_hosts"))
     try:
-        with t.forward(port) as fw:
-            return a2a_send(fw.url, text, timeout=900)
+        with t.forward(res["service_port"]) as fw:
+            return a2a_send(fw.url, text, timeout=900, token=Path(res["token_file"]).read_text().strip())
     finally:
         t.close()
 
@@ -71,7 +71,9 @@ def test_systemd_root_deploy_with_a_shell_tool_under_aggregate_limits(vm, home, 
     unit = f"mur-{dep}.service"
     show = vm.ssh(f"systemctl show {unit} -p Delegate -p DelegateControllers -p ActiveState -p Restart").stdout
     assert "Delegate=yes" in show and "ActiveState=active" in show and "pids" in show and "memory" in show
-    forks, outside = json.loads(tunnel_send(vm, home, res["service_port"], shell_task(FORK_40, READ_OUTSIDE)))
+    assert vm.ssh(f"systemctl is-enabled {unit}").stdout.strip() == "enabled"  # comes back after a reboot
+    assert res["boot"] == "systemd"
+    forks, outside = json.loads(tunnel_send(vm, home, res, shell_task(FORK_40, READ_OUTSIDE)))
     assert "cgroup_pids_max" in forks["summary"] and "Cannot fork" in forks["data"], forks  # pids_max: 12
     assert "Permission denied" in outside["data"] and "read-ok" not in outside["data"], outside  # Landlock ABI 2
     mur("deploy", "destroy", dep, home=home, timeout=600)
@@ -86,7 +88,7 @@ def test_systemd_non_root_deploy(vm, home, runtime_bundle, hello_capsule):
     dep = res["deployment_id"]
     show = vm.ssh(f"systemctl show mur-{dep}.service -p User -p Delegate -p ActiveState").stdout
     assert "User=deployer" in show and "Delegate=yes" in show and "ActiveState=active" in show
-    assert tunnel_send(vm, home, res["service_port"], "vm", user="deployer") == "Hello, vm!"
+    assert tunnel_send(vm, home, res, "vm", user="deployer") == "Hello, vm!"
     again = mur_json("deploy", "-m", str(hello_capsule / "murmur.yaml"), *args(vm, home, "deployer"), home=home,
                      timeout=1200)
     assert again["unchanged"] and again["uploaded"] == 0
@@ -103,13 +105,13 @@ def test_supervisor_on_pure_cgroup_v2_as_a_non_root_user(vm, home, runtime_bundl
     /sys/fs/cgroup/mur/<dep> and delegates it to the deploy user, whose runtime then creates the
     per-session cgroup for shell tools inside it."""
     res = mur_json("deploy", "-m", str(shell_capsule / "murmur.yaml"), *args(vm, home, "deployer"),
-                   "--init", "supervisor", *VM_TIMEOUT, home=home, timeout=2400)
+                   "--init", "supervisor", "--no-boot-hook", *VM_TIMEOUT, home=home, timeout=2400)
     dep = res["deployment_id"]
     assert res["init"] == "supervisor"
     state = json.loads(vm.ssh(f"cat /home/deployer/.murmur/deployments/{dep}/run/state.json").stdout)
     assert state["cgroup"] == {"unified": f"/sys/fs/cgroup/mur/{dep}"}
     assert vm.ssh(f"stat -c %U /sys/fs/cgroup/mur/{dep}").stdout.strip() == "deployer"
-    forks, outside = json.loads(tunnel_send(vm, home, res["service_port"], shell_task(FORK_40, READ_OUTSIDE),
+    forks, outside = json.loads(tunnel_send(vm, home, res, shell_task(FORK_40, READ_OUTSIDE),
                                             user="deployer"))
     assert "cgroup_pids_max" in forks["summary"] and "Cannot fork" in forks["data"], forks
     assert "Permission denied" in outside["data"], outside

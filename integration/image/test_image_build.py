@@ -37,7 +37,7 @@ def test_rebuild_from_nothing_gives_the_same_id_and_one_byte_another(docker_clie
 def test_the_fallback_archive_with_every_layer_gives_the_same_image(docker_client, hello_image, mur_env, hello,
                                                                       monkeypatch):
     """Engines that need every blob (containerd's image store) get the base layers too: same ID."""
-    from mur.deploy.inputs import gather
+    from mur.deploy.capsule import gather
     from mur.image import BuildOptions, build_image
 
     for key in ("HOME", "MUR_BUNDLE_CACHE", "MUR_CACHE_DIR"):

@@ -88,7 +88,7 @@ def test_provider_error_reaches_the_result(model_server, claude_env, tmp_path):
 
 def test_command_not_on_path_is_e_run_006(claude_bin, tmp_path, monkeypatch):
     from mur.manifest import load_capsule
-    from mur.session import resolve
+    from mur.session import launch_checks
     from mur.session.options import RunOptions
     from mur.session.prechecks import CheckedRun
 
@@ -97,10 +97,10 @@ def test_command_not_on_path_is_e_run_006(claude_bin, tmp_path, monkeypatch):
     run = CheckedRun(load_capsule(manifest), RunOptions(manifest=manifest), None, None, None, "advisory")
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MurError) as err:
-        resolve.check_inference(run)
+        launch_checks.check_inference(run)
     assert err.value.code == "E-RUN-006" and "claude CLI" in err.value.hint
     monkeypatch.setenv("PATH", str(__import__("pathlib").Path(claude_bin).parent))
-    resolve.check_inference(run)
+    launch_checks.check_inference(run)
     assert run.process_command
 
 

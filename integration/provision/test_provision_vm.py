@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.requires_qemu, pytest.mark.requires_root, pytest.mark.
 TIMEOUT = ["--start-timeout", "900"]
 
 
-def _tunnel_send(machine, home: Path, port: int, text: str, user: str) -> str:
+def _tunnel_send(machine, home: Path, port: int, text: str, user: str, token: str | None = None) -> str:
     os.environ["HOME"] = str(home)
     from mur.deploy.targets.ssh import SSHTarget
 
@@ -39,7 +39,7 @@ def _tunnel_send(machine, home: Path, port: int, text: str, user: str) -> str:
     t = SSHTarget("127.0.0.1", user=user, port=machine.port, key_file=str(key), known_hosts=str(machine.known_hosts))
     try:
         with t.forward(port) as fw:
-            return a2a_send(fw.url, text, timeout=900)
+            return a2a_send(fw.url, text, timeout=900, token=token)
     finally:
         t.close()
 
@@ -65,11 +65,12 @@ def _shell_deploy_answers(machine, home, shell_capsule, user: str) -> dict:
     assert report["ok"], report
     checks = {c["name"]: c for c in report["checks"]}
     assert report["cgroup_mode"] == "unified" and checks["shell limits"]["ok"], checks
-    assert report["uid"] != 0 and report["sudo"] == "nopasswd"
+    # a prepared host: deploy elevates through the root helper only (its sudoers rule allows no shell)
+    assert report["uid"] != 0 and report["sudo"] == "helper" and report["init"] == "systemd"
     res = mur_json("deploy", "-m", str(shell_capsule / "murmur.yaml"), *_deploy_args(machine, user), *TIMEOUT,
                    home=home, timeout=2400)
     forks, outside = json.loads(_tunnel_send(machine, home, res["service_port"], shell_task(FORK_40, READ_OUTSIDE),
-                                             user))
+                                             user, Path(res["token_file"]).read_text().strip()))
     assert "cgroup_pids_max" in forks["summary"] and "Cannot fork" in forks["data"], forks
     assert "Permission denied" in outside["data"] and "read-ok" not in outside["data"], outside
     mur("deploy", "destroy", res["deployment_id"], home=home, timeout=600)

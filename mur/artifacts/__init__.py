@@ -13,7 +13,7 @@ Modules (each owns one concern):
     registry_client.py  local registry and the Nexus HTTP client (digest-verified downloads)
     registry_server.py  `mur registry serve`: the Nexus HTTP API over a disk store
     operations.py       publish / install / list, the commands' library side
-    resolve.py          what `mur run` and `mur deploy` call: find installed artifacts, check the lock
+    installed.py        installed artifacts: find one (digest-verified), check murmur.lock, unpack
     doctor.py           `mur doctor`: manifest artifacts against stores and lock
     search.py           `mur search`: local stores, a Nexus registry, or an artifacts-index.json
     skillbuild.py       `mur build --skill`: package a SKILL.md folder or zip, generating its manifest

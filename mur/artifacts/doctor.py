@@ -50,11 +50,11 @@ class DoctorReport:
 def run_doctor(cwd: Path | None = None) -> DoctorReport:
     """Check every artifact the nearest murmur.yaml declares."""
     from mur.artifacts.operations import find_project_root
-    from mur.artifacts.resolve import load_capsule_manifest
+    from mur.manifest.load import load_capsule
 
     root = find_project_root(cwd)
     manifest_path = root / "murmur.yaml"
-    capsule = load_capsule_manifest(manifest_path)
+    capsule = load_capsule(manifest_path, resolve_env=False).capsule  # no provider key needed
     lock = lockfile.read_lock(lockfile.lock_path(root))
     platform = current_platform()
     stores = [("project", Store(project_store(root))), ("global", Store(global_store()))]

@@ -290,11 +290,11 @@ def install_manifest(
     progress: Transfer | None = None,
 ) -> ManifestInstallReport:
     """`mur install` with no REF: every registry artifact the project's murmur.yaml declares."""
-    from mur.artifacts.resolve import load_capsule_manifest
+    from mur.manifest.load import load_capsule
 
     cwd = Path(cwd or Path.cwd())
     root = find_project_root(cwd)
-    capsule = load_capsule_manifest(root / MANIFEST_FILENAME)
+    capsule = load_capsule(root / MANIFEST_FILENAME, resolve_env=False).capsule  # no provider key needed
     wanted = [a for a in capsule.artifacts if not (a.source is not None and a.uses_local_source)]
     report = ManifestInstallReport(len(wanted), [], [])
     if not wanted:

@@ -12,7 +12,7 @@ import typer
 if TYPE_CHECKING:
     from mur.a2a.client import Credentials
 
-URL_HELP = "Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS)."
+URL_HELP = "Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS), or a deployment id."
 Token = Annotated[Optional[str], typer.Option("--token", help="Bearer token the capsule wants (else MURMUR_A2A_TOKEN).")]
 TokenFile = Annotated[
     Optional[Path], typer.Option("--token-file", help="File holding the bearer token (mode 600).")
@@ -30,13 +30,23 @@ def resolve_credentials(
     target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None
 ) -> tuple[str, "Credentials"]:
     """The URL to call and the credentials to call it with. The token: --token, else --token-file,
-    else MURMUR_A2A_TOKEN; the server check: --cacert or --pin-sha256 (an https:// URL without
-    either is verified against the system's CAs)."""
+    else MURMUR_A2A_TOKEN, else the deployment record's token file; the server check: --cacert or
+    --pin-sha256, else the record's pin (an https:// URL without either is verified against the
+    system's CAs). `target` may be a URL or a deployment id / unique prefix (`mur deploy ls`)."""
     from mur.a2a.auth import read_token_file
     from mur.a2a.client import Credentials, normalize_url, parse_pin
 
     if token and token_file:
         raise typer.BadParameter("give --token or --token-file, not both", param_hint="--token")
+    from mur.deploy.operations import credentials_for
+
+    recorded = credentials_for(target)  # a deployment id/prefix, or a URL a deployment recorded
+    if recorded is not None:
+        target = recorded[0]
+        if not (token or token_file or os.environ.get("MURMUR_A2A_TOKEN")) and recorded[1]:
+            token_file = Path(recorded[1])
+        if cacert is None and pin is None:
+            pin = recorded[2]
     if token_file is not None:
         token = read_token_file(token_file)
     token = token or os.environ.get("MURMUR_A2A_TOKEN", "").strip() or None

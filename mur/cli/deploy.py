@@ -4,53 +4,100 @@
     mur deploy --check [--json]                    preflight only
     mur deploy ls | status ID | logs ID [-f] | start ID | stop ID | destroy ID | rollback ID
 
-`mur supervise` (hidden) is the on-target half: the supervisor, smoke starts, agent-card checks.
+`mur supervise run|smoke` (hidden) is the on-target half: the supervisor and smoke starts.
+This module only parses, calls one function of mur.deploy.operations and renders.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Iterator, List, Optional
 
 import typer
 
-from mur.cli.render import emit
+from mur.cli.render import StepReporter, emit, emit_json
 
 INITS = ("auto", "systemd", "supervisor")
 CLASSES = ("advisory", "scoped", "sealed")
 
 
-def _progress(json_out: bool):
-    from mur.deploy.progress import Progress
-
-    return Progress(enabled=True)
+def _text(value: Any) -> str:
+    """A value as a person reads it: no True/None/float reprs."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
 
 
 def _human_deploy(r: dict) -> str:
-    lines = [f"∞ {r.get('name')} {r.get('version')}", f"  url      {r.get('url')}"]
+    lines = [f"∞ {r.get('name')} {r.get('version')}", f"  url       {r.get('url')}"]
     if r.get("tunnel"):
-        lines.append(f"  reach    {r['tunnel']}   (then use the url above)")
-    lines.append(f"  dep      {r.get('deployment_id')}")
+        lines.append(f"  reach     {r['tunnel']}   (then use the url above)")
+    lines.append(f"  dep       {r.get('deployment_id')}")
     if r.get("container"):
         lines.append(f"  container {r['container']} ({r.get('image')})")
-    rel = r.get("release")
     if r.get("unchanged"):
-        lines.append(f"  release  {rel if rel is not None else ''} unchanged: nothing uploaded".replace("  unchanged", " unchanged"))
-    elif rel is not None:
-        lines.append(f"  release  {rel} ({r.get('uploaded', 0)} files uploaded)")
-    lines.append(f"  service  {r.get('init')} · mur {r.get('mur_version')}")
-    lines.append(f"  time     {r.get('elapsed')}s")
+        lines.append(f"  release   {_text(r.get('release'))} unchanged: nothing uploaded")
+    else:
+        uploaded = f" ({r['uploaded']} files uploaded)" if r.get("uploaded") is not None else ""
+        lines.append(f"  release   {_text(r.get('release'))}{uploaded}")
+    lines.append(f"  service   {r.get('init')} · boot {r.get('boot')} · mur {r.get('mur_version')}")
+    lines.append(f"  token     {r.get('token_file')}   (mur send takes it from the record)")
+    if r.get("tls_pin"):
+        lines.append(f"  tls pin   sha256 {r['tls_pin']}")
+    lines.append(f"  time      {_text(r.get('elapsed'))}s")
     return "\n".join(lines) + "\n"
 
 
-def _human_kv(r: dict) -> str:
-    out = []
-    for k, v in r.items():
-        if isinstance(v, dict):
-            v = ", ".join(f"{a}={b}" for a, b in v.items() if not isinstance(b, (dict, list)))
-        out.append(f"{k:<14} {v}")
-    return "\n".join(out) + "\n"
+def _human_status(r: dict) -> str:
+    svc = r.get("service") or {}
+    inner = svc.get("supervisor") or {}
+    lines = [f"{r.get('deployment_id')}  {r.get('name')} {r.get('version')}  ({r.get('provider')})",
+             f"  status    {r.get('status')}",
+             f"  url       {r.get('url')}"]
+    if r.get("tunnel"):
+        lines.append(f"  reach     {r['tunnel']}")
+    state = svc.get("state")
+    if inner:
+        state = f"{state} (supervisor {inner.get('state')})"
+    lines += [f"  service   {_text(state)} · {_text(svc.get('restarts') or inner.get('restarts') or 0)} restarts"
+              + (f" · pid {svc['pid']}" if svc.get("pid") else ""),
+              f"  answers   {_text(r.get('agent_card_ok'))}" + (f" ({r['error']})" if r.get("error") else ""),
+              f"  release   {_text(r.get('release'))} (previous {_text(r.get('previous'))})",
+              f"  init      {r.get('init')} · boot {_text(r.get('boot'))}"]
+    return "\n".join(lines) + "\n"
+
+
+def _human_result(r: dict) -> str:
+    parts = [f"{r.get('deployment_id')} {r.get('status')}"]
+    if r.get("release") is not None:
+        parts.append(f"release {r['release']}")
+    if r.get("url") and r.get("status") == "running":
+        parts.append(r["url"])
+    return " · ".join(parts) + "\n"
+
+
+def render_table(records: list[dict]) -> str:
+    """Upstream's `mur ps` table, with the provider's real address instead of an empty region."""
+    if not records:
+        return "no deployments\n"
+    rows = []
+    for r in records:
+        t = r.get("target") or {}
+        where = (f"{t.get('user')}@{t.get('host')}:{t.get('port')}" if r.get("provider") == "ssh"
+                 else r.get("container") or r.get("provider", ""))
+        rows.append([str(r.get("deployment_id", "")), str(r.get("provider", "")), where, str(r.get("name", "")),
+                     str(r.get("status", "")), str(r.get("url", ""))])
+    head = ["DEPLOYMENT_ID", "PROVIDER", "TARGET", "NAME", "STATUS", "URL"]
+    widths = [max(len(x[i]) for x in rows + [head]) for i in range(len(head) - 1)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    return "\n".join(fmt.format(*row).rstrip() for row in [head] + rows) + "\n"
 
 
 def register(app: typer.Typer) -> None:
@@ -71,13 +118,19 @@ def register(app: typer.Typer) -> None:
         base_image: str = typer.Option("mur-base:bookworm", "--base-image", help="Docker base image (images/build-base.sh)."),
         seccomp_profile: Optional[Path] = typer.Option(None, "--seccomp-profile", help="Docker seccomp profile JSON."),
         workdir: Optional[Path] = typer.Option(None, "--workdir", help="Local dir uploaded as the capsule's workdir seed."),
-        env: List[str] = typer.Option([], "--env", help="KEY=VALUE for the service (repeatable)."),
+        env: List[str] = typer.Option([], "--env", help="KEY=VALUE for the service (repeatable); satisfies ${KEY} in the manifest."),
         env_file: Optional[Path] = typer.Option(None, "--env-file", help="KEY=VALUE file (default: .env next to the manifest)."),
         release_source: Optional[str] = typer.Option(None, "--release-source", help="DIR or https://BASE with mur-<v>-<platform> + checksums.txt."),
         mur_binary: Optional[Path] = typer.Option(None, "--mur-binary", help="Use this runtime file (its --version must equal the pin)."),
         use_bundle: bool = typer.Option(False, "--use-bundle", help="Local target: run the PyInstaller bundle, not the installed package."),
-        publish: bool = typer.Option(False, "--publish", help="Listen on all interfaces instead of 127.0.0.1."),
+        publish: bool = typer.Option(False, "--publish", help="Listen on all interfaces (the token is always required)."),
+        tls: Optional[str] = typer.Option(None, "--tls", help="'self-signed': HTTPS with a generated certificate (pinned)."),
+        tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="HTTPS with this certificate (PEM)."),
+        tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="The certificate's private key (PEM)."),
         init: str = typer.Option("auto", "--init", help="Supervision: auto | systemd | supervisor."),
+        no_boot_hook: bool = typer.Option(False, "--no-boot-hook",
+                                          help="Accept a service that does not come back after a reboot (no systemd, no cron)."),
+        keep_sessions: int = typer.Option(5, "--keep-sessions", min=1, help="Past session directories kept per deployment."),
         containment: Optional[str] = typer.Option(None, "--containment", help="Raise the containment floor."),
         no_precompile: bool = typer.Option(False, "--no-precompile",
                                            help="Let the target compile the components at first start."),
@@ -97,8 +150,11 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"'{containment}' is not one of: {', '.join(CLASSES)}", param_hint="--containment")
         if host is not None and docker:
             raise typer.BadParameter("choose one target: --host or --docker", param_hint="--docker")
-        from mur.deploy.connect import TargetSpec
-        from mur.deploy.service import DeployRequest
+        if tls is not None and (tls_cert or tls_key):
+            raise typer.BadParameter("--tls self-signed or --tls-cert/--tls-key, not both", param_hint="--tls")
+        from mur.deploy import operations
+        from mur.deploy.request import DeployRequest
+        from mur.deploy.targets import TargetSpec
         from mur.errors import MurError
 
         if host is not None and not host.strip():
@@ -107,96 +163,101 @@ def register(app: typer.Typer) -> None:
             spec = TargetSpec("ssh", host=host, port=ssh_port, user=ssh_user,
                               key_file=str(ssh_key.expanduser().resolve()) if ssh_key else None,
                               known_hosts=str(known_hosts.expanduser().resolve()) if known_hosts else None)
-        elif docker:
-            spec = TargetSpec("docker")
         else:
-            spec = TargetSpec("local")
+            spec = TargetSpec("docker" if docker else "local")
         req = DeployRequest(
-            manifest=manifest.resolve(), target=spec, workdir=workdir.resolve() if workdir else None, env_args=list(env),
+            manifest=manifest.resolve(), target=spec, workdir=workdir.resolve() if workdir else None, env_args=tuple(env),
             env_file=env_file, release_source=release_source, mur_binary=mur_binary, use_bundle=use_bundle,
             publish=publish, init=init, containment=containment, trust_new_host=trust_new_host, deployment_id=dep_id,
             start_timeout=start_timeout, base_image=base_image,
             seccomp_profile=str(seccomp_profile) if seccomp_profile else None, keep_lifecycle=keep_lifecycle,
-            precompile=not no_precompile)
-        progress = _progress(json_out)
+            precompile=not no_precompile, keep_sessions=keep_sessions, no_boot_hook=no_boot_hook, tls=tls,
+            tls_cert=tls_cert.resolve() if tls_cert else None, tls_key=tls_key.resolve() if tls_key else None)
+        reporter = StepReporter()
         if check:
-            from mur.deploy.service import check as run_check
-
-            report = run_check(req, progress)
+            report = operations.check(req, reporter)
             emit(report.to_dict(), json_out, lambda _r: report.render())
             raise typer.Exit(0 if report.ok else 1)
-        from mur.deploy.service import deploy as run_deploy
-
-        result = run_deploy(req, progress)
-        emit(result, json_out, _human_deploy)
+        emit(operations.deploy(req, reporter), json_out, _human_deploy)
 
     @group.command("ls")
     def ls(json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
         """List deployments."""
-        from mur.deploy.lifecycle import list_deployments, render_table
+        from mur.deploy.operations import list_deployments
 
-        records = list_deployments()
-        emit(records, json_out, render_table)
+        emit(list_deployments(), json_out, render_table)
 
     @group.command("status")
     def status(dep: str = typer.Argument(..., metavar="ID"),
                json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Service state, URL, and whether the agent card answers."""
-        from mur.deploy.lifecycle import status as run
+        """Service state, URL, and whether the agent card answers (exit 3 when it is not running)."""
+        from mur.deploy.operations import status as run
 
-        result = run(dep, _progress(json_out))
-        emit(result, json_out, _human_kv)
+        result = run(dep, StepReporter())
+        emit(result, json_out, _human_status)
         if result.get("status") != "running":
             raise typer.Exit(3)
 
     @group.command("logs")
     def logs(dep: str = typer.Argument(..., metavar="ID"),
              follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
-             lines: int = typer.Option(200, "--lines", "-n", help="Lines of history.")) -> None:
+             lines: int = typer.Option(200, "--lines", "-n", help="Lines of history."),
+             json_out: bool = typer.Option(False, "--json", help="One JSON line (with -f: one per log line).")) -> None:
         """Show the service log (journal, supervisor log, or container log)."""
-        from mur.deploy.lifecycle import logs as run
+        from mur.deploy.operations import logs as run
+
+        pending = bytearray()
 
         def sink(data: bytes) -> None:
-            sys.stdout.buffer.write(data)
-            sys.stdout.flush()
+            if not json_out:
+                sys.stdout.buffer.write(data)
+                sys.stdout.flush()
+                return
+            pending.extend(data)
+            *done, rest = bytes(pending).split(b"\n")
+            pending[:] = rest
+            for line in done:
+                emit_json({"deployment_id": dep, "line": line.decode("utf-8", "replace")})
 
         text = run(dep, lines, follow, sink)
-        if text:
+        if json_out and not follow:
+            emit_json({"deployment_id": dep, "lines": text.splitlines()})
+        elif text:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
     @group.command("start")
     def start(dep: str = typer.Argument(..., metavar="ID"),
               json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
         """Start a stopped deployment."""
-        from mur.deploy.lifecycle import start as run
+        from mur.deploy.operations import start as run
 
-        emit(run(dep, _progress(json_out)), json_out, _human_kv)
+        emit(run(dep, StepReporter()), json_out, _human_result)
 
     @group.command("stop")
     def stop(dep: str = typer.Argument(..., metavar="ID"),
              json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
         """Stop the service and everything it started; files stay."""
-        from mur.deploy.lifecycle import stop as run
+        from mur.deploy.operations import stop as run
 
-        emit(run(dep, _progress(json_out)), json_out, _human_kv)
+        emit(run(dep, StepReporter()), json_out, _human_result)
 
     @group.command("destroy")
     def destroy(dep: str = typer.Argument(..., metavar="ID"),
                 force: bool = typer.Option(False, "--force", help="Forget it even if the remote cleanup fails."),
                 json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Stop, remove the remote files, then forget the deployment."""
-        from mur.deploy.lifecycle import destroy as run
+        """Stop, remove everything of the deployment from its target, then forget it."""
+        from mur.deploy.operations import destroy as run
 
-        result = run(dep, _progress(json_out), force=force)
-        emit(result, json_out, lambda r: f"destroyed {r['deployment_id']} ({r.get('host') or 'docker'})\n")
+        emit(run(dep, StepReporter(), force=force), json_out,
+             lambda r: f"destroyed {r['deployment_id']} ({r.get('target')})\n")
 
     @group.command("rollback")
     def rollback(dep: str = typer.Argument(..., metavar="ID"),
                  json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
         """Serve the previous release again (bundle, capsule and config together)."""
-        from mur.deploy.lifecycle import rollback as run
+        from mur.deploy.operations import rollback as run
 
-        emit(run(dep, _progress(json_out)), json_out, _human_kv)
+        emit(run(dep, StepReporter()), json_out, _human_result)
 
     app.add_typer(group, name="deploy")
 
@@ -213,46 +274,26 @@ def register(app: typer.Typer) -> None:
         """Stop, remove the remote files, then forget a deployment (same as `mur deploy destroy`)."""
         destroy(dep, force, json_out)
 
-    @app.command("supervise", hidden=True)
-    def supervise(
-        spec: Optional[str] = typer.Option(None, "--spec"),
-        foreground: bool = typer.Option(False, "--foreground"),
-        log_stdout: bool = typer.Option(False, "--log-stdout"),
-        stop_: bool = typer.Option(False, "--stop"),
-        status_: bool = typer.Option(False, "--status"),
-        run_dir: Optional[str] = typer.Option(None, "--run-dir"),
-        smoke: bool = typer.Option(False, "--smoke"),
-        release_dir: Optional[str] = typer.Option(None, "--release-dir"),
-        port: int = typer.Option(0, "--port"),
-        timeout: float = typer.Option(120.0, "--timeout"),
-        agent_card: Optional[str] = typer.Option(None, "--agent-card"),
-        wait: float = typer.Option(30.0, "--wait"),
-    ) -> None:
-        """Internal: the on-target supervisor used by `mur deploy` (not for direct use)."""
-        from mur.cli.render import emit_json
-        from mur.deploy import supervisor as sv
-        from mur.errors import MurError
+    supervise = typer.Typer(help="Internal: the on-target half of `mur deploy` (not for direct use).",
+                            no_args_is_help=True)
 
-        if agent_card:
-            res = sv.agent_card(agent_card, wait=wait)
-            emit_json(res)
-            raise typer.Exit(0 if res.get("ok") else 1)
-        if stop_ or status_:
-            if not run_dir:
-                raise typer.BadParameter("needs --run-dir", param_hint="--run-dir")
-            emit_json(sv.stop(run_dir) if stop_ else sv.read_state(run_dir))
-            return
-        if not spec:
-            raise typer.BadParameter("needs --spec", param_hint="--spec")
-        data = sv.load_spec(spec)
-        if smoke:
-            if not release_dir or not port:
-                raise MurError("E-DEPLOY-001", "--smoke needs --release-dir and --port")
-            res = sv.smoke(data, release_dir, port, timeout)
-            emit_json(res)
-            raise typer.Exit(0 if res.get("ok") else 1)
-        if foreground:
-            if log_stdout:
-                data["log_to_stdout"] = True
-            raise typer.Exit(sv.Supervisor(data).run())
-        emit_json(sv.start_detached(spec))
+    @supervise.command("run")
+    def supervise_run(spec: str = typer.Option(..., "--spec", help="The release's service.json."),
+                      log_stdout: bool = typer.Option(False, "--log-stdout", help="Log to stdout (a container).")) -> None:
+        """Keep one deployment's `mur run` alive (foreground)."""
+        from mur.deploy.supervisor import Supervisor, load_spec
+
+        out = sys.stdout.buffer if log_stdout else None
+        raise typer.Exit(Supervisor(load_spec(spec), out).run())
+
+    @supervise.command("smoke")
+    def supervise_smoke(spec: str = typer.Option(..., "--spec"), release_dir: str = typer.Option(..., "--release-dir"),
+                        port: int = typer.Option(..., "--port"), timeout: float = typer.Option(120.0, "--timeout")) -> None:
+        """Start a release once on a spare port, check it answers, stop it; one JSON line."""
+        from mur.deploy.supervisor import load_spec, smoke
+
+        res = smoke(load_spec(spec), release_dir, port, timeout)
+        emit_json(res)
+        raise typer.Exit(0 if res.get("ok") else 1)
+
+    app.add_typer(supervise, name="supervise", hidden=True)

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
     ) -> None:
         """Write a Deployment (or StatefulSet / Sandbox), Service, NetworkPolicy, Secret and seccomp profile."""
-        from mur.deploy.inputs import gather
+        from mur.deploy.capsule import gather
         from mur.export import export_k8s
         from mur.export.k8s import dns_label
 

@@ -16,19 +16,23 @@ from mur.humanize import plain
 
 
 def reporter(enabled: bool = True):
-    """deploy's Progress (steps and notes on stderr) plus the plan, printed before any change."""
-    from mur.deploy.progress import Progress
+    """The CLI's step reporter (steps and notes on stderr) plus the plan, printed before any change."""
+    from mur.cli.render import StepReporter
 
-    class _Reporter(Progress):
+    class _Reporter(StepReporter):
+        def line(self, text: str, style: str | None = None) -> None:
+            if enabled:
+                super().line(text, style)
+
         def plan(self, plan) -> None:  # noqa: ANN001 - mur.provision.hostplan.Plan
             if not plan.changes:
-                self._print("  nothing to change: the host is prepared", "green")
+                self.line("  nothing to change: the host is prepared", "green")
                 return
-            self._print(f"  plan: {len(plan.changes)} change(s)" + (", then a reboot" if plan.reboot else ""))
+            self.line(f"  plan: {len(plan.changes)} change(s)" + (", then a reboot" if plan.reboot else ""))
             for c in plan.changes:
-                self._print(f"    + {c.what}" + ("  (needs a reboot)" if c.reboot else ""))
+                self.line(f"    + {c.what}" + ("  (needs a reboot)" if c.reboot else ""))
 
-    return _Reporter(enabled=enabled)
+    return _Reporter()
 
 
 def _public_keys(keys: List[str], ssh_key: Optional[Path]) -> tuple[str, ...]:

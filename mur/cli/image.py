@@ -17,9 +17,9 @@ from mur.cli.render import emit
 
 
 def _progress():
-    from mur.deploy.progress import Progress
+    from mur.cli.render import StepReporter
 
-    return Progress(enabled=True)
+    return StepReporter()
 
 
 def _human_build(r: dict) -> str:
@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
     ) -> None:
         """Build the capsule's image (base + pinned runtime + capsule + precompiled components)."""
-        from mur.deploy.inputs import gather
+        from mur.deploy.capsule import gather
         from mur.image import BuildOptions, build_image
         from mur.image.reference import default_tag
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
-from typing import IO, Any, Callable
+import time
+from typing import IO, Any, Callable, Iterator
 
 # C0 controls but newline and tab, DEL, and C1: ESC starts the sequences that retitle a terminal,
 # rewrite what is on screen, or (OSC 52) write its clipboard; CR overwrites a line in place.
@@ -66,3 +68,28 @@ def stderr_console():
     from rich.console import Console
 
     return Console(stderr=True, highlight=False)
+
+
+class StepReporter:
+    """The CLI's rendering of a library Reporter (deploy, image, host, vm): `step` and `note` lines
+    on stderr, so stdout stays for the result or the --json line."""
+
+    def __init__(self) -> None:
+        self.console = stderr_console()
+
+    def line(self, text: str, style: str | None = None) -> None:
+        self.console.print(text, style=style, markup=False)
+
+    def note(self, text: str) -> None:
+        self.line(f"  {text}", "dim")
+
+    @contextlib.contextmanager
+    def step(self, text: str) -> Iterator[None]:
+        start = time.monotonic()
+        self.line(f"· {text}")
+        try:
+            yield
+        except BaseException:
+            self.line(f"✗ {text}", "red")
+            raise
+        self.line(f"✓ {text} ({time.monotonic() - start:.1f}s)", "green")

@@ -1,4 +1,5 @@
-"""Executing plan steps on a Target, with as few round trips as possible.
+"""Executing plan steps on a Target, with as few round trips as possible: the only place that
+turns steps into actions on a host.
 
 One `sha256sum` call learns which files the target already has; only the others are uploaded
 (an unchanged redeploy therefore uploads nothing). Directory creation is one command, reference
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from mur.deploy.plan import Mkdir, Run, Step, Symlink, Upload, WriteFile
+from mur.deploy.steps import Mkdir, Run, Step, Symlink, Upload, WriteFile
 from mur.deploy.targets.base import Result, Target
 
 
@@ -32,7 +33,7 @@ def symlink_command(target: str, link: str) -> str:
 
 
 def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
-                progress: Callable[[str], None] | None = None) -> ApplyStats:
+                note: Callable[[str], None] | None = None) -> ApplyStats:
     """Run the steps in order; uploads whose remote digest already matches are skipped."""
     steps = list(steps)
     stats = ApplyStats()
@@ -52,6 +53,11 @@ def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
         target.run(f"mkdir -p {paths} && {modes}", what="create directories")
         pending_dirs.clear()
 
+    def flush_links() -> None:
+        if links:
+            target.run(" && ".join(links), what="link unchanged files from the previous release")
+            links.clear()
+
     for step in steps:
         if isinstance(step, Mkdir):
             pending_dirs.append(step)
@@ -64,8 +70,8 @@ def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
                 links.append(f"{{ ln -f {q(step.alt)} {q(step.dst)} 2>/dev/null || cp -p {q(step.alt)} {q(step.dst)}; }}")
                 stats.linked += 1
             elif fresh:
-                if progress:
-                    progress(f"upload {Path(step.dst).name} ({_size(step.size)})")
+                if note:
+                    note(f"upload {Path(step.dst).name} ({_size(step.size)})")
                 target.put_file(Path(step.src), step.dst, step.mode)
                 stats.uploaded += 1
                 stats.uploaded_bytes += step.size
@@ -83,19 +89,21 @@ def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
             else:
                 stats.skipped += 1
         elif isinstance(step, Symlink):
+            flush_links()
             target.run(symlink_command(step.target, step.link), what=f"link {step.link}")
         elif isinstance(step, Run):
+            flush_links()
             run_step(target, step)
     flush_dirs()
-    if links:
-        target.run(" && ".join(links), what="link unchanged files from the previous release")
+    flush_links()
     if refs_cmds:
-        target.run("; ".join(refs_cmds) + "; true", check=False)
+        target.run("; ".join(refs_cmds) + "; true", check=False, what="record references")
     return stats
 
 
 def run_step(target: Target, step: Run) -> Result:
-    return target.run(step.cmd, sudo=step.sudo, check=step.check, timeout=step.timeout, what=step.label or "command")
+    return target.run(step.cmd, sudo=step.sudo, check=step.check, timeout=step.timeout, what=step.label or "command",
+                      helper=step.helper)
 
 
 def _size(n: int) -> str:

@@ -3,8 +3,11 @@
 The only write is the verified runtime into the target's runtime cache (`~/.murmur/bin/`), because
 the kernel checks are a real probe run *by that runtime* (`mur probe --json`): Landlock ABI,
 seccomp, cgroup mode and delegation, systemd. Then the pinned version is checked, disk space,
-sudo, whether shell tools will get a cgroup, and the achievable containment class against the
-capsule's floor (E-CAP-003 when unmet, E-DEPLOY-007 for anything else fatal).
+sudo, whether shell tools will get a cgroup, what brings the service back after a reboot, and the
+achievable containment class against the capsule's floor (E-CAP-003 when unmet, E-DEPLOY-007 for
+anything else fatal).
+
+h15's host provisioning runs the same checks: `preflight_host(target, runtime, capsule, dep_id=...)`.
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from mur.deploy.bundle import Bundle
-from mur.platform import platform_tag
-from mur.deploy.inputs import CapsuleInputs
-from mur.deploy.plan import Layout, Mkdir, Upload
-from mur.deploy.targets.base import Target
+from mur.runtime.bundle import Bundle
+from mur.deploy.capsule import DeployCapsule
+from mur.deploy.steps import Layout, Mkdir, Upload
+from mur.deploy.targets.base import HELPER, Target
 from mur.errors import MurError
+from mur.platform import platform_tag
 
 MARGIN = 64 << 20
 
@@ -125,24 +128,43 @@ def probe_command(runtime: str, sha256: str, uid: int) -> str:
             f"printf '%s\\n' \"$out\"; fi")
 
 
-def containment_check(report: Report, inp: CapsuleInputs, probe: dict[str, Any]) -> None:
-    """Compare the floor with what the probe achieved (shared by host and Docker preflight)."""
-    from mur.manifest.containment import achieved_class, shortfall_reason
+def containment_check(report: Report, inp: DeployCapsule, probe: dict[str, Any]) -> None:
+    """Compare the floor with what the probe achieved (shared by host and Docker preflight).
+
+    The probe runs as the user the service runs as, so its `netns` says whether the capsule's shell
+    tools would get the private network namespace that carries network.allow under `scoped`: a
+    target that cannot make one is refused here, not at the first session (a probe from a runtime
+    that does not report `netns` counts as able, as the sandbox's own check does)."""
+    from mur.manifest.containment import achieved_class, network_shortfall, shortfall_reason
 
     class _P:
         achieved = str(probe.get("achieved") or "advisory")
         mechanism = str(probe.get("mechanism") or "none")
         tier = str(probe.get("tier") or "")
+        netns = bool(probe.get("netns", True))
 
-    workdir_exec = bool(inp.capsule.capabilities.filesystem.workdir_exec)
-    achieved = achieved_class(_P, workdir_exec)
-    reason = shortfall_reason(inp.floor, achieved, workdir_exec)
+    caps = inp.capsule.capabilities
+    workdir_exec = bool(caps.filesystem.workdir_exec)
+    net_short = network_shortfall(caps, _P)
+    achieved = achieved_class(_P, workdir_exec, net_short)
+    reason = shortfall_reason(inp.floor, achieved, workdir_exec, net_short)
     report.containment = {"declared": inp.floor, "source": inp.floor_source, "achieved": achieved,
                           "met": reason is None, "reason": reason or probe.get("reason"),
-                          "mechanism": probe.get("mechanism")}
+                          "mechanism": probe.get("mechanism"), "netns": probe.get("netns"),
+                          "network_shortfall": net_short}
     report.add("containment", reason is None,
                f"floor {inp.floor} ({inp.floor_source}), achieved {achieved} via {probe.get('mechanism')}"
                + (f": {reason}" if reason else ""))
+
+
+def sudo_mode(target: Target) -> str:
+    """How deploy gets root on the target: "root", "helper" (a prepared host's root helper, preferred
+    over sudo when both work: it is all deploy needs), "nopasswd" (sudo -n sh -c) or "none"."""
+    if target.is_root:
+        return "root"
+    if target.run(f"sudo -n {HELPER} check", check=False, what="root helper check").rc == 0:
+        return "helper"
+    return "nopasswd" if target.run("sudo -n true", check=False, what="sudo check").rc == 0 else "none"
 
 
 def choose_init(pref: str, systemd: bool, privileged: bool) -> str:
@@ -154,8 +176,30 @@ def choose_init(pref: str, systemd: bool, privileged: bool) -> str:
     return "systemd" if systemd and privileged else "supervisor"
 
 
-def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id: str, init_pref: str = "auto",
-                   progress: Callable[[str], None] | None = None) -> Report:
+CRON_COMMAND = ("command -v crontab >/dev/null 2>&1 || exit 1; for f in /proc/[0-9]*/comm; do "
+                "read -r c < \"$f\" 2>/dev/null || continue; case \"$c\" in cron|crond) exit 0;; esac; done; exit 1")
+
+
+def boot_check(report: Report, target: Target, init: str, no_boot_hook: bool) -> None:
+    """What brings the service back after a reboot: the enabled unit, a cron @reboot entry, or
+    nothing, which deploy accepts only when asked to (--no-boot-hook)."""
+    if init == "systemd":
+        boot, detail = "systemd", "the unit is enabled (WantedBy=multi-user.target)"
+    elif no_boot_hook:
+        boot, detail = "none", "no boot hook (--no-boot-hook): the service does not come back after a reboot"
+    elif target.run(CRON_COMMAND, check=False, what="find cron").rc == 0:
+        boot, detail = "cron", "a @reboot entry in the deploy user's crontab starts the supervisor"
+    else:
+        report.facts["boot"] = "none"
+        report.add("boot", False, "no systemd and no running cron daemon: the service would not come back after a "
+                   "reboot (pass --no-boot-hook to accept that)")
+        return
+    report.facts["boot"] = boot
+    report.add("boot", True, detail, fatal=False)
+
+
+def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id: str, init_pref: str = "auto",
+                   no_boot_hook: bool = False, progress: Callable[[str], None] | None = None) -> Report:
     """Probe an SSH or local target; uploads (only) the verified runtime into its cache."""
     from mur.deploy.apply import apply_steps
 
@@ -170,32 +214,34 @@ def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id
     if plat != bundle.platform:
         return report
 
-    if uid == 0:
-        sudo = "root"
-    else:
-        sudo = "nopasswd" if target.run("sudo -n true", check=False).rc == 0 else "none"
-    privileged = sudo in ("root", "nopasswd")
+    sudo = sudo_mode(target)
+    privileged = sudo in ("root", "nopasswd", "helper")
     report.facts["sudo"] = sudo
-    report.add("privileges", True, {"root": "deploying as root", "nopasswd": f"{user} has passwordless sudo",
-                                    "none": f"{user} has no passwordless sudo: no systemd unit, no service cgroup"}[sudo],
-               fatal=False)
+    report.add("privileges", True, {
+        "root": "deploying as root", "nopasswd": f"{user} has passwordless sudo",
+        "helper": f"{user} may run only {HELPER} as root (a prepared host): systemd units that run as {user}",
+        "none": f"{user} has no passwordless sudo: no systemd unit, no service cgroup"}[sudo], fatal=False)
 
-    systemd = target.run("test -d /run/systemd/system && command -v systemctl >/dev/null", check=False).rc == 0
+    systemd = target.run("test -d /run/systemd/system && command -v systemctl >/dev/null", check=False,
+                         what="find systemd").rc == 0
     init = choose_init(init_pref, systemd, privileged)
+    if sudo == "helper" and init == "supervisor":
+        privileged = False  # the helper manages systemd units only: the supervisor runs as the user
     report.facts.update({"systemd": systemd, "init": init})
     if init == "systemd":
         report.add("init", systemd and privileged, "systemd unit with Delegate=" if systemd and privileged else
                    ("systemd is not running on the target" if not systemd else "installing a unit needs root or sudo"))
     else:
         report.add("init", True, "mur supervisor (no systemd)" if not systemd else "mur supervisor (by request)")
+    boot_check(report, target, init, no_boot_hook)
 
     lay = Layout(home, dep_id)
     remote_bundle = lay.bundle(bundle.name)
-    need = MARGIN + sum(a.files[0].size for a in inp.artifacts) + inp.manifest.size + sum(f.size for f in inp.files)
+    need = MARGIN + inp.upload_bytes
     have_bundle = target.digests([remote_bundle]).get(remote_bundle) == bundle.sha256
     # the runtime file, plus its one-time unpacking into ~/.murmur/runtime (~2.5x the file)
     need_home = need + (0 if have_bundle else bundle.size) + (bundle.size * 3 if bundle.origin != "installed" else 0)
-    df_home = parse_df(target.run(f"df -Pk {q(home)}", check=False).stdout)
+    df_home = parse_df(target.run(f"df -Pk {q(home)}", check=False, what="disk space").stdout)
     report.facts.update({"disk_free_bytes": df_home, "disk_needed_bytes": need_home})
     report.add("disk", df_home is None or df_home >= need_home,
                f"{_mb(df_home)} free in {home}, {_mb(need_home)} needed")
@@ -206,7 +252,7 @@ def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id
         progress(f"upload runtime {bundle.name} ({_mb(bundle.size)})")
     apply_steps(target, [Mkdir(lay.bin_dir, 0o755),
                          Upload(str(bundle.path), remote_bundle, 0o755, bundle.sha256, bundle.size)])
-    res = target.run(probe_command(remote_bundle, bundle.sha256, uid), check=False, timeout=600)
+    res = target.run(probe_command(remote_bundle, bundle.sha256, uid), check=False, timeout=600, what="probe")
     try:
         probe = parse_probe(res.stdout) if res.rc == 0 else {}
     except MurError:
@@ -228,7 +274,7 @@ def preflight_host(target: Target, bundle: Bundle, inp: CapsuleInputs, *, dep_id
     return report
 
 
-def _cgroup_checks(report: Report, inp: CapsuleInputs, probe: dict[str, Any], init: str, root: bool,
+def _cgroup_checks(report: Report, inp: DeployCapsule, probe: dict[str, Any], init: str, root: bool,
                    privileged: bool) -> None:
     mode = str(probe.get("cgroup_mode") or "none")
     if init == "systemd":

@@ -1,45 +1,144 @@
-"""`~/.murmur/deployments.json`: the local record of every deployment, written atomically.
+"""`~/.murmur/deployments.json`: the local record of every deployment, typed, written atomically.
 
 The file is a JSON array (upstream's shape, so `mur deploy ls` reads old files) of objects that
 carry upstream's fields (deployment_id, provider, ip, url, manifest_path, started_at, status) plus
-what rollback and the lifecycle commands need (target coordinates, release history, tunnel
-command). Several mur processes may deploy at once, so every read-modify-write holds an exclusive
-``flock`` on a sibling lock file; writes go to a temp file that is fsynced and renamed.
+what the lifecycle commands need (target coordinates, release history, tunnel, token file, pin).
+`Deployment` is the typed view; keys it does not know are kept as they were. Several mur processes
+may deploy at once, so every read-modify-write holds an exclusive ``flock`` on a sibling lock
+file; writes go to a temp file that is fsynced and renamed.
+
+Status: running | stopped | failed | starting | incomplete (a deploy was interrupted: `ls` shows
+it, `status` reads the target, `destroy` removes whatever it left).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
-import os
 import secrets
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
 from mur.fsutil import atomic_write_bytes, locked
 from mur.paths import deployments_path
 
-STATE_FILENAME = "deployments.json"
-
-
-def state_path() -> Path:
-    return deployments_path()
+STATUSES = ("running", "stopped", "failed", "starting", "incomplete")
 
 
 def new_deployment_id() -> str:
     """`dep_` + a UUIDv7 in simple form (32 lowercase hex): time-ordered, like upstream's ids."""
     ms = int(time.time() * 1000) & ((1 << 48) - 1)
-    rand_a = secrets.randbits(12)
-    rand_b = secrets.randbits(62)
-    value = (ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
+    value = (ms << 80) | (0x7 << 76) | (secrets.randbits(12) << 64) | (0b10 << 62) | secrets.randbits(62)
     return "dep_" + f"{value:032x}"
 
 
 def now_rfc3339() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Release:
+    """One release as it was deployed (release.json on a host; the image for Docker)."""
+
+    n: int | None = None
+    digest: str = ""
+    bundle: str = ""
+    bundle_version: str = ""
+    port: int | None = None
+    image: str | None = None
+    precompiled: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Release | None":
+        if not isinstance(d, dict):
+            return None
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return cls(**{k: d[k] for k in known if k in d}, extra={k: v for k, v in d.items() if k not in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {**self.extra, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}}
+        return {k: v for k, v in out.items() if v is not None}
+
+    @property
+    def ident(self) -> int | str | None:
+        """The release number on a host, the image on Docker."""
+        return self.n if self.n is not None else self.image
+
+
+@dataclass
+class Deployment:
+    deployment_id: str
+    provider: str  # local | ssh | docker
+    target: TargetSpec
+    manifest_path: str = ""
+    name: str = ""
+    version: str = ""
+    status: str = "incomplete"
+    url: str = ""
+    ip: str = "127.0.0.1"
+    started_at: str = ""
+    updated_at: str = ""
+    home: str = ""
+    init: str = "supervisor"
+    sudo: bool = False
+    helper: bool = False  # privileged steps go through the prepared host's root helper (not sudo sh -c)
+    service_port: int | None = None
+    bind: str = "127.0.0.1"
+    tunnel: str | None = None
+    tunnel_port: int | None = None
+    boot: str = "none"
+    keep_sessions: int = 5
+    release: Release | None = None
+    previous: Release | None = None
+    bundles: list[str] = field(default_factory=list)
+    artifacts: list[list[str]] = field(default_factory=list)
+    precompiled: list[str] = field(default_factory=list)
+    mur_version: str = ""
+    container: str | None = None
+    image: str | None = None
+    token_file: str | None = None  # the local copy of the A2A token (0600); the record never holds the token
+    tls_pin: str | None = None  # SHA-256 of the service certificate (DER) when it speaks HTTPS
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _RELEASES = ("release", "previous")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Deployment":
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kw: dict[str, Any] = {k: d[k] for k in known if k in d}
+        kw["target"] = TargetSpec.from_record(d.get("target"), str(d.get("provider") or "ssh"), str(d.get("ip") or ""))
+        kw["provider"] = str(d.get("provider") or kw["target"].provider)
+        for k in cls._RELEASES:
+            kw[k] = Release.from_dict(d.get(k))
+        return cls(**kw, extra={k: v for k, v in d.items() if k not in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "deployment_id": self.deployment_id, "provider": self.provider, "provider_vm_id": self.container or "",
+            "region": "", **self.extra}
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if f.name == "target":
+                value = value.to_record()
+            elif f.name in self._RELEASES:
+                value = value.to_dict() if value is not None else None
+            out[f.name] = value
+        return out
+
+    def uses(self, bundle: str, artifacts: list[tuple[str, str]], precompiled: list[str]) -> None:
+        """Add shared files this deployment references (destroy drops exactly these references)."""
+        self.bundles = sorted(set(self.bundles) | {bundle})
+        self.artifacts = [list(a) for a in sorted({tuple(a) for a in self.artifacts} | set(artifacts))]
+        self.precompiled = sorted(set(self.precompiled) | set(precompiled))
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -55,66 +154,60 @@ def _read(path: Path) -> list[dict[str, Any]]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise MurError("E-IO-003", f"deployments.json is malformed: {exc}", f"fix or move {path}") from exc
-    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
-        raise MurError("E-IO-003", "deployments.json is malformed: expected a JSON array of objects", f"fix or move {path}")
+    if not isinstance(data, list) or not all(isinstance(d, dict) and d.get("deployment_id") for d in data):
+        raise MurError("E-IO-003", "deployments.json is malformed: expected a JSON array of deployment objects",
+                       f"fix or move {path}")
     return data
-
-
-def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """mur.fsutil.atomic_write_bytes (private until renamed), its OSError as E-IO-003."""
-    try:
-        atomic_write_bytes(path, data, mode)
-    except OSError as exc:
-        raise MurError("E-IO-003", f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 class DeploymentStore:
     """The deployments file plus its lock; every mutation is one locked read-modify-write."""
 
     def __init__(self, path: Path | None = None):
-        self.path = path or state_path()
+        self.path = path or deployments_path()
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
         return locked(self.path.with_name(self.path.name + ".lock"))
 
-    def load(self) -> list[dict[str, Any]]:
+    def load(self) -> list[Deployment]:
         """All records (an empty list when the file does not exist)."""
         with self._locked():
-            return _read(self.path)
+            return [Deployment.from_dict(d) for d in _read(self.path)]
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[list[dict[str, Any]]]:
-        """Yield the record list under the lock; it is written back if the block succeeds."""
+    def _transaction(self) -> Iterator[list[dict[str, Any]]]:
         with self._locked():
             records = _read(self.path)
             yield records
-            body = json.dumps(records, indent=2, sort_keys=False) + "\n"
-            atomic_write(self.path, body.encode("utf-8"), 0o600)
+            body = (json.dumps(records, indent=2) + "\n").encode("utf-8")
+            try:
+                atomic_write_bytes(self.path, body, 0o600)
+            except OSError as exc:
+                raise MurError("E-IO-003", f"cannot write {self.path}: {exc.strerror or exc}") from exc
 
-    def find(self, ident: str) -> dict[str, Any]:
+    def find(self, ident: str) -> Deployment:
         """The record whose id is `ident`, else the one it uniquely prefixes (E-DEPLOY-008)."""
         return resolve_id(self.load(), ident)
 
-    def upsert(self, record: dict[str, Any]) -> None:
-        with self.transaction() as records:
+    def get(self, dep_id: str) -> Deployment | None:
+        return next((d for d in self.load() if d.deployment_id == dep_id), None)
+
+    def save(self, dep: Deployment) -> Deployment:
+        """Insert or replace one record (updated_at set now)."""
+        dep.updated_at = now_rfc3339()
+        dep.started_at = dep.started_at or dep.updated_at
+        body = dep.to_dict()
+        with self._transaction() as records:
             for i, existing in enumerate(records):
-                if existing.get("deployment_id") == record["deployment_id"]:
-                    records[i] = record
+                if existing.get("deployment_id") == dep.deployment_id:
+                    records[i] = body
                     break
             else:
-                records.append(record)
-
-    def update(self, dep_id: str, **fields: Any) -> dict[str, Any]:
-        """Merge `fields` into one record and return it."""
-        with self.transaction() as records:
-            for rec in records:
-                if rec.get("deployment_id") == dep_id:
-                    rec.update(fields)
-                    return dict(rec)
-        raise _unknown(dep_id)
+                records.append(body)
+        return dep
 
     def remove(self, dep_id: str) -> None:
-        with self.transaction() as records:
+        with self._transaction() as records:
             records[:] = [r for r in records if r.get("deployment_id") != dep_id]
 
 
@@ -122,20 +215,20 @@ def _unknown(ident: str) -> MurError:
     return MurError("E-DEPLOY-008", f"no deployment found with id '{ident}'", "list deployments with `mur deploy ls`")
 
 
-def resolve_id(records: list[dict[str, Any]], ident: str) -> dict[str, Any]:
+def resolve_id(records: list[Deployment], ident: str) -> Deployment:
     """Exact id first, then a unique prefix (with or without `dep_`); E-DEPLOY-008 otherwise."""
     ident = ident.strip()
     if not ident:
         raise _unknown(ident)
     for rec in records:
-        if rec.get("deployment_id") == ident:
+        if rec.deployment_id == ident:
             return rec
     wanted = ident if ident.startswith("dep_") else "dep_" + ident
-    hits = [r for r in records if str(r.get("deployment_id", "")).startswith(wanted)]
+    hits = [r for r in records if r.deployment_id.startswith(wanted)]
     if len(hits) == 1:
         return hits[0]
     if len(hits) > 1:
-        names = ", ".join(str(r["deployment_id"]) for r in hits)
+        names = ", ".join(r.deployment_id for r in hits)
         raise MurError("E-DEPLOY-008", f"ambiguous prefix '{ident}' matches multiple deployments: {names}",
                        "give more characters of the id")
     raise _unknown(ident)

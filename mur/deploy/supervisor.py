@@ -1,17 +1,22 @@
-"""`mur supervise`: keep one deployment's `mur run` alive where there is no systemd.
+"""`mur supervise run`: keep one deployment's `mur run` alive where there is no systemd.
 
-Started by deploy (as root, or through `sudo -n` for a non-root deploy user), it:
-  * is started detached by the shell (`setsid -f`, stdio to the log file; see plan.start_steps),
-    or relaunches itself as a fresh detached process (`start_detached`);
+Started by deploy (as root, or through `sudo -n` for a non-root deploy user; see
+mur.deploy.init.supervisor for the shell commands that start and stop it), it:
   * owns a cgroup subtree for the service (``mur.sandbox.cgroups``: v1 controller roots on hybrid
     hosts, ``/sys/fs/cgroup/mur/<dep>`` on v2) and puts `mur run` in it, so stop kills the whole
     tree and the service has a memory/pids ceiling;
   * runs the service as the deploy user when started as root for a non-root user;
+  * runs the release's prestart script before every start (stale payloads, bounded sessions);
   * restarts it per the restart policy with exponential backoff (1 s doubling to 60 s, reset
     after 60 s of uptime), and never gives up (a crash loop is visible in `mur deploy status`);
-  * writes `run/supervisor.pid` and `run/state.json`, and appends everything to `logs/service.log`;
+  * records `run/supervisor.pid` and `run/child.pid` with their identity (mur.deploy.procid),
+    `run/cgroups` and `run/state.json`, and appends everything to `logs/service.log` (or stdout);
+  * first removes what a previous supervisor killed with SIGKILL left behind (its service, still
+    running, found by its identity-checked pid file and its cgroup);
   * on SIGTERM stops the service (SIGTERM, then SIGKILL after 10 s), kills whatever is left in its
     cgroup, removes the cgroup and exits.
+
+`mur supervise smoke` starts a release once on a spare port (before it replaces a serving one).
 """
 
 from __future__ import annotations
@@ -20,27 +25,23 @@ import contextlib
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
-from mur.deploy.plan import read_env_file, run_argv
+from mur.deploy import procid
+from mur.deploy.env import read_env_file
+from mur.deploy.health import wait_until_up
+from mur.deploy.init.service import run_argv
 from mur.errors import MurError
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BACKOFF_START, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 60.0, 60.0
 STOP_GRACE = 10.0
-
-
-def self_command() -> list[str]:
-    """How to start this same mur again (the frozen bundle, or this interpreter)."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable]
-    return [sys.executable, "-m", "mur"]
 
 
 def load_spec(path: str) -> dict[str, Any]:
@@ -60,49 +61,19 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def read_state(run_dir: str) -> dict[str, Any]:
-    """The supervisor's last state, with `alive` checked against the pid."""
-    path = Path(run_dir) / "state.json"
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {"state": "absent", "alive": False}
-    pid = state.get("supervisor_pid")
-    state["alive"] = bool(pid) and _alive(int(pid))
-    if not state["alive"] and state.get("state") not in ("stopped", "exited"):
-        state["state"] = "dead"
-    return state
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); look at its state.
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
-            return False
-    return True
-
-
-def child_env(spec: dict[str, Any], release_dir: str, user: pwd.struct_passwd | None) -> dict[str, str]:
-    """A clean environment: essentials, the release's env file, and the service settings."""
+def child_env(spec: dict[str, Any], release_dir: str, user: pwd.struct_passwd | None,
+              overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """A clean environment: essentials, the release's env file, then the runtime's own variables."""
     home = spec.get("home") or (user.pw_dir if user else os.environ.get("HOME", "/"))
     env = {"PATH": DEFAULT_PATH, "HOME": home, "LANG": os.environ.get("LANG", "C.UTF-8")}
     if user:
         env["USER"] = env["LOGNAME"] = user.pw_name
     elif os.environ.get("USER"):
         env["USER"] = os.environ["USER"]
-    if os.environ.get("TMPDIR"):
-        env["TMPDIR"] = os.environ["TMPDIR"]
     with contextlib.suppress(OSError):
         env.update(read_env_file(Path(release_dir, "env").read_text()))
-    env["MURMUR_A2A_TIMEOUT_SECS"] = "0"
-    if os.environ.get("MUR_RUNTIME_DIR"):  # where the single-file runtime unpacked itself
-        env["MUR_RUNTIME_DIR"] = os.environ["MUR_RUNTIME_DIR"]
+    env.update({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
+    env.update(overrides or {})
     return env
 
 
@@ -149,53 +120,86 @@ def terminate(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def _kill_recorded(pidfile: Path) -> None:
+    """SIGKILL the process group of a recorded process, only if it is still that process."""
+    pid = procid.recorded_pid(pidfile)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    procid.remove_pidfile(pidfile)
+
+
+def _remove_children(top: str, include_top: bool = False) -> None:
+    """Kill and remove every cgroup below `top` (and `top` itself), deepest first."""
+    for dirpath, _dirnames, _files in os.walk(top, topdown=False):
+        if dirpath == top and not include_top:
+            continue
+        for _ in range(50):
+            try:
+                pids = [int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                pids = []
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                os.rmdir(dirpath)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)
+
+
 class Supervisor:
     """The foreground loop (what runs detached, or as a container's main process)."""
 
-    def __init__(self, spec: dict[str, Any], log: Callable[[str], None] | None = None):
+    def __init__(self, spec: dict[str, Any], out: BinaryIO | None = None):
         self.spec = spec
+        self.dep_id = str(spec["deployment_id"])
         self.run_dir = Path(spec["run_dir"])
         self.stopping = threading.Event()
         self.child: subprocess.Popen | None = None
         self.cgroup = None
-        self.state: dict[str, Any] = {"deployment_id": spec["deployment_id"], "supervisor_pid": os.getpid(),
+        self.state: dict[str, Any] = {"deployment_id": self.dep_id, "supervisor_pid": os.getpid(),
                                       "state": "starting", "restarts": 0, "url": None, "child_pid": None,
-                                      "last_exit": None, "cgroup": None, "started_at": time.time()}
-        self.log_fh = open(spec["log_file"], "ab", buffering=0) if not spec.get("log_to_stdout") else None
-        self._log = log
+                                      "last_exit": None, "cgroup": None}
+        self.out = out if out is not None else open(spec["log_file"], "ab", buffering=0)  # noqa: SIM115
 
     def log(self, text: str) -> None:
-        line = f"[mur supervise {time.strftime('%Y-%m-%dT%H:%M:%S')}] {text}\n".encode()
-        self._write(line)
+        self._write(f"[mur supervise {time.strftime('%Y-%m-%dT%H:%M:%S')}] {text}\n".encode())
 
     def _write(self, data: bytes) -> None:
-        if self.log_fh is not None:
-            self.log_fh.write(data)
-        else:
-            sys.stdout.buffer.write(data)
-            sys.stdout.flush()
+        self.out.write(data)
+        self.out.flush()
 
     def save(self, **fields: Any) -> None:
         self.state.update(fields)
         _write_json(self.run_dir / "state.json", self.state)
 
-    def _make_cgroup(self) -> list[str]:
+    def _reap_previous(self) -> None:
+        """What a supervisor killed with SIGKILL left: its service (still serving the port) and cgroup."""
+        _kill_recorded(self.run_dir / "child.pid")
         try:
-            from mur.sandbox.cgroups import CgroupLimits, CgroupUnavailable, create_session_cgroup
-        except ImportError:
-            self.log("no cgroup support in this runtime; running without a service cgroup")
-            return []
+            dirs = (self.run_dir / "cgroups").read_text().split()
+        except OSError:
+            dirs = []
+        for d in dirs:
+            if d.startswith("/sys/fs/cgroup/") and os.path.basename(d) == self.dep_id and os.path.isdir(d):
+                _remove_children(d, include_top=True)
+
+    def _make_cgroup(self) -> list[str]:
+        from mur.sandbox.cgroups import CgroupLimits, CgroupUnavailable, create_session_cgroup
+
         cg = self.spec.get("cgroup") or {}
         limits = CgroupLimits(int(cg.get("memory_bytes", 5 << 30)), int(cg.get("pids_max", 384)),
                               100 * (os.cpu_count() or 1), 1 << 40)
         try:
-            self.cgroup = create_session_cgroup(str(cg.get("name") or self.spec["deployment_id"]), limits)
-        except CgroupUnavailable as exc:
+            self.cgroup = create_session_cgroup(self.dep_id, limits)
+        except (CgroupUnavailable, OSError) as exc:
             self.log(f"service cgroup unavailable ({exc}); stop falls back to the process group")
             return []
-        except OSError as exc:
-            self.log(f"service cgroup unavailable ({exc}); stop falls back to the process group")
-            return []
+        (self.run_dir / "cgroups").write_text("\n".join(self.cgroup.dirs.values()) + "\n")
         self.save(cgroup=self.cgroup.dirs)
         self.log(f"service cgroup: {', '.join(self.cgroup.dirs.values())}")
         user = _service_user(self.spec)
@@ -213,7 +217,7 @@ class Supervisor:
         except OSError as exc:
             self.log(f"could not delegate {path} to {user.pw_name}: {exc}")
 
-    def _pump(self, stream) -> None:
+    def _pump(self, stream) -> None:  # noqa: ANN001
         first = True
         for line in iter(stream.readline, b""):
             if first and line.lstrip().startswith(b"{"):
@@ -223,12 +227,22 @@ class Supervisor:
                     self.save(state="running", url=startup.get("url"), session_id=startup.get("session_id"))
             self._write(line)
 
+    def _prestart(self, release: str, env: dict[str, str], user: pwd.struct_passwd | None) -> None:
+        script = Path(release, "prestart.sh")
+        if not script.is_file():
+            return
+        res = subprocess.run(["/bin/sh", str(script)], cwd=release, env=env, stdin=subprocess.DEVNULL,
+                             capture_output=True, preexec_fn=_preexec([], user), timeout=120)
+        if res.returncode != 0:
+            self.log(f"prestart exited {res.returncode}: {(res.stderr or res.stdout).decode(errors='replace')[-300:]}")
+
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         signal.signal(signal.SIGHUP, lambda *_: self._terminate_child())
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
+        self._reap_previous()
+        procid.write_pidfile(self.run_dir / "supervisor.pid", os.getpid())
         user = _service_user(self.spec)
         procs = self._make_cgroup()
         backoff = BACKOFF_START
@@ -236,19 +250,21 @@ class Supervisor:
         try:
             while not self.stopping.is_set():
                 release = os.path.realpath(self.spec["release_dir"])
+                env = child_env(self.spec, release, user)
+                self._prestart(release, env, user)
                 argv = run_argv(release, int(self.spec["port"]), self.spec.get("bind", "127.0.0.1"),
                                 self.spec.get("run_args") or [])
                 self.log(f"starting {' '.join(argv)}")
                 started = time.monotonic()
                 try:
                     self.child = subprocess.Popen(
-                        argv, cwd=release, env=child_env(self.spec, release, user), stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                        preexec_fn=_preexec(procs, user))
+                        argv, cwd=release, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_preexec(procs, user))
                 except OSError as exc:
                     self.log(f"cannot start the service: {exc}")
                     self.child, rc = None, 127
                 if self.child is not None:
+                    procid.write_pidfile(self.run_dir / "child.pid", self.child.pid)
                     self.save(state="starting", child_pid=self.child.pid, url=None)
                     pump = threading.Thread(target=self._pump, args=(self.child.stdout,), daemon=True)
                     pump.start()
@@ -281,6 +297,7 @@ class Supervisor:
         if self.child is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.child.pid, signal.SIGKILL)
+        procid.remove_pidfile(self.run_dir / "child.pid")
         if self.cgroup is not None:
             with contextlib.suppress(OSError):
                 self.cgroup.kill_all()
@@ -297,126 +314,78 @@ class Supervisor:
             except OSError as exc:
                 self.log(f"cgroup removal incomplete: {exc}")
         self.save(state="exited" if self.state["state"] == "exited" else "stopped", child_pid=None)
-        with contextlib.suppress(OSError):
-            (self.run_dir / "supervisor.pid").unlink()
+        for name in ("supervisor.pid", "cgroups"):
+            procid.remove_pidfile(self.run_dir / name)
         self.log("stopped")
 
 
-def _remove_children(top: str) -> None:
-    """Kill and remove every cgroup below `top`, deepest first."""
-    for dirpath, dirnames, _files in os.walk(top, topdown=False):
-        if dirpath == top:
-            continue
-        for _ in range(50):
-            try:
-                pids = [int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()]
-            except (OSError, ValueError):
-                pids = []
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            try:
-                os.rmdir(dirpath)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.05)
+def _read_token(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
 
 
-def start_detached(spec_path: str, wait: float = 15.0) -> dict[str, Any]:
-    """Launch the supervisor as a detached process unless one is alive; returns its state."""
-    spec = load_spec(spec_path)
-    run_dir = spec["run_dir"]
-    state = read_state(run_dir)
-    if state.get("alive"):
-        return {**state, "already_running": True}
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    Path(spec["log_file"]).parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        (Path(run_dir) / "state.json").unlink()
-    env = dict(os.environ)
-    with open(spec["log_file"], "ab") as log, open(os.devnull, "rb") as devnull:
-        proc = subprocess.Popen(self_command() + ["supervise", "--foreground", "--spec", spec_path],
-                                stdin=devnull, stdout=log, stderr=log, start_new_session=True, env=env,
-                                cwd="/", close_fds=True)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        state = read_state(run_dir)
-        if state.get("supervisor_pid") == proc.pid or state.get("alive"):
-            return state
-        if proc.poll() is not None:
-            raise MurError("E-DEPLOY-004", f"the supervisor exited at once (status {proc.returncode})",
-                           f"see {spec['log_file']}")
-        time.sleep(0.1)
-    raise MurError("E-DEPLOY-004", f"the supervisor did not report within {wait:.0f}s", f"see {spec['log_file']}")
+def _tls_pin(cert: str | None) -> str | None:
+    """The pin of the release's own certificate (the smoke check trusts exactly it)."""
+    if not cert or not os.path.isfile(cert):
+        return None
+    import hashlib
+    import ssl
 
-
-def stop(run_dir: str, timeout: float = 30.0) -> dict[str, Any]:
-    """SIGTERM the supervisor of `run_dir` and wait until it has cleaned up."""
-    state = read_state(run_dir)
-    pid = state.get("supervisor_pid")
-    if not state.get("alive") or not pid or state.get("state") in ("stopped", "exited"):
-        return {**state, "was_running": False}
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(int(pid), signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(int(pid)):
-        time.sleep(0.1)
-    if _alive(int(pid)):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
-        child = state.get("child_pid")
-        if child:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(child), signal.SIGKILL)
-    return {**read_state(run_dir), "was_running": True}
+    der = ssl.PEM_cert_to_DER_cert(Path(cert).read_text())
+    return hashlib.sha256(der).hexdigest()
 
 
 def smoke(spec: dict[str, Any], release_dir: str, port: int, timeout: float = 120.0) -> dict[str, Any]:
     """Start a release once on a spare port, wait for its startup JSON and agent card, stop it.
 
     Used before switching `current`, so a release that cannot start never replaces one that serves.
+    The candidate's pid is recorded (run/smoke.pid) so a stop or destroy after a dropped connection
+    finds it; its workdir and TMPDIR live in the release and are removed afterwards.
     """
     user = _service_user(spec)
     release = os.path.realpath(release_dir)
     smoke_dir = Path(release) / ".smoke"
-    smoke_dir.mkdir(exist_ok=True)
+    (smoke_dir / "tmp").mkdir(parents=True, exist_ok=True)
     if user is not None:
-        os.chown(smoke_dir, user.pw_uid, user.pw_gid)
+        for d in (smoke_dir, smoke_dir / "tmp"):
+            os.chown(d, user.pw_uid, user.pw_gid)
     argv = run_argv(release, port, "127.0.0.1", spec.get("run_args") or [])
     argv[argv.index("--workdir") + 1] = str(smoke_dir)
+    env = child_env(spec, release, user, {"TMPDIR": str(smoke_dir / "tmp")})
     err_path = smoke_dir / "stderr.log"
     result: dict[str, Any] = {"ok": False, "argv": argv}
+    pidfile = Path(spec["run_dir"]) / "smoke.pid"  # mur.deploy.init.supervisor.smoke_pid
     with open(err_path, "wb") as err:
-        proc = subprocess.Popen(argv, cwd=release, env=child_env(spec, release, user), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=err, start_new_session=True,
-                                preexec_fn=_preexec([], user))
-    line = _read_line(proc, timeout)
-    if not line:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(5)  # stdout closed: most likely it is exiting; report its status
+        proc = subprocess.Popen(argv, cwd=release, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=err, start_new_session=True, preexec_fn=_preexec([], user))
+    procid.write_pidfile(pidfile, proc.pid)
     try:
+        line = _read_line(proc, timeout)
         if not line:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)  # stdout closed: most likely it is exiting; report its status
             status = "still running" if proc.poll() is None else f"exited with status {proc.returncode}"
             result["error"] = f"capsule did not emit startup JSON within {timeout:.0f}s (mur process {status})"
         else:
             try:
-                startup = json.loads(line)
-                result["startup"] = startup
-                url = str(startup["url"])
+                result["startup"] = json.loads(line)
+                url = str(result["startup"]["url"])
             except (ValueError, KeyError, TypeError):
                 result["error"] = f"could not parse capsule startup JSON: {line[:300]!r}"
             else:
-                card = agent_card(f"http://127.0.0.1:{url.rsplit(':', 1)[-1]}", wait=min(30.0, timeout))
+                card = wait_until_up("127.0.0.1", int(url.rsplit(":", 1)[-1].split("/")[0]), min(30.0, timeout),
+                                     token=_read_token(env.get("MURMUR_A2A_TOKEN_FILE")),
+                                     pin=_tls_pin(env.get("MURMUR_A2A_TLS_CERT")))
                 result.update(card)
-                result["ok"] = bool(card.get("ok"))
     finally:
         terminate(proc)
+        procid.remove_pidfile(pidfile)
         with contextlib.suppress(OSError):
             result["stderr"] = err_path.read_bytes()[-2000:].decode("utf-8", "replace")
-        import shutil
-
         shutil.rmtree(smoke_dir, ignore_errors=True)
     return result
 
@@ -425,29 +394,9 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
     box: list[bytes] = []
 
     def reader() -> None:
-        box.append(proc.stdout.readline())
+        box.append(proc.stdout.readline())  # type: ignore[union-attr]
 
     t = threading.Thread(target=reader, daemon=True)
     t.start()
     t.join(timeout)
     return box[0].decode("utf-8", "replace").strip() if box else ""
-
-
-def agent_card(base_url: str, wait: float = 30.0) -> dict[str, Any]:
-    """GET <base>/.well-known/agent-card.json, retrying until `wait` runs out."""
-    import urllib.error
-    import urllib.request
-
-    url = base_url.rstrip("/") + "/.well-known/agent-card.json"
-    deadline = time.monotonic() + wait
-    last = ""
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback URL built by us
-                body = resp.read()
-            return {"ok": True, "agent_card": json.loads(body)}
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            last = str(getattr(exc, "reason", exc))
-        if time.monotonic() >= deadline:
-            return {"ok": False, "error": f"no agent card at {url}: {last}"}
-        time.sleep(0.5)

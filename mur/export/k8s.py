@@ -25,7 +25,7 @@ GiB, MiB = 1 << 30, 1 << 20
 
 @dataclass(frozen=True)
 class CapsuleFacts:
-    """What the objects are made of, taken from the gathered capsule (mur.deploy.inputs)."""
+    """What the objects are made of, taken from the gathered capsule (mur.deploy.capsule.gather)."""
 
     name: str
     version: str

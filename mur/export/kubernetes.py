@@ -42,7 +42,6 @@ class ExportResult:
 
 def facts(inputs: Any) -> CapsuleFacts:
     """What the manifests need from a gathered capsule."""
-    from mur.image.build import capsule_digest
     from mur.manifest.network import parse_allow_list
 
     cap = inputs.capsule
@@ -51,7 +50,7 @@ def facts(inputs: Any) -> CapsuleFacts:
     # the shell tools' aggregate bound (mur.sandbox.enclosing), which must then be at or below theirs.
     memory = int(caps.resources.cgroup_memory_bytes) if inputs.needs_subprocess else inputs.service_memory_bytes
     return CapsuleFacts(
-        name=inputs.name, version=inputs.version, capsule_digest=capsule_digest(inputs),
+        name=inputs.name, version=inputs.version, capsule_digest=inputs.digest,
         port=inputs.internal_port or S.DEFAULT_PORT, memory_bytes=memory, subprocesses=inputs.needs_subprocess,
         pids_max=int(caps.resources.cgroup_pids_max),
         cpu_percent=int(caps.resources.cgroup_cpu_percent), workdir_bytes=int(caps.resources.workdir_max_bytes),

@@ -74,7 +74,7 @@ class BuildOptions:
 
 def build_image(inputs: Any, tag: str, reporter: Reporter = QUIET, options: BuildOptions | None = None,
                 engine: Engine | None = None) -> BuildResult:
-    """Build (or find) the image of a gathered capsule (mur.deploy.inputs.CapsuleInputs) and tag it."""
+    """Build (or find) the image of a gathered capsule (mur.deploy.capsule.DeployCapsule, from gather) and tag it."""
     opts = options or BuildOptions()
     tag = str(parse_ref(tag))
     engine = engine or Engine()
@@ -100,7 +100,7 @@ def build_image(inputs: Any, tag: str, reporter: Reporter = QUIET, options: Buil
             with open(layer_path, "wb") as fh:
                 diff_id = layer.write(fh, created)
         spec = S.ImageSpec(
-            name=inputs.name, version=inputs.version, mur_version=runtime.version, runtime_sha256=runtime.sha256, capsule_digest=capsule_digest(inputs),
+            name=inputs.name, version=inputs.version, mur_version=runtime.version, runtime_sha256=runtime.sha256, capsule_digest=inputs.digest,
             lock_digest=hashlib.sha256(lock_bytes).hexdigest() if lock_bytes else "",
             base_ref=base.ref, base_id=base.id, base_digest=base.repo_digest, base_config=base.config,
             base_diff_ids=base.diff_ids, layer_diff_id=diff_id, port=inputs.internal_port or S.DEFAULT_PORT,
@@ -140,7 +140,7 @@ def _scratch_root() -> str:
 
 
 def _runtime(inputs: Any, plat: str, opts: BuildOptions, reporter: Reporter):
-    from mur.deploy import bundle as bundles
+    from mur.runtime import bundle as bundles
 
     pin = inputs.mur_version or __version__
     with reporter.step(f"mur {pin} runtime for {plat}"):
@@ -157,12 +157,12 @@ def _lock(inputs: Any, notes: list[str]) -> bytes:
     lock is made here, from the same digest-verified artifacts the image holds.
     """
     from mur.artifacts import lock as lockfile
-    from mur.artifacts.resolve import check_lock_for_run
+    from mur.artifacts.installed import check_lock_for_run
 
     project = inputs.manifest_path.parent
     path = lockfile.lock_path(project)
     if lockfile.read_lock(path) is not None:
-        check_lock_for_run(project, list(inputs.artifacts))  # verifies only, never writes, when a lock exists
+        check_lock_for_run(project, list(inputs.artifacts), create=False)  # verifies only, never writes
         return path.read_bytes()
     if not inputs.artifacts:
         return b""
@@ -177,7 +177,7 @@ def _lock(inputs: Any, notes: list[str]) -> bytes:
 
 
 def _precompiled(inputs: Any, plat: str, opts: BuildOptions, reporter: Reporter) -> list[Any]:
-    from mur.deploy import precompile as pc
+    from mur.runtime import precompile as pc
 
     if not opts.precompile:
         return []
@@ -185,7 +185,7 @@ def _precompiled(inputs: Any, plat: str, opts: BuildOptions, reporter: Reporter)
     if why:
         reporter.note(f"components compile when the container starts: {why}")
         return []
-    sources = pc.wasm_sources(inputs.files, inputs.artifacts, inputs.manifest_path.parent)
+    sources = inputs.wasm_sources()
     if not sources:
         return []
     with reporter.step(f"precompile {len(sources)} component(s) for {plat}"):
@@ -226,16 +226,6 @@ def _add_capsule(layer: Layer, inputs: Any, lock: bytes, compiled: list[Any], ba
         layer.file(f"{murmur}/cache/wasm/{f.rel}", src=f.src, mode=0o600, uid=uid, gid=gid)
     layer.dir(S.WORKDIR, 0o700, uid, gid)
     layer.symlink(f"{cap}/workdir", S.SESSIONS_DIR)  # the session records: on the volume, beside the tools' workdir
-
-
-def capsule_digest(inputs: Any) -> str:
-    """The capsule's digest, as deploy records it (manifest, files, workdir seed, artifacts)."""
-    from mur.deploy.plan import BundleRef, ReleaseInputs
-    from mur.deploy.plan import capsule_digest as digest
-
-    return digest(ReleaseInputs(dep_id="", home="", n=0, bundle=BundleRef("", "", "", ""), manifest=inputs.manifest,
-                                files=tuple(inputs.files), workdir=tuple(inputs.workdir),
-                                artifacts=tuple(inputs.artifacts)))
 
 
 def _load(engine: Engine, config: bytes, base: BaseImage, layer_path: Path, diff_id: str, mtime: int,

@@ -136,7 +136,7 @@ _IDENT = re.compile(rb"^id=([A-Za-z0-9._-]+)$", re.M)
 
 
 def runtime_ident(bundle: Path) -> tuple[str, int]:
-    """(runtime id, payload offset) from the header of a self-extracting runtime (mur.deploy.bundle)."""
+    """(runtime id, payload offset) from the header of a self-extracting runtime (mur.runtime.bundle)."""
     try:
         with open(bundle, "rb") as fh:
             head = fh.read(4096)

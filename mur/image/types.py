@@ -1,30 +1,13 @@
-"""Value types of mur.image: the image reference a build or transfer returns, and the reporter seam."""
+"""Value types of mur.image: the image reference a build or transfer returns, and the reporter seam
+(mur.progress: library code never prints)."""
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Iterator, Protocol
 
+from mur.progress import QUIET, Reporter
 
-class Reporter(Protocol):
-    """Progress for long work (mur.deploy.progress.Progress fits); library code never prints."""
-
-    def step(self, text: str) -> contextlib.AbstractContextManager[None]: ...
-
-    def note(self, text: str) -> None: ...
-
-
-class _Quiet:
-    @contextlib.contextmanager
-    def step(self, text: str) -> Iterator[None]:
-        yield
-
-    def note(self, text: str) -> None:
-        pass
-
-
-QUIET: Reporter = _Quiet()
+__all__ = ["QUIET", "ImageRef", "Reporter"]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ followed by whatever the manifest configured:
 * ``inference.system_prompt_artifact`` — a prompt-payload artifact's text (a skill's ``skill.md``),
   read once at launch; unreadable -> ``E-RUN-009``.
 
-The files are read by the pre-checks (mur.session.resolve.read_prompts); this module assembles.
+The files are read by the pre-checks (mur.session.launch_checks.read_prompts); this module assembles.
 
 The prompt is launch-invariant (no paths, session ids or timestamps) so a provider's prompt cache
 keeps matching its prefix across sessions.

@@ -63,17 +63,20 @@ class LoadedCapsule:
         self.stage_warnings = []
 
 
-def load_capsule(path: str | Path, *, env: Mapping[str, str] | None = None) -> LoadedCapsule:
+def load_capsule(path: str | Path, *, env: Mapping[str, str] | None = None, resolve_env: bool = True) -> LoadedCapsule:
     """Read, parse and validate a capsule manifest file (a directory means its murmur.yaml).
 
-    Errors name the file as the user gave it (`m.yaml: field ...`), not always `murmur.yaml`."""
+    Errors name the file as the user gave it (`m.yaml: field ...`), not always `murmur.yaml`.
+    `env` (default: the process environment) resolves `${VAR}` references such as
+    `inference.api_key`; `resolve_env=False` leaves them unresolved (`LoadedCapsule.api_key` is
+    None) for commands that never call the provider (install, doctor, deploy)."""
     path = manifest_path(path)
     try:
         text = read_manifest_text(path)
     except MurError as err:  # the path is the user's and may hold a line break
         raise single_line_error(err) from err.__cause__
     try:
-        loaded = parse_capsule(text, env=env)
+        loaded = parse_capsule(text, env=env, resolve_env=resolve_env)
     except MurError as err:
         raise naming_file(err, str(path)) from err.__cause__
     loaded.path = path.resolve()
@@ -86,15 +89,15 @@ def manifest_path(path: str | Path) -> Path:
     return path / MANIFEST_FILENAME if path.is_dir() else path
 
 
-def parse_capsule(text: str, *, env: Mapping[str, str] | None = None) -> LoadedCapsule:
+def parse_capsule(text: str, *, env: Mapping[str, str] | None = None, resolve_env: bool = True) -> LoadedCapsule:
     """Parse and validate capsule manifest text (no file access)."""
     try:
-        return _parse_capsule(text, os.environ if env is None else env)
+        return _parse_capsule(text, (os.environ if env is None else env) if resolve_env else None)
     except MurError as err:
         raise single_line_error(err) from err.__cause__
 
 
-def _parse_capsule(text: str, env: Mapping[str, str]) -> LoadedCapsule:
+def _parse_capsule(text: str, env: Mapping[str, str] | None) -> LoadedCapsule:
     raw = parse_yaml(text)
     if raw is None:
         raw = {}

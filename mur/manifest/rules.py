@@ -37,8 +37,11 @@ def _capability_error(field: str, message: str, hint: str | None = None) -> MurE
     return MurError("E-MAN-003", f"{M}: invalid capability config for '{field}': {message}", hint)
 
 
-def validate_rules(capsule: Capsule, env: Mapping[str, str]) -> str | None:
-    """Apply every E-MAN rule; returns the resolved inference api_key (or None)."""
+def validate_rules(capsule: Capsule, env: Mapping[str, str] | None) -> str | None:
+    """Apply every E-MAN rule; returns the resolved inference api_key (or None).
+
+    `env` None: `${VAR}` references are left unresolved (see `env_references`); commands that
+    never call the provider (install, doctor, deploy) must not need its key."""
     _check_artifacts(capsule)
     _check_capabilities(capsule.capabilities, "capabilities")
     api_key = None
@@ -213,7 +216,9 @@ def _check_inference(capsule: Capsule, env: Mapping[str, str]) -> str | None:
                     f"artifact '{name}' is declared with runtime: {declared.runtime}; the inference driver "
                     "must be declared with runtime: driver",
                 )
-    return resolve_api_key(inf.api_key.strip(), env) if inf.api_key else None
+    if not inf.api_key or env is None:
+        return None
+    return resolve_api_key(inf.api_key.strip(), env)
 
 
 def _rust_float(value: float) -> str:
@@ -281,6 +286,22 @@ def check_endpoint(endpoint: str) -> None:
     )
 
 
+def env_references(capsule: Capsule) -> dict[str, str]:
+    """Environment variables the manifest references: field path -> variable name."""
+    inf = capsule.inference
+    match = _ENV_REF.match(inf.api_key.strip()) if inf is not None and inf.api_key else None
+    return {"inference.api_key": match.group(1)} if match else {}
+
+
+def unset_reference_error(field_path: str, variable: str, hint: str | None = None) -> MurError:
+    """E-MAN-003 for a `${VARIABLE}` reference the environment does not satisfy."""
+    return MurError(
+        "E-MAN-003",
+        f"{M}: {field_path} references ${{{variable}}} but the environment variable is not set",
+        hint or f"export {variable}=... before running, or put it in a .env file next to murmur.yaml",
+    )
+
+
 def resolve_api_key(value: str, env: Mapping[str, str]) -> str:
     """`${UPPER_SNAKE}` -> that env var (E-MAN-003 when unset); anything else is a literal."""
     match = _ENV_REF.match(value)
@@ -288,11 +309,7 @@ def resolve_api_key(value: str, env: Mapping[str, str]) -> str:
         return value
     variable = match.group(1)
     if variable not in env:
-        raise MurError(
-            "E-MAN-003",
-            f"{M}: inference.api_key references {value} but the environment variable is not set",
-            f"export {variable}=... before running, or put it in a .env file next to murmur.yaml",
-        )
+        raise unset_reference_error("inference.api_key", variable)
     return env[variable]
 
 

@@ -8,6 +8,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from mur.deploy.targets.base import HELPER
 from mur.errors import MurError
 
 ROOT = Path(__file__).resolve().parent / "deploy"
@@ -36,6 +37,7 @@ HOST_FILES: tuple[HostFile, ...] = (
     HostFile("systemd/mur-delegate.conf", "/etc/systemd/system/mur-.service.d/mur-delegate.conf", 0o644),
     HostFile("host/mur-host.sh", "/usr/local/lib/mur/mur-host.sh", 0o755),
     HostFile("host/mur-cmdline.cfg", "/usr/local/lib/mur/mur-cmdline.cfg", 0o644),
+    HostFile("host/mur-deploy-helper", HELPER, 0o755),
 )
 HOST_SCRIPT = "/usr/local/lib/mur/mur-host.sh"
 MARKER = "/etc/mur/host.json"

@@ -2,9 +2,10 @@
 commands, uploads, and the deploy preflight. Kept in one module so the calls can be re-pointed
 when mur.deploy's layout changes.
 
-Uses: mur.deploy.connect.TargetSpec + connect (SSHTarget: known_hosts verification,
---trust-new-host, retries), Target.run / put_file / close, mur.deploy.service.DeployRequest +
-check (the `mur deploy --check` preflight), mur.deploy.preflight.Report (its result).
+Uses: mur.deploy.targets.TargetSpec + connect (SSHTarget: known_hosts verification,
+--trust-new-host, retries), Target.run / put_file / is_root / close, mur.deploy.request.DeployRequest
+and mur.deploy.operations.check (the `mur deploy --check` preflight), mur.deploy.preflight.Report
+(its result).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class SSHCoords:
     known_hosts: str | None = None
 
     def spec(self, user: str | None = None):
-        from mur.deploy.connect import TargetSpec
+        from mur.deploy.targets import TargetSpec
 
         return TargetSpec("ssh", host=self.host, port=self.port, user=user or self.user, key_file=self.key_file,
                           known_hosts=self.known_hosts)
@@ -47,7 +48,7 @@ class SSHCoords:
 def connect(coords: SSHCoords, *, trust_new_host: bool = False, note: Callable[[str], None] | None = None,
             budget: float | None = None, user: str | None = None):
     """A connected deploy Target (host key verified against known_hosts, as for mur deploy)."""
-    from mur.deploy.connect import connect as deploy_connect
+    from mur.deploy.targets import connect as deploy_connect
 
     return deploy_connect(coords.spec(user), trust_new_host=trust_new_host, note=note, connect_budget=budget)
 
@@ -108,6 +109,7 @@ def reboot_and_wait(coords: SSHCoords, target, *, timeout: float, note: Callable
 
 def preflight(coords: SSHCoords, user: str, manifest: Path, progress) -> Any:
     """`mur deploy --check` as the deploy user: returns mur.deploy.preflight.Report."""
-    from mur.deploy.service import DeployRequest, check
+    from mur.deploy.operations import check
+    from mur.deploy.request import DeployRequest
 
     return check(DeployRequest(manifest=manifest, target=coords.spec(user)), progress)

@@ -1,31 +1,19 @@
-"""How provisioning reports progress: an injected reporter (only mur/cli prints).
-
-The same shape as mur.deploy.progress.Progress (`step` context manager, `note`), which the
-deploy preflight calls too, plus `plan` for the list of changes before they are made.
+"""How provisioning reports progress: mur.progress's Reporter (only mur/cli prints) plus `plan`,
+the list of changes shown before they are made. The deploy preflight it runs takes the same object.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
+
+from mur import progress
 
 
-class Reporter(Protocol):
-    def step(self, text: str) -> contextlib.AbstractContextManager[None]: ...
-
-    def note(self, text: str) -> None: ...
-
+class Reporter(progress.Reporter, Protocol):
     def plan(self, plan: Any) -> None: ...
 
 
-class _Quiet:
-    @contextlib.contextmanager
-    def step(self, text: str) -> Iterator[None]:
-        yield
-
-    def note(self, text: str) -> None:
-        pass
-
+class _Quiet(progress.Quiet):
     def plan(self, plan: Any) -> None:
         pass
 

@@ -76,6 +76,7 @@ def template_values(inp: UserDataInputs) -> dict[str, str]:
         "delegate": tf_json(assets.read_text("systemd/mur-delegate.conf")),
         "host_script": tf_json(assets.read_text("host/mur-host.sh")),
         "cmdline_cfg": tf_json(assets.read_text("host/mur-cmdline.cfg")),
+        "deploy_helper": tf_json(assets.read_text("host/mur-deploy-helper")),
         "marker": tf_json(marker(inp)),
         "kernel": tf_json(inp.kernel),
         "ssh_host_keys": host_keys,

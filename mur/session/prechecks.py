@@ -9,7 +9,8 @@
      the inference driver (E-RUN-005/006), `inference.command` on PATH (E-RUN-006), murmur.lock
      (E-RUN-003 / E-REG-002 / E-REG-005), prompt files (E-RUN-009), the capsule component (E-RUN-004),
      an aggregate cgroup bound for subprocess-capable capsules (E-RUN-012)
-Nothing here writes to disk except murmur.lock creation, which the spec assigns to `mur run`.
+Nothing here writes to disk except murmur.lock creation (the spec assigns it to `mur run`), and that
+only after every other check passed: a refused run leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -107,12 +108,14 @@ def prepare(opts: RunOptions) -> CheckedRun:
     achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec,
                            subprocess_shortfall(capsule.capabilities, host))
     prep = CheckedRun(loaded, opts, config, floor, host, achieved)
-    from mur.session import resolve
+    from mur.resolve.capsule import resolve_loaded
+    from mur.session import launch_checks as checks
 
-    prep.resolved = resolve.resolve_artifacts(loaded)
-    resolve.check_inference(prep)
-    resolve.check_lock(prep)
-    resolve.read_prompts(prep)
-    resolve.check_capsule_component(prep)
-    resolve.check_subprocess_bound(prep)
+    prep.resolved = dict(resolve_loaded(loaded).artifacts)
+    checks.check_inference(prep)
+    checks.check_lock(prep)
+    checks.read_prompts(prep)
+    checks.check_capsule_component(prep)
+    checks.check_subprocess_bound(prep)
+    checks.check_lock(prep, create=True)  # the only write, after every check passed
     return prep

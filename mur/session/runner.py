@@ -268,7 +268,7 @@ def _otel_exporter(capsule: Any, wd: Any) -> Any:
 
 def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any) -> Any:
     """Start the shell sandbox when the capsule can spawn subprocesses (E-RUN-012 inside)."""
-    from mur.session.resolve import needs_subprocesses
+    from mur.session.launch_checks import needs_subprocesses
 
     if not needs_subprocesses(prep):
         return None

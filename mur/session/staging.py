@@ -26,7 +26,7 @@ import yaml
 from mur import paths
 from mur.errors import MurError
 from mur.fsafe import LinkRefused, Tree
-from mur.session.resolve import ResolvedArtifact
+from mur.resolve.artifacts import ResolvedArtifact
 from mur.session.workdir import Workdir, refused
 
 PAYLOADS = "payloads"

@@ -324,3 +324,17 @@ def _platform() -> str:
     from mur.artifacts.store import current_platform
 
     return current_platform()
+
+
+def test_install_and_doctor_do_not_need_the_provider_key(isolated, mur, published, monkeypatch):
+    """`api_key: ${KEY}` is resolved by the commands that call the provider, not by install/doctor."""
+    monkeypatch.delenv("MUR_TEST_UNSET_KEY", raising=False)
+    project = write_capsule(isolated / "proj", GREET)
+    (project / "murmur.yaml").write_text(
+        (project / "murmur.yaml").read_text()
+        + "inference:\n  transport: http\n  model: m\n  api_key: ${MUR_TEST_UNSET_KEY}\n")
+    assert mur("install", cwd=project).code == 0
+    result = mur("doctor", cwd=project)
+    assert result.code == 0 and "All checks passed." in result.out, result.out + result.err
+    run = mur("run", "--manifest", "murmur.yaml", "--explain-scope", cwd=project)
+    assert run.code == 1 and "references ${MUR_TEST_UNSET_KEY} but the environment variable is not set" in run.err

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from mur.deploy.apply import apply_steps
-from mur.deploy.plan import Mkdir, Run, Symlink, Upload, WriteFile
+from mur.deploy.steps import Mkdir, Run, Symlink, Upload, WriteFile
 from mur.deploy.targets.local import LocalTarget
 
 

@@ -6,17 +6,22 @@ import json
 
 import pytest
 
+from mur.deploy.env import parse_env_args, parse_env_text, read_env_file, render_env_file
+from mur.deploy.init import init_for, run_argv
 from mur.deploy.plan import (
-    ArtifactRef, BundleRef, FileRef, Layout, Mkdir, ReleaseInputs, Run, ServiceConfig, Symlink, Upload, WriteFile,
-    activate_steps, artifact_verify_command, destroy_steps, listening_ports, parse_env_args, parse_env_text,
-    pick_port, plan_release, prune_command, read_env_file, render_env_file, run_argv, start_steps, stop_steps,
+    ReleaseInputs, activate_steps, artifact_verify_command, choose_port, destroy_steps, listening_ports, pick_port,
+    plan_release, prune_command,
+)
+from mur.deploy.steps import (
+    ArtifactRef, BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Symlink, Upload, WriteFile,
 )
 from mur.errors import MurError
 
 DEP = "dep_0123456789abcdef0123456789abcdef"
 
 
-def inputs(home="/home/deployer", n=1, env=(("API_TOKEN", 'se"cr$et'),), prev=None, sudo=True, **svc) -> ReleaseInputs:
+def inputs(home="/home/deployer", n=1, env=(("API_TOKEN", 'se"cr$et'),), prev=None, sudo=True, token=b"",
+           **svc) -> ReleaseInputs:
     return ReleaseInputs(
         dep_id=DEP, home=home, n=n,
         bundle=BundleRef("mur-0.1.0-linux-x86_64", "/cache/mur-0.1.0-linux-x86_64", "b" * 64, "0.1.0", 1000),
@@ -27,7 +32,7 @@ def inputs(home="/home/deployer", n=1, env=(("API_TOKEN", 'se"cr$et'),), prev=No
                                                    FileRef("/s/greet-1.0.0.sha256", "greet-1.0.0.sha256", "c" * 64, 64)),
                                "greet-1.0.0.mur.zip", "a" * 64),),
         service=ServiceConfig(**({"port": 23456, "env": env, "user": "deployer", "init": "systemd"} | svc)),
-        sudo=sudo, prev_n=prev, capsule_name="hello", capsule_version="1.0.0")
+        sudo=sudo, prev_n=prev, capsule_name="hello", capsule_version="1.0.0", token=token)
 
 
 def test_everything_lives_under_the_target_users_home():
@@ -55,7 +60,8 @@ def test_artifacts_go_to_the_targets_global_store_with_their_digests():
     ups = [s for s in plan.prepare if isinstance(s, Upload) and "/artifacts/" in s.dst]
     assert [u.dst for u in ups] == ["/home/deployer/.murmur/artifacts/greet/1.0.0/greet-1.0.0.mur.zip",
                                     "/home/deployer/.murmur/artifacts/greet/1.0.0/greet-1.0.0.sha256"]
-    cmd = artifact_verify_command(inputs())
+    inp = inputs()
+    cmd = artifact_verify_command(Layout(inp.home, DEP), inp.artifacts)
     assert "a" * 64 + "  /home/deployer/.murmur/artifacts/greet/1.0.0/greet-1.0.0.mur.zip" in cmd
     assert cmd.endswith("sha256sum -c --quiet -")
 
@@ -75,8 +81,8 @@ def test_unchanged_files_are_linked_from_the_previous_release():
     plan = plan_release(inputs(n=3, prev=2))
     man = next(s for s in plan.prepare if isinstance(s, Upload) and s.dst.endswith("/releases/3/murmur.yaml"))
     assert man.alt.endswith("/releases/2/murmur.yaml")
-    seed = next(s for s in plan.prepare if isinstance(s, Upload) and s.dst.endswith("workdir/bin/tool.sh"))
-    assert seed.alt.endswith("/releases/2/workdir/bin/tool.sh") and seed.mode == 0o755
+    seed = next(s for s in plan.prepare if isinstance(s, Upload) and s.dst.endswith("/work/bin/tool.sh"))
+    assert seed.alt.endswith("/releases/2/work/bin/tool.sh") and seed.mode == 0o755
 
 
 def test_digest_ignores_the_release_number_and_tracks_every_input():
@@ -95,13 +101,13 @@ def test_service_spec_and_argv_run_through_current():
     assert spec["release_dir"].endswith(f"{DEP}/current") and spec["port"] == 23456
     assert spec["user"] == "deployer" and spec["run_args"] == ["--lifecycle-task-acceptance", "queue"]
     argv = run_argv("/r", 5, "127.0.0.1", ("--x",))
-    assert argv == ["/r/mur", "run", "--manifest", "/r/murmur.yaml", "--workdir", "/r/workdir", "--json",
+    assert argv == ["/r/mur", "run", "--manifest", "/r/murmur.yaml", "--workdir", "/r/work", "--json",
                     "--bind", "127.0.0.1", "--port", "5", "--x"]
 
 
 def test_systemd_activation_switches_current_then_restarts_with_sudo():
     lay = Layout("/home/deployer", DEP)
-    steps = activate_steps(lay, 4, "systemd", sudo=True)
+    steps = activate_steps(lay, 4, ServiceConfig(port=1, init="systemd", boot="systemd"), sudo=True)
     assert steps[0] == Symlink("releases/4", lay.current)
     runs = [s for s in steps if isinstance(s, Run)]
     assert all(r.sudo for r in runs)
@@ -111,17 +117,54 @@ def test_systemd_activation_switches_current_then_restarts_with_sudo():
 
 def test_supervisor_start_is_detached_by_the_shell_and_idempotent():
     lay = Layout("/root", DEP)
-    (start,) = start_steps(lay, "supervisor", sudo=False)
+    (start,) = init_for("supervisor").start(lay, sudo=False)
     assert "setsid -f" in start.cmd and "</dev/null" in start.cmd and "already running" in start.cmd
-    assert not start.sudo
-    (stop,) = stop_steps(lay, "supervisor", sudo=True)
+    assert "supervise run --spec" in start.cmd and not start.sudo
+    (stop,) = init_for("supervisor").stop(lay, sudo=True)
     assert stop.sudo and not stop.check and "kill -TERM" in stop.cmd and "kill -KILL" in stop.cmd
+    # the recorded pid is signalled only after its identity was checked
+    assert stop.cmd.index("mur_alive") < stop.cmd.index("kill -TERM")
+
+
+def test_a_boot_hook_is_installed_with_the_release_and_removed_by_destroy():
+    lay = Layout("/home/deployer", DEP)
+    plan = plan_release(inputs(init="supervisor", boot="cron"))
+    boot = next(s for s in plan.prepare if isinstance(s, WriteFile) and s.dst == lay.boot_script)
+    assert boot.mode == 0o755 and b"sudo -n sh -c" in boot.content and b"supervise run" in boot.content
+    cron = [s for s in plan.activate if isinstance(s, Run) and s.label == "install boot hook"]
+    assert len(cron) == 1 and f"@reboot /bin/sh {lay.boot_script} # mur:{DEP}" in cron[0].cmd
+    assert not any(isinstance(s, Run) and s.label == "install boot hook"
+                   for s in plan_release(inputs(init="supervisor", boot="none")).activate)
+    text = "\n".join(s.cmd for s in destroy_steps(lay, "supervisor", True, [], []))
+    assert f"# mur:{DEP}" in text and "crontab -" in text
+
+
+def test_the_token_file_is_private_and_a_new_token_is_a_new_release():
+    plan = plan_release(inputs(token=b"tok-1"))
+    tok = next(s for s in plan.prepare if isinstance(s, WriteFile) and s.dst.endswith("/a2a-token"))
+    assert tok.mode == 0o600 and tok.content == b"tok-1" and tok.dst == f"{plan.layout.root}/a2a-token"
+    assert plan_release(inputs(token=b"tok-2")).digest != plan.digest
+    assert "tok-1" not in json.dumps(plan.release_meta) and "tok-1" not in json.dumps(plan.service_spec)
+    assert plan.service_spec["env"]["MURMUR_A2A_TOKEN_FILE"] == f"{plan.layout.root}/a2a-token"
+
+
+def test_the_service_stages_payloads_inside_the_deployment_and_bounds_sessions():
+    plan = plan_release(inputs(init="supervisor", keep_sessions=3))
+    lay = plan.layout
+    assert plan.service_spec["env"]["TMPDIR"] == lay.tmp_dir == f"{lay.root}/tmp"
+    pre = next(s for s in plan.prepare if isinstance(s, WriteFile) and s.dst.endswith("/prestart.sh"))
+    text = pre.content.decode()
+    assert f"rm -rf {lay.tmp_dir}/mur-payloads-*" in text and "tail -n +4" in text and "ses_*" in text
 
 
 def test_destroy_stops_removes_and_releases_shared_files():
     lay = Layout("/home/u", DEP)
     steps = destroy_steps(lay, "systemd", True, ["mur-0.1.0-linux-x86_64"], [("greet", "1.0.0")])
     text = "\n".join(s.cmd for s in steps)
+    assert "rm -f /home/u/.murmur/bin/mur-0.1.0-linux-x86_64 " in text  # unreferenced: the runtime goes too
+    kept = "\n".join(s.cmd for s in destroy_steps(lay, "supervisor", False, ["mur-0.1.0-linux-x86_64"], [],
+                                                  keep_bundles=True))
+    assert f".refs/mur-0.1.0-linux-x86_64/{DEP}" in kept and "rm -f /home/u/.murmur/bin/mur-0.1.0" not in kept
     assert text.index("systemctl stop") < text.index("rm -f /etc/systemd/system/") < text.index(f"rm -rf {lay.root}")
     assert f".refs/mur-0.1.0-linux-x86_64/{DEP}" in text and f"greet/1.0.0/.refs/{DEP}" in text
 
@@ -153,3 +196,12 @@ def test_ports_are_stable_and_avoid_listeners():
     assert pick_port(DEP, set()) == first and 20000 <= first < 40000
     assert pick_port(DEP, {first}) != first
     assert pick_port(DEP, set(), salt=1) != first
+
+
+def test_a_declared_port_wins_over_the_recorded_one():
+    assert choose_port(DEP, 30001, 25000, set(), "t") == 30001  # a changed network.internal_port is honoured
+    assert choose_port(DEP, None, 25000, {25000}, "t") == 25000  # the recorded one (ours: it listens)
+    assert choose_port(DEP, 30001, 30001, {30001}, "t") == 30001
+    with pytest.raises(MurError) as err:
+        choose_port(DEP, 30001, 25000, {30001}, "host")
+    assert err.value.code == "E-DEPLOY-007" and "already in use on host" in err.value.message

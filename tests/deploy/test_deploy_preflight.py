@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mur.deploy.bundle import installed_runtime
-from mur.deploy.inputs import gather
+from mur.runtime.bundle import installed_runtime
+from mur.deploy.capsule import gather
 from mur.deploy.preflight import (
     Report, choose_init, containment_check, parse_df, parse_probe, parse_version, preflight_host, probe_command,
 )
@@ -78,6 +78,34 @@ def test_sealed_is_never_met_and_other_failures_are_deploy_007(tmp_path, monkeyp
     assert rep.to_dict()["ok"] is False and "✗ disk" in rep.render()
 
 
+SHELL_NET = ("capabilities:\n  containment: scoped\n  shell:\n    allow: [bash]\n"
+             "  network:\n    allow: [\"api.example.com:443\"]\n")
+
+
+def test_scoped_shell_tools_with_network_allow_need_a_netns_on_the_target(tmp_path, monkeypatch):
+    """A target whose probe could not make a network namespace is refused at preflight (E-CAP-003
+    naming the namespace), not at the first session; able targets and old probes pass."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inp = gather(capsule(tmp_path, SHELL_NET))
+    rep = Report("deploy@vm", "ssh")
+    containment_check(rep, inp, {**SCOPED, "netns": False, "userns": False})
+    with pytest.raises(MurError) as err:
+        rep.raise_if_failed()
+    assert err.value.code == "E-CAP-003" and "network namespace" in err.value.message
+    assert rep.containment["achieved"] == "advisory" and rep.containment["network_shortfall"] is True
+    for probe in ({**SCOPED, "netns": True}, SCOPED):
+        ok = Report("deploy@vm", "ssh")
+        containment_check(ok, inp, probe)
+        ok.raise_if_failed()
+    # without shell tools, or without network.allow, no namespace is needed
+    for extra in ("capabilities:\n  containment: scoped\n  network:\n    allow: [\"api.example.com:443\"]\n",
+                  "capabilities:\n  containment: scoped\n  shell:\n    allow: [bash]\n"):
+        other = gather(capsule(tmp_path, extra))
+        fine = Report("deploy@vm", "ssh")
+        containment_check(fine, other, {**SCOPED, "netns": False})
+        fine.raise_if_failed()
+
+
 def test_cli_flag_raises_the_floor(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     inp = gather(capsule(tmp_path), containment="scoped")
@@ -89,11 +117,12 @@ def test_preflight_of_this_machine_with_the_installed_runtime(tmp_path, monkeypa
     monkeypatch.setenv("HOME", str(tmp_path))
     inp = gather(capsule(tmp_path))
     runtime = installed_runtime()
-    rep = preflight_host(LocalTarget(), runtime, inp, dep_id="dep_" + "0" * 32)
+    rep = preflight_host(LocalTarget(), runtime, inp, dep_id="dep_" + "0" * 32, no_boot_hook=True)
     checks = {c.name: c for c in rep.checks}
     assert checks["runtime"].ok, checks["runtime"].detail
     assert rep.facts["runtime"]["version"] == runtime.version
     assert rep.probe["landlock_abi"] >= 0 and rep.facts["cgroup_mode"] in ("unified", "hybrid", "legacy", "none")
     assert rep.facts["init"] in ("systemd", "supervisor") and rep.ok
+    assert rep.facts["boot"] in ("systemd", "none")
     cached = list((tmp_path / ".murmur" / "bin" / ".probe").iterdir())
     assert len(cached) == 1

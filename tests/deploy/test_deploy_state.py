@@ -9,8 +9,13 @@ import threading
 
 import pytest
 
-from mur.deploy.state import DeploymentStore, new_deployment_id, resolve_id
+from mur.deploy.state import Deployment, DeploymentStore, Release, new_deployment_id, resolve_id
+from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
+
+
+def dep(dep_id: str, **kw) -> Deployment:
+    return Deployment(dep_id, "local", TargetSpec("local"), **kw)
 
 
 def test_ids_are_uuid7_simple_with_the_dep_prefix():
@@ -24,11 +29,14 @@ def test_ids_are_uuid7_simple_with_the_dep_prefix():
 def test_missing_file_is_an_empty_list_and_writes_are_private(tmp_path):
     store = DeploymentStore(tmp_path / "deployments.json")
     assert store.load() == []
-    store.upsert({"deployment_id": "dep_a", "status": "running"})
-    assert json.loads((tmp_path / "deployments.json").read_text()) == [{"deployment_id": "dep_a", "status": "running"}]
+    store.save(dep("dep_a", status="running"))
+    (raw,) = json.loads((tmp_path / "deployments.json").read_text())
+    assert raw["deployment_id"] == "dep_a" and raw["status"] == "running" and raw["provider"] == "local"
     assert os.stat(tmp_path / "deployments.json").st_mode & 0o777 == 0o600
-    store.update("dep_a", status="stopped")
-    assert store.find("dep_a")["status"] == "stopped"
+    a = store.find("dep_a")
+    a.status = "stopped"
+    store.save(a)
+    assert store.find("dep_a").status == "stopped"
     store.remove("dep_a")
     assert store.load() == []
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
@@ -44,10 +52,10 @@ def test_malformed_file_is_reported_not_overwritten(tmp_path):
 
 
 def test_prefix_resolution():
-    recs = [{"deployment_id": "dep_aaaa1111"}, {"deployment_id": "dep_aaaa2222"}, {"deployment_id": "dep_bbbb"}]
-    assert resolve_id(recs, "dep_bbbb")["deployment_id"] == "dep_bbbb"
-    assert resolve_id(recs, "bb")["deployment_id"] == "dep_bbbb"
-    assert resolve_id(recs, "dep_aaaa1")["deployment_id"] == "dep_aaaa1111"
+    recs = [dep("dep_aaaa1111"), dep("dep_aaaa2222"), dep("dep_bbbb")]
+    assert resolve_id(recs, "dep_bbbb").deployment_id == "dep_bbbb"
+    assert resolve_id(recs, "bb").deployment_id == "dep_bbbb"
+    assert resolve_id(recs, "dep_aaaa1").deployment_id == "dep_aaaa1111"
     with pytest.raises(MurError) as err:
         resolve_id(recs, "aaaa")
     assert err.value.code == "E-DEPLOY-008" and "ambiguous" in err.value.message
@@ -60,11 +68,28 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     store = DeploymentStore(tmp_path / "deployments.json")
 
     def add(i: int) -> None:
-        DeploymentStore(tmp_path / "deployments.json").upsert({"deployment_id": f"dep_{i:04d}"})
+        DeploymentStore(tmp_path / "deployments.json").save(dep(f"dep_{i:04d}"))
 
     threads = [threading.Thread(target=add, args=(i,)) for i in range(40)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(r["deployment_id"] for r in store.load()) == [f"dep_{i:04d}" for i in range(40)]
+    assert sorted(r.deployment_id for r in store.load()) == [f"dep_{i:04d}" for i in range(40)]
+
+
+def test_records_are_typed_and_keep_what_they_do_not_know(tmp_path):
+    """An upstream-shaped record (only ip, no target) reads; unknown keys survive a rewrite."""
+    path = tmp_path / "deployments.json"
+    path.write_text(json.dumps([{"deployment_id": "dep_up", "provider": "ssh", "ip": "203.0.113.7", "url": "http://x",
+                                 "manifest_path": "/m", "started_at": "2026-01-01T00:00:00Z", "status": "running",
+                                 "future_field": {"kept": True},
+                                 "release": {"n": 3, "digest": "d", "bundle": "b", "capsule": {"name": "c"}}}]))
+    store = DeploymentStore(path)
+    (d,) = store.load()
+    assert d.target == TargetSpec("ssh", host="203.0.113.7", user="root") and d.release.n == 3
+    assert isinstance(d.release, Release) and d.release.extra == {"capsule": {"name": "c"}}
+    store.save(d)
+    (raw,) = json.loads(path.read_text())
+    assert raw["future_field"] == {"kept": True} and raw["release"]["capsule"] == {"name": "c"}
+    assert raw["started_at"] == "2026-01-01T00:00:00Z" and raw["region"] == ""

@@ -1,5 +1,7 @@
-"""`mur supervise` with real processes: a stand-in runtime that speaks deploy's contract
-(one startup JSON line, an agent card on --port), started, restarted, smoke-run and stopped."""
+"""The mur supervisor with real processes, driven by the same shell commands deploy sends
+(mur.deploy.init.supervisor) through this machine's shell: a stand-in runtime that speaks deploy's
+contract (one startup JSON line, an agent card and a bearer-token check on --port) is started,
+restarted, smoke-run and stopped; recorded pids are trusted only with their identity."""
 
 from __future__ import annotations
 
@@ -14,35 +16,54 @@ from pathlib import Path
 
 import pytest
 
+from mur.deploy import procid
 from mur.deploy import supervisor as sv
-from mur.deploy.plan import render_env_file
+from mur.deploy.env import render_env_file
+from mur.deploy.init import init_for, prestart_script
+from mur.deploy.plan import service_spec
+from mur.deploy.steps import Layout, ServiceConfig
+from mur.deploy.targets.local import LocalTarget
 
-FAKE = r'''#!{python}
-import json, os, sys, time
+SUPERVISOR = init_for("supervisor")
+
+FAKE = r'''#!/bin/sh
+if [ "$1" = supervise ]; then exec {python} -m mur "$@"; fi
+exec {python} - "$@" <<'PY'
+import json, os, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 args = sys.argv[1:]
 assert args[0] == "run", args
 port = int(args[args.index("--port") + 1])
 mode = os.environ.get("FAKE_MODE", "ok")
+token_file = os.environ.get("MURMUR_A2A_TOKEN_FILE")
+token = open(token_file).read().strip() if token_file and os.path.exists(token_file) else None
 with open(os.environ["FAKE_LOG"], "a") as fh:
     fh.write(json.dumps({{"pid": os.getpid(), "mode": mode, "timeout": os.environ.get("MURMUR_A2A_TIMEOUT_SECS"),
-                         "args": args}}) + "\n")
+                         "tmpdir": os.environ.get("TMPDIR"), "args": args}}) + "\n")
 if mode == "crash":
     print("boom: cannot start", file=sys.stderr, flush=True)
     sys.exit(3)
+if mode == "exit0":
+    print("{{}}", flush=True)
+    sys.exit(0)
 class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({{"name": "fake", "url": f"http://127.0.0.1:{{port}}"}}).encode()
-        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
+    def _send(self, code, body):
+        self.send_response(code); self.send_header("content-length", str(len(body))); self.end_headers()
         self.wfile.write(body)
+    def do_GET(self):
+        self._send(200, json.dumps({{"name": "fake", "url": f"http://127.0.0.1:{{port}}"}}).encode())
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        ok = token is None or self.headers.get("authorization") == f"Bearer {{token}}"
+        self._send(200 if ok else 401, b'{{"jsonrpc":"2.0","id":null,"result":{{}}}}')
     def log_message(self, *a): pass
 srv = HTTPServer(("127.0.0.1", port), H)
 if mode == "child":
     import subprocess
     subprocess.Popen(["sleep", "300"])
-print(json.dumps({{"url": f"localhost:{{port}}", "pid": os.getpid(), "session_id": "ses_x", "name": "fake",
-                  "version": "1", "workdir": "/"}}), flush=True)
+print(json.dumps({{"url": f"localhost:{{port}}", "pid": os.getpid(), "session_id": "ses_x"}}), flush=True)
 srv.serve_forever()
+PY
 '''
 
 
@@ -53,34 +74,50 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def release(tmp_path, monkeypatch):
-    rel = tmp_path / "releases" / "1"
-    rel.mkdir(parents=True)
-    fake = rel / "mur"
-    fake.write_text(FAKE.format(python=sys.executable))
-    fake.chmod(0o755)
+def deployment(tmp_path, monkeypatch):
+    """A deployment layout under a scratch home, with a stand-in runtime as `current/mur`."""
+    home = tmp_path / "home"
+    lay = Layout(str(home), f"dep_{os.getpid():08x}{int(time.time() * 1000) & 0xffffff:06x}" + "0" * 18)
+    rel = Path(lay.release(1))
+    for d in (rel / "workdir", Path(lay.run_dir), Path(lay.log_dir), Path(lay.tmp_dir)):
+        d.mkdir(parents=True, exist_ok=True)
+    (rel / "mur").write_text(FAKE.format(python=sys.executable))
+    (rel / "mur").chmod(0o755)
+    os.symlink("releases/1", lay.current)
     log = tmp_path / "fake.log"
     monkeypatch.setenv("FAKE_LOG", str(log))
+    target = LocalTarget()
 
-    def make(mode: str = "ok", restart: str = "on-failure") -> dict:
+    def make(mode: str = "ok", restart: str = "on-failure", keep_sessions: int = 5) -> dict:
         (rel / "env").write_bytes(render_env_file({"FAKE_MODE": mode, "FAKE_LOG": str(log)}))
-        spec = {"deployment_id": "dep_test", "release_dir": str(rel), "port": free_port(), "bind": "127.0.0.1",
-                "restart": restart, "user": None, "home": str(tmp_path), "run_dir": str(tmp_path / "run"),
-                "log_file": str(tmp_path / "service.log"), "cgroup": {"name": f"dep_test{os.getpid()}",
-                                                                   "memory_bytes": 1 << 30, "pids_max": 64},
-                "run_args": ["--lifecycle-task-acceptance", "queue"]}
-        (tmp_path / "run").mkdir(exist_ok=True)
-        path = tmp_path / "service.json"
-        path.write_text(json.dumps(spec))
-        return {"spec": spec, "path": str(path), "log": log, "rel": rel}
+        svc = ServiceConfig(port=free_port(), restart=restart, keep_sessions=keep_sessions,
+                            run_args=("--lifecycle-task-acceptance", "queue"))
+        spec = service_spec(lay, lay.current, svc)
+        (rel / "service.json").write_text(json.dumps(spec))
+        (rel / "prestart.sh").write_text(prestart_script(lay, keep_sessions))
+        return {"spec": spec, "port": svc.port, "lay": lay, "rel": rel, "log": log}
 
     yield make
-    run_dir = tmp_path / "run"
-    if run_dir.exists():
-        sv.stop(str(run_dir), timeout=15)
+    target.run(SUPERVISOR.stop(lay, False)[0].cmd, check=False)
 
 
-def wait_for(pred, timeout=20.0):
+def sh(cmd: str) -> str:
+    return LocalTarget().run(cmd, check=False).stdout
+
+
+def state(lay: Layout):
+    return SUPERVISOR.parse_status(sh(SUPERVISOR.status(lay, False).cmd))
+
+
+def start(lay: Layout) -> str:
+    return sh(SUPERVISOR.start(lay, False)[0].cmd)
+
+
+def stop(lay: Layout) -> None:
+    sh(SUPERVISOR.stop(lay, False)[0].cmd)
+
+
+def wait_for(pred, timeout=30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = pred()
@@ -94,40 +131,49 @@ def launches(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def test_start_serve_restart_and_stop(release):
-    r = release()
-    state = sv.start_detached(r["path"])
-    run_dir = r["spec"]["run_dir"]
-    assert state["supervisor_pid"] and state["alive"]
-    st = wait_for(lambda: (s := sv.read_state(run_dir)).get("state") == "running" and s)
-    assert st["url"] == f"localhost:{r['spec']['port']}"
-    assert sv.agent_card(f"http://127.0.0.1:{r['spec']['port']}", wait=5)["ok"]
-    first = launches(r["log"])[0]
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] not in "ZX"
+    except OSError:
+        return False
+
+
+def child_pid(lay: Layout) -> int:
+    return int(json.loads(Path(lay.state_file).read_text())["child_pid"])
+
+
+def test_start_serve_restart_after_kill_9_and_stop(deployment):
+    d = deployment()
+    lay = d["lay"]
+    start(lay)
+    st = wait_for(lambda: (s := state(lay)).ready and s)
+    assert st.running and st.restarts == 0
+    first = launches(d["log"])[0]
     assert first["timeout"] == "0" and "--lifecycle-task-acceptance" in first["args"]
-    # A second start is a no-op while the supervisor lives.
-    assert sv.start_detached(r["path"]).get("already_running")
-    # The service dies: the supervisor starts it again.
-    os.kill(st["child_pid"], signal.SIGKILL)
-    st2 = wait_for(lambda: (s := sv.read_state(run_dir)).get("restarts") == 1 and s.get("state") == "running" and s)
-    assert st2["child_pid"] != st["child_pid"]
-    out = sv.stop(run_dir)
-    assert out["was_running"] and out["state"] == "stopped" and not out["alive"]
-    for pid in (st2["child_pid"], st2["supervisor_pid"]):
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
-    assert "stopped" in Path(r["spec"]["log_file"]).read_text()
+    assert first["tmpdir"] == lay.tmp_dir  # staged payloads live inside the deployment
+    assert "already running" in start(lay)  # idempotent while the recorded supervisor lives
+    old = child_pid(lay)
+    os.kill(old, signal.SIGKILL)  # kill -9 of the service: the supervisor starts it again
+    st2 = wait_for(lambda: (s := state(lay)).restarts == 1 and s.ready and s)
+    assert child_pid(lay) != old and st2.running
+    sup = procid.recorded_pid(lay.supervisor_pid)
+    kid = child_pid(lay)
+    stop(lay)
+    assert not alive(sup) and not alive(kid)
+    assert state(lay).state == "stopped" and not Path(lay.supervisor_pid).exists()
+    assert "stopped" in Path(lay.log_file).read_text()
 
 
-def test_stop_kills_the_whole_tree(release):
-    r = release("child")
-    sv.start_detached(r["path"])
-    run_dir = r["spec"]["run_dir"]
-    wait_for(lambda: sv.read_state(run_dir).get("state") == "running")
-    child = sv.read_state(run_dir)["child_pid"]
-    grandchildren = wait_for(lambda: [p for p in Path("/proc").iterdir() if p.name.isdigit() and
-                                      _ppid(p) == child])
-    sv.stop(run_dir)
+def test_stop_kills_the_whole_tree(deployment):
+    d = deployment("child")
+    lay = d["lay"]
+    start(lay)
+    wait_for(lambda: state(lay).ready)
+    kid = child_pid(lay)
+    grandchildren = wait_for(lambda: [p for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == kid])
+    stop(lay)
     time.sleep(0.2)
-    assert not any(p.exists() and "Z" not in (p / "stat").read_text().split()[2] for p in grandchildren)
+    assert not any(alive(int(p.name)) for p in grandchildren)
 
 
 def _ppid(p: Path) -> int:
@@ -137,51 +183,103 @@ def _ppid(p: Path) -> int:
         return -1
 
 
-def test_a_crashing_service_backs_off(release):
-    r = release("crash")
-    sv.start_detached(r["path"])
-    run_dir = r["spec"]["run_dir"]
-    st = wait_for(lambda: (s := sv.read_state(run_dir)).get("restarts", 0) >= 2 and s, timeout=30)
-    assert st["state"] in ("backoff", "starting") and st["last_exit"] == 3
-    times = [json.loads(x)["pid"] for x in r["log"].read_text().splitlines()]
-    assert len(times) >= 2
-    assert "boom: cannot start" in Path(r["spec"]["log_file"]).read_text()
+def test_a_recorded_pid_of_an_unrelated_process_is_never_trusted_or_signalled(deployment):
+    """After an unclean restart the pid file can name someone else's process: status does not call
+    it alive, start starts a supervisor anyway, stop and destroy never signal it."""
+    d = deployment()
+    lay = d["lay"]
+    stranger = subprocess.Popen(["sleep", "300"])
+    try:
+        Path(lay.supervisor_pid).write_text(f"{stranger.pid} 1 {procid.boot_id()}\n")  # same pid, other process
+        Path(lay.child_pid).write_text(f"{stranger.pid} 1 {procid.boot_id()}\n")
+        Path(lay.state_file).write_text(json.dumps({"state": "running", "url": "x", "supervisor_pid": stranger.pid}))
+        st = state(lay)
+        assert not st.running and st.state == "dead"
+        stop(lay)
+        assert alive(stranger.pid)
+        assert "already running" not in start(lay)
+        wait_for(lambda: state(lay).ready)
+        stop(lay)
+        assert alive(stranger.pid)
+        # a pid recorded in an earlier boot is not this process either, even with the right start time
+        Path(lay.supervisor_pid).write_text(f"{stranger.pid} {procid.start_time(stranger.pid)} another-boot\n")
+        assert procid.recorded_pid(lay.supervisor_pid) is None and not state(lay).running
+        stop(lay)
+        assert alive(stranger.pid)
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
-def test_on_failure_does_not_restart_a_clean_exit(release, tmp_path):
-    r = release("ok", restart="on-failure")
-    # stand-in: make the runtime exit 0 at once
-    (r["rel"] / "mur").write_text(f"#!{sys.executable}\nimport sys; print('{{}}'); sys.exit(0)\n")
-    proc = subprocess.run([sys.executable, "-m", "mur", "supervise", "--foreground", "--spec", r["path"]],
+def test_a_supervisor_killed_with_sigkill_is_replaced_and_its_service_reaped(deployment):
+    d = deployment()
+    lay = d["lay"]
+    start(lay)
+    wait_for(lambda: state(lay).ready)
+    orphan = child_pid(lay)
+    os.kill(procid.recorded_pid(lay.supervisor_pid), signal.SIGKILL)
+    wait_for(lambda: not state(lay).running)
+    assert alive(orphan)  # still holding the port
+    start(lay)
+    wait_for(lambda: state(lay).ready and child_pid(lay) != orphan)
+    wait_for(lambda: not alive(orphan), timeout=10)
+    stop(lay)
+
+
+def test_a_crashing_service_backs_off(deployment):
+    d = deployment("crash")
+    lay = d["lay"]
+    start(lay)
+    st = wait_for(lambda: (s := state(lay)).restarts >= 2 and s, timeout=30)
+    assert st.state in ("backoff", "starting") and dict(st.detail)["last_exit"] == "3"
+    assert len(launches(d["log"])) >= 2
+    assert "boom: cannot start" in Path(lay.log_file).read_text()
+
+
+def test_on_failure_does_not_restart_a_clean_exit(deployment):
+    d = deployment("exit0", restart="on-failure")
+    proc = subprocess.run([sys.executable, "-m", "mur", "supervise", "run", "--spec", f"{d['lay'].current}/service.json"],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0
-    st = sv.read_state(r["spec"]["run_dir"])
-    assert st["state"] == "exited" and st["restarts"] == 0 and st["last_exit"] == 0
+    assert proc.returncode == 0, proc.stderr
+    st = state(d["lay"])
+    assert st.state == "exited" and st.restarts == 0 and st.exited
 
 
-def test_smoke_reports_success_and_failure(release):
-    r = release("ok")
-    res = sv.smoke(r["spec"], str(r["rel"]), free_port(), timeout=20)
+def test_prestart_sweeps_payloads_and_keeps_a_bounded_number_of_sessions(deployment):
+    d = deployment(keep_sessions=2)
+    lay = d["lay"]
+    stale = Path(lay.tmp_dir) / "mur-payloads-stale"
+    stale.mkdir()
+    (stale / "greet.wasm").write_bytes(b"x" * 1000)
+    sessions = Path(lay.release(1)) / "workdir"
+    for i in range(5):
+        (sessions / f"ses_{i}").mkdir(parents=True)
+        os.utime(sessions / f"ses_{i}", (1000 + i, 1000 + i))
+    start(lay)
+    wait_for(lambda: state(lay).ready)
+    assert not stale.exists()
+    assert sorted(p.name for p in sessions.iterdir()) == ["ses_3", "ses_4"]
+    stop(lay)
+
+
+def test_smoke_checks_the_token_and_cleans_up(deployment):
+    d = deployment()
+    lay = d["lay"]
+    res = sv.smoke(d["spec"], str(d["rel"]), free_port(), timeout=30)
     assert res["ok"] and res["agent_card"]["name"] == "fake"
-    assert not (r["rel"] / ".smoke").exists()
-    r = release("crash")
-    res = sv.smoke(r["spec"], str(r["rel"]), free_port(), timeout=20)
+    assert not (d["rel"] / ".smoke").exists() and not Path(lay.run_dir, "smoke.pid").exists()
+    Path(lay.token_file).write_text("good-token\n")
+    res = sv.smoke(d["spec"], str(d["rel"]), free_port(), timeout=30)
+    assert res["ok"], res  # the service reads the token file it was given; smoke sends the same token
+    d = deployment("crash")
+    res = sv.smoke(d["spec"], str(d["rel"]), free_port(), timeout=20)
     assert not res["ok"] and "exited with status 3" in res["error"] and "boom" in res["stderr"]
 
 
-def test_child_env_is_clean_and_carries_the_env_file(release, monkeypatch):
-    r = release("ok")
+def test_child_env_is_clean_and_carries_the_env_file(deployment, monkeypatch):
+    d = deployment()
     monkeypatch.setenv("SECRET_FROM_DEPLOYER", "x")
-    env = sv.child_env(r["spec"], str(r["rel"]), None)
+    env = sv.child_env(d["spec"], str(d["rel"]), None)
     assert "SECRET_FROM_DEPLOYER" not in env and env["FAKE_MODE"] == "ok"
-    assert env["MURMUR_A2A_TIMEOUT_SECS"] == "0"
-
-
-def test_cli_supervise_status_and_agent_card(release, tmp_path):
-    r = release("ok")
-    out = subprocess.run([sys.executable, "-m", "mur", "supervise", "--status", "--run-dir", r["spec"]["run_dir"]],
-                         capture_output=True, text=True)
-    assert json.loads(out.stdout)["state"] == "absent"
-    out = subprocess.run([sys.executable, "-m", "mur", "supervise", "--agent-card", f"http://127.0.0.1:{free_port()}",
-                          "--wait", "1"], capture_output=True, text=True)
-    assert out.returncode == 1 and json.loads(out.stdout)["ok"] is False
+    assert env["MURMUR_A2A_TIMEOUT_SECS"] == "0" and env["MURMUR_A2A_TOKEN_FILE"] == d["lay"].token_file
+    assert env["TMPDIR"] == d["lay"].tmp_dir

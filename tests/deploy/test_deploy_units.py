@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mur.deploy.docker_deploy import materialise
-from mur.deploy.plan import Layout, ServiceConfig, Symlink, Upload, WriteFile
-from mur.deploy.systemd import parse_show, ready_command, render_unit
+from mur.deploy.init import init_for
+from mur.deploy.init.systemd import render_unit
+from mur.deploy.providers.docker import materialise
+from mur.deploy.steps import Layout, ServiceConfig, Symlink, Upload, WriteFile
 from mur.deploy.targets.docker import CAPSULE_DOCKERFILE, ENTRYPOINT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,17 +29,28 @@ def test_unit_delegates_restarts_and_runs_as_the_deploy_user():
     exec_start = next(x for x in lines if x.startswith("ExecStart="))
     assert exec_start == (f"ExecStart=/home/deployer/.murmur/deployments/{DEP}/current/mur run --manifest "
                           f"/home/deployer/.murmur/deployments/{DEP}/current/murmur.yaml --workdir "
-                          f"/home/deployer/.murmur/deployments/{DEP}/current/workdir --json --bind 127.0.0.1 "
+                          f"/home/deployer/.murmur/deployments/{DEP}/current/work --json --bind 127.0.0.1 "
                           "--port 2345 --lifecycle-task-acceptance queue")
     assert "KillMode=mixed" in lines and "StandardOutput=journal" in lines
     assert "Environment=MUR_RUNTIME_DIR=/home/deployer/.murmur/runtime" in lines
+    assert f"Environment=MURMUR_A2A_TOKEN_FILE=/home/deployer/.murmur/deployments/{DEP}/a2a-token" in lines
+    assert f"Environment=TMPDIR=/home/deployer/.murmur/deployments/{DEP}/tmp" in lines
+    assert f"ExecStartPre=/bin/sh /home/deployer/.murmur/deployments/{DEP}/current/prestart.sh" in lines
+    assert "WantedBy=multi-user.target" in lines  # enabled: back after a reboot
     root_unit = render_unit(Layout("/root", DEP), ServiceConfig(port=1, restart="always"))
     assert "User=" not in root_unit and "Restart=always" in root_unit
 
 
-def test_systemd_helpers():
-    assert parse_show("ActiveState=active\nNRestarts=2\nbad line\n") == {"ActiveState": "active", "NRestarts": "2"}
-    assert "_SYSTEMD_INVOCATION_ID=abc" in ready_command("abc") and '\'^{"url"\'' in ready_command("abc")
+def test_systemd_status_reads_properties_and_the_journal_line():
+    systemd = init_for("systemd")
+    lay = Layout("/root", DEP)
+    cmd = systemd.status(lay, True)
+    assert cmd.sudo and "_SYSTEMD_INVOCATION_ID" in cmd.cmd and '\'^{"url"\'' in cmd.cmd
+    st = systemd.parse_status("ActiveState=active\nNRestarts=2\nMainPID=42\nbad line\nREADY=1\n")
+    assert (st.state, st.running, st.ready, st.restarts, st.pid) == ("active", True, True, 2, 42)
+    assert not systemd.parse_status("ActiveState=active\nMainPID=42\n").ready
+    gone = systemd.parse_status("LoadState=not-found\nActiveState=inactive\n")
+    assert gone.state == "absent" and gone.exited and not gone.running
 
 
 def test_the_docker_files_in_images_are_the_ones_deploy_uses():
@@ -57,7 +69,7 @@ def test_the_docker_files_in_images_are_the_ones_deploy_uses():
 
 def test_the_single_file_runtime_unpacks_once_and_execs(tmp_path, monkeypatch):
     """assemble() wraps a one-dir build; the result runs with nothing but sh, tail and tar."""
-    from mur.deploy.bundle import assemble
+    from mur.runtime.bundle import assemble
 
     onedir = tmp_path / "onedir"
     (onedir / "_internal").mkdir(parents=True)
@@ -139,3 +151,49 @@ def test_probe_command(tmp_path):
     r = mur("probe", "--json", home=tmp_path)
     report = json.loads(r.stdout)
     assert r.returncode == 0 and {"landlock_abi", "achieved", "cgroup_mode", "mur_version"} <= set(report)
+
+
+def test_send_watch_cancel_take_the_token_and_pin_from_the_deployment_record(tmp_path, monkeypatch):
+    from mur.cli.a2a import resolve_credentials
+    from mur.deploy.state import Deployment, DeploymentStore
+    from mur.deploy.targets import TargetSpec
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MURMUR_A2A_TOKEN", raising=False)
+    token = tmp_path / "a2a-token"
+    token.write_text("tok-from-record\n")
+    token.chmod(0o600)
+    DeploymentStore().save(Deployment(DEP, "ssh", TargetSpec("ssh", host="vm"), url="https://127.0.0.1:41000",
+                                      token_file=str(token), tls_pin="ab" * 32))
+    for target in (DEP[:10], "https://127.0.0.1:41000", "127.0.0.1:41000"):
+        url, creds = resolve_credentials(target, None, None, None, None)
+        assert url == "https://127.0.0.1:41000" and creds.token == "tok-from-record" and creds.pin_sha256 == "ab" * 32
+    url, creds = resolve_credentials(DEP, "explicit", None, None, None)  # what the user gives wins
+    assert creds.token == "explicit"
+    url, creds = resolve_credentials("http://127.0.0.1:9", None, None, None, None)  # not a deployment
+    assert url == "http://127.0.0.1:9" and creds.token is None
+
+
+def test_every_deploy_command_takes_json_and_status_reads_as_words():
+    """docs/deploy.md: every command takes --json (logs too); human status shows no Python values."""
+    import typer
+    from typer.main import get_command
+
+    from mur.cli.deploy import _human_status, register
+
+    app = typer.Typer()
+    register(app)
+    root = get_command(app)
+    group = root.commands["deploy"]
+    assert "--json" in {o for p in group.params for o in p.opts}
+    for name, cmd in group.commands.items():
+        assert "--json" in {o for p in cmd.params for o in p.opts}, name
+    for name in ("ps", "destroy"):
+        assert "--json" in {o for p in root.commands[name].params for o in p.opts}, name
+    text = _human_status({"deployment_id": DEP, "name": "hello", "version": "1", "provider": "ssh", "status": "failed",
+                          "url": "http://127.0.0.1:1", "tunnel": None, "agent_card_ok": False, "error": None,
+                          "release": 1, "previous": None, "init": "supervisor", "boot": None,
+                          "service": {"state": "dead", "running": False, "ready": False, "restarts": 0, "pid": None,
+                                      "started_at": 1764633600.123}})
+    assert "answers   no" in text and "previous -" in text
+    assert not any(word in text for word in ("True", "False", "None", "1764633600"))

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from export_support import capsule, sandbox_schema, unknown_fields, validate_k8s
-from mur.deploy.inputs import gather
+from mur.deploy.capsule import gather
 from mur.errors import MurError
 from mur.export import export_k8s
 from mur.export.k8s import cpu, dns_label, quantity

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mur.deploy.bundle import assemble
+from mur.runtime.bundle import assemble
 from mur.errors import MurError
 from mur.image.layer import Layer, extract_runtime, runtime_ident
 

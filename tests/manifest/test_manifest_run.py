@@ -127,3 +127,25 @@ def test_a_manifest_path_with_a_line_break_is_named_on_one_line(project):
     assert run.err == (
         "error[E-IO-001]: manifest not found: no\\nsuch.yaml\n"
         "  hint: pass --manifest PATH, or run from the directory holding murmur.yaml\n")
+
+
+def test_a_refused_run_writes_no_lock(project):
+    """murmur.lock is `mur run`'s one write, made after every pre-check passed: an installed artifact
+    plus a missing capsule component (E-RUN-004) leaves the project as it was."""
+    import io
+    import zipfile
+
+    from mur.artifacts.store import install_zip, project_store
+
+    home, proj = project
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("murmur.yaml", 'name: greet\nversion: "0.1.0"\nruntime: skill\n')
+        z.writestr("skill.md", "# greet\n")
+    install_zip(project_store(proj), buf.getvalue())
+    (proj / "murmur.yaml").write_text(
+        'name: c\nversion: "0.1.0"\nartifacts:\n  - name: greet\n    version: "0.1.0"\n    runtime: skill\n'
+        "    local_source: false\n")
+    run = run_mur("run", "--manifest", "murmur.yaml", cwd=proj, home=home)
+    assert run.code == 1 and run.err.startswith("error[E-RUN-004]: capsule wasm not found"), run.err
+    assert not (proj / "murmur.lock").exists() and not (proj / "workdir").exists()

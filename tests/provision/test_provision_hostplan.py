@@ -109,7 +109,8 @@ def test_a_bare_host_plans_every_change_in_order():
     assert got == ["packages", "group", "user", "keys", "file:/etc/sudoers.d/mur-deploy",
                    "file:/etc/systemd/system/user@.service.d/mur-delegate.conf",
                    "file:/etc/systemd/system/mur-.service.d/mur-delegate.conf",
-                   "file:/usr/local/lib/mur/mur-host.sh", "file:/usr/local/lib/mur/mur-cmdline.cfg", "marker", "cmdline"]
+                   "file:/usr/local/lib/mur/mur-host.sh", "file:/usr/local/lib/mur/mur-cmdline.cfg",
+                   "file:/usr/local/lib/mur/mur-deploy-helper", "marker", "cmdline"]
     assert p.reboot
 
 

@@ -99,5 +99,6 @@ def test_the_wheel_carries_deploy_files(tmp_path):
     (whl,) = tmp_path.glob("mur-*.whl")
     names = set(zipfile.ZipFile(whl).namelist())
     for rel in ("cloud-init/user-data.yaml.tftpl", "sudoers/mur-deploy", "systemd/mur-delegate.conf",
-                "host/mur-host.sh", "host/mur-cmdline.cfg", "preflight/murmur.yaml", "vm/99-mur-vm.cfg"):
+                "host/mur-host.sh", "host/mur-cmdline.cfg", "host/mur-deploy-helper", "preflight/murmur.yaml",
+                "vm/99-mur-vm.cfg"):
         assert f"mur/provision/deploy/{rel}" in names

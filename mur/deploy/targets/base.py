@@ -1,19 +1,30 @@
-"""The seam between plans and machines: a Target runs shell commands and moves files atomically.
+"""The seam between plans and machines: a Target runs shell commands, moves files atomically and
+opens a machine's loopback port for health checks.
 
 Every target speaks POSIX sh with coreutils (`sha256sum`, `mv`, `ln`): that is all a debootstrap
-minbase image has, so nothing else is assumed on the far side. Subclasses implement three
-primitives (`_exec`, `_put`, `_get`); everything else is shared here.
+minbase image has, so nothing else is assumed on the far side. Subclasses implement the primitives
+(`_exec`, `_put`, `open_port`); everything else is shared here. Each adapter translates its
+transport's errors (paramiko, docker, OSError) into MurError itself, once.
+
+For other code that needs a host (h15's provisioning, tests): `connect(spec)` in
+mur.deploy.targets gives a Target; `target.run(cmd)`, `target.put_file(src, dst, mode)`,
+`target.home`, `target.uname()` are the whole surface.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from mur.errors import MurError
+
+# The one program the deploy user of a prepared host may run as root (deploy/host/mur-deploy-helper,
+# installed by mur.provision; its sudoers rule names nothing else but `true`).
+HELPER = "/usr/local/lib/mur/mur-deploy-helper"
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,8 @@ class Target:
         self._home: str | None = None
         self._uid: int | None = None
         self._user: str | None = None
+        # Elevate through HELPER instead of `sudo -n sh -c` (preflight found it; records keep it).
+        self.helper = False
 
     # primitives -----------------------------------------------------------------------------
 
@@ -44,10 +57,11 @@ class Target:
         raise NotImplementedError
 
     def _put(self, src: Path | bytes, dst: str) -> None:
-        """Copy to `dst` (a fresh temp path next to the final one)."""
+        """Copy to `dst` (a fresh temp path next to the final one), private (0600) from the first byte."""
         raise NotImplementedError
 
-    def _get(self, path: str) -> bytes:
+    def open_port(self, port: int) -> contextlib.AbstractContextManager[tuple[str, int]]:
+        """(host, port) on this machine that reaches 127.0.0.1:<port> on the target, while open."""
         raise NotImplementedError
 
     def stream(self, cmd: str, sink: Callable[[bytes], None]) -> int:
@@ -72,7 +86,7 @@ class Target:
         self.close()
 
     def _identity(self) -> None:
-        res = self.run('printf "%s\\n%s\\n%s\\n" "$(id -u)" "$(id -un)" "$HOME"', check=True)
+        res = self.run('printf "%s\\n%s\\n%s\\n" "$(id -u)" "$(id -un)" "$HOME"', check=True, what="identity")
         uid, user, home = (res.stdout.split("\n") + ["", "", ""])[:3]
         self._uid, self._user, self._home = int(uid or -1), user, home
         if not home or not home.startswith("/"):
@@ -101,11 +115,21 @@ class Target:
     def is_root(self) -> bool:
         return self.uid == 0
 
+    def elevated(self, cmd: str, helper: tuple[str, ...] = ()) -> str:
+        """`cmd` as root: itself for root; through the helper's subcommand on a helper host (a step
+        without one runs as the user there: nothing of a deployment belongs to root when its
+        service runs as the user); else `sudo -n sh -c`."""
+        if self.is_root:
+            return cmd
+        if self.helper:
+            return f"sudo -n {HELPER} {shlex.join(helper)}" if helper else cmd
+        return f"sudo -n sh -c {shlex.quote(cmd)}"
+
     def run(self, cmd: str, *, sudo: bool = False, check: bool = True, timeout: float | None = None,
-            stdin: bytes | None = None, what: str = "") -> Result:
-        """Run `cmd` under sh; `sudo` elevates through `sudo -n` when the user is not root."""
-        if sudo and not self.is_root:
-            cmd = f"sudo -n sh -c {shlex.quote(cmd)}"
+            stdin: bytes | None = None, what: str = "", helper: tuple[str, ...] = ()) -> Result:
+        """Run `cmd` under sh; `sudo` elevates it (see `elevated`) when the user is not root."""
+        if sudo:
+            cmd = self.elevated(cmd, helper)
         res = self._exec(cmd, timeout, stdin)
         if check and res.rc != 0:
             detail = (res.stderr.strip() or res.stdout.strip())[-1500:]
@@ -119,42 +143,30 @@ class Target:
         self.run(f"chmod {mode:o} {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(dst)}",
                  what=f"install {dst}")
 
-    def get_file(self, path: str) -> bytes:
-        return self._get(path)
-
     def exists(self, path: str) -> bool:
-        return self.run(f"test -e {shlex.quote(path)}", check=False).rc == 0
+        return self.run(f"test -e {shlex.quote(path)}", check=False, what=f"test {path}").rc == 0
 
     def digests(self, paths: Iterable[str]) -> dict[str, str]:
-        """sha256 of each existing path (missing ones are absent), in one round trip."""
+        """sha256 of each existing path (missing ones are absent), in one round trip per 200."""
         paths = list(dict.fromkeys(paths))
         out: dict[str, str] = {}
         for i in range(0, len(paths), 200):
             chunk = paths[i:i + 200]
             res = self.run("sha256sum -- " + " ".join(shlex.quote(p) for p in chunk) + " 2>/dev/null; true",
-                           check=False)
+                           check=False, what="digests")
             for line in res.stdout.splitlines():
                 digest, _, name = line.partition("  ")
                 if len(digest) == 64:
                     out[name.lstrip("*")] = digest
         return out
 
-    def agent_card(self, port: int, wait: float, runtime: str) -> dict:
-        """GET the agent card of a service on the target's loopback, retrying for `wait` seconds.
-
-        Default: ask the target's own runtime (`runtime supervise --agent-card`). SSH and local
-        targets override this with a direct request, which costs no runtime start.
-        """
-        import json
-
-        res = self.run(f"{shlex.quote(runtime)} supervise --agent-card http://127.0.0.1:{port} --wait {int(wait)}",
-                       check=False, timeout=wait + 120)
-        try:
-            return json.loads(res.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return {"ok": False, "error": (res.stderr or res.stdout).strip()[-500:] or f"exit {res.rc}"}
-
     def uname(self) -> tuple[str, str]:
         res = self.run("uname -s; uname -m", what="uname")
         system, machine = (res.stdout.split() + ["", ""])[:2]
         return system, machine
+
+
+@contextlib.contextmanager
+def loopback(port: int) -> Iterator[tuple[str, int]]:
+    """open_port for targets whose loopback is this machine's (local, Docker with host network)."""
+    yield "127.0.0.1", port

@@ -10,22 +10,29 @@ Container settings and why (environment.md section 6):
   * the engine's default seccomp profile, which allows the Landlock syscalls on current engines
     (the preflight proves it by running the probe under the same options); ``--seccomp-profile``
     swaps in another one such as images/seccomp-landlock.json;
-  * ``init=True`` (tini) reaps orphans; restart policy ``on-failure`` as an outer net around the
-    supervisor, which does the per-service restarts with backoff.
+  * ``init=True`` (tini) reaps orphans; restart policy ``unless-stopped``: the container comes
+    back after a crash of its main process, an engine restart and a reboot, but not after
+    `mur deploy stop`. The supervisor inside does the per-service restarts with backoff.
+
+The docker SDK is used here only: every SDK, transport and OSError becomes E-DEPLOY-010 in
+`DockerEngine._call` (tests/deploy/test_deploy_errors.py checks the mapping is total), and the
+engine hands out plain values (`ContainerInfo`), never SDK objects.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import shlex
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from mur.deploy.targets.base import Result, Target
+from mur.deploy.targets.base import Result, Target, loopback
 from mur.errors import MurError
+
+T = TypeVar("T")
 
 BASE_IMAGE = "mur-base:bookworm"
 LABEL = "dev.mur.deployment"
@@ -65,75 +72,97 @@ exec "$@"
 """
 
 
-def _client():
-    try:
-        import docker
-        from docker.errors import DockerException
-    except ImportError as exc:  # pragma: no cover - docker is a runtime dependency
-        raise MurError("E-DEPLOY-010", "the docker Python SDK is not installed") from exc
-    try:
-        client = docker.from_env(timeout=120)
-        client.ping()
-        return client
-    except DockerException as exc:
-        raise MurError("E-DEPLOY-010", f"Docker engine unavailable: {exc}",
-                       "start dockerd (see docs/deploy.md) or set DOCKER_HOST") from exc
+def _engine_errors() -> tuple[type[BaseException], ...]:
+    """Everything the SDK raises: its own classes (not all derive from DockerException, e.g.
+    StreamParseError), requests' transport errors, and OSError from the socket."""
+    import docker.errors
+    from requests.exceptions import RequestException
 
-
-def _docker_error(what: str, exc: Exception) -> MurError:
-    text = getattr(exc, "explanation", None) or str(exc)
-    return MurError("E-DEPLOY-010", f"docker: {what} failed: {text}")
+    own = tuple(c for c in vars(docker.errors).values() if isinstance(c, type) and issubclass(c, Exception))
+    return (*own, RequestException, OSError)
 
 
 def image_tag(dep_id: str, digest: str) -> str:
-    return f"mur-capsule-{dep_id[4:16]}:{digest[:16]}"
+    return f"{image_repo(dep_id)}:{digest[:16]}"
 
 
-def container_name(dep_id: str, candidate: bool = False) -> str:
-    return f"mur-{dep_id}" + ("-candidate" if candidate else "")
+def image_repo(dep_id: str) -> str:
+    return f"mur-capsule-{dep_id[4:16]}"
+
+
+def container_name(dep_id: str, role: str = "") -> str:
+    """`mur-<id>` serving, `-prev` kept for rollback, `-candidate` smoke start, `-swap` rollback."""
+    return f"mur-{dep_id}" + (f"-{role}" if role else "")
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    name: str
+    status: str  # created | running | exited | dead | ...
+    labels: dict[str, str]
+    image_tags: tuple[str, ...]
+    restart_count: int = 0
+    restart_policy: str = ""
 
 
 class DockerEngine:
     """The engine (local socket or DOCKER_HOST) and the operations deploy needs from it."""
 
-    def __init__(self) -> None:
-        self.client = _client()
+    def __init__(self, client: Any = None) -> None:
+        self.client = client if client is not None else self._call("connect to the engine", _connect)
+
+    @staticmethod
+    def _call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """The one place an SDK call happens: its failures become E-DEPLOY-010."""
+        try:
+            return fn(*args, **kwargs)
+        except MurError:
+            raise
+        except _engine_errors() as exc:
+            try:
+                text = getattr(exc, "explanation", None) or str(exc) or type(exc).__name__
+            except Exception:  # noqa: BLE001 - an SDK exception whose message cannot be formatted
+                text = type(exc).__name__
+            raise MurError("E-DEPLOY-010", f"docker: {what} failed: {text}",
+                           "is the engine running (docker info)? see docs/deploy.md") from exc
+
+    def _get(self, name: str) -> Any | None:
+        from docker.errors import NotFound
+
+        try:
+            return self._call(f"inspect container {name}", self.client.containers.get, name)
+        except MurError as err:
+            if isinstance(err.__cause__, NotFound):
+                return None
+            raise
 
     @property
     def label(self) -> str:
-        try:
-            return f"docker ({self.client.api.base_url})"
-        except Exception:  # noqa: BLE001
-            return "docker"
+        base = getattr(getattr(self.client, "api", None), "base_url", "")
+        return f"docker ({base})" if base else "docker"
 
     def info(self) -> dict[str, Any]:
-        try:
-            return self.client.info()
-        except Exception as exc:  # noqa: BLE001 - docker.errors.* and transport errors alike
-            raise _docker_error("info", exc) from exc
+        return self._call("info", self.client.info)
 
     def has_image(self, tag: str) -> bool:
         from docker.errors import ImageNotFound
 
         try:
-            self.client.images.get(tag)
+            self._call(f"inspect image {tag}", self.client.images.get, tag)
             return True
-        except ImageNotFound:
-            return False
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"inspect image {tag}", exc) from exc
+        except MurError as err:
+            if isinstance(err.__cause__, ImageNotFound):
+                return False
+            raise
 
     def build(self, context: Path, tag: str, base: str, labels: dict[str, str]) -> None:
-        """Build the capsule image from a context directory (tar streamed, symlinks kept)."""
+        """Build an image from a context directory (tar streamed, symlinks kept)."""
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             tar.add(str(context), arcname=".")
         buf.seek(0)
-        try:
-            self.client.images.build(fileobj=buf, custom_context=True, tag=tag, buildargs={"BASE": base},
-                                     labels=labels, rm=True, forcerm=True, network_mode="none", pull=False)
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"build {tag}", exc) from exc
+        self._call(f"build {tag}", self.client.images.build, fileobj=buf, custom_context=True, tag=tag,
+                   buildargs={"BASE": base}, labels=labels, rm=True, forcerm=True, network_mode="none", pull=False)
 
     def run_kwargs(self, *, seccomp_profile: str | None, apparmor: bool) -> dict[str, Any]:
         opts: list[str] = []
@@ -149,97 +178,121 @@ class DockerEngine:
 
     def run_once(self, image: str, command: list[str], kwargs: dict[str, Any], timeout: float = 120) -> tuple[int, str]:
         """Run a throwaway container to completion; (status, combined output)."""
+        c = self._call(f"create a container from {image}", self.client.containers.create, image, command=command,
+                       **kwargs)
         try:
-            c = self.client.containers.create(image, command=command, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"create probe container from {image}", exc) from exc
-        try:
-            c.start()
-            status = c.wait(timeout=timeout).get("StatusCode", 1)
-            out = c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-            return int(status), out
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error("probe container", exc) from exc
+            self._call("start a probe container", c.start)
+            status = self._call("wait for a probe container", c.wait, timeout=timeout).get("StatusCode", 1)
+            out = self._call("read a probe container's output", c.logs, stdout=True, stderr=True)
+            return int(status), out.decode("utf-8", "replace")
         finally:
             try:
-                c.remove(force=True)
-            except Exception:  # noqa: BLE001 - best-effort cleanup
-                pass
+                self._call("remove a probe container", c.remove, force=True)
+            except MurError:
+                pass  # best effort: the engine is going away anyway
 
-    def container(self, name: str):
-        from docker.errors import NotFound
-
-        try:
-            return self.client.containers.get(name)
-        except NotFound:
+    def container(self, name: str) -> ContainerInfo | None:
+        c = self._get(name)
+        if c is None:
             return None
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"inspect container {name}", exc) from exc
+        attrs = c.attrs or {}
+        host = attrs.get("HostConfig") or {}
+        try:
+            tags = self._call(f"inspect the image of {name}", lambda: tuple(c.image.tags))
+        except MurError:  # the image may be gone (removed under a stopped container)
+            tags = ()
+        return ContainerInfo(name, c.status, dict(c.labels or {}), tags, int(attrs.get("RestartCount") or 0),
+                             str((host.get("RestartPolicy") or {}).get("Name") or ""))
 
     def create(self, image: str, name: str, command: list[str], kwargs: dict[str, Any], labels: dict[str, str],
-               files: dict[str, tuple[bytes, int]], restart: bool = True):
+               files: dict[str, tuple[bytes, int]], restart: str = "unless-stopped") -> None:
         """Create a container, copy `files` (path -> (bytes, mode)) into it, start it."""
-        old = self.container(name)
-        if old is not None:
-            self.remove(name)
-        try:
-            policy = {"Name": "on-failure", "MaximumRetryCount": 0} if restart else {"Name": "no"}
-            c = self.client.containers.create(image, command=command, name=name, labels=labels,
-                                              restart_policy=policy, **kwargs)
-            for path, (data, mode) in files.items():
-                c.put_archive(str(Path(path).parent), _tar_one(Path(path).name, data, mode))
-            c.start()
-            return c
-        except MurError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"start container {name}", exc) from exc
+        self.remove(name)
+        policy = {"Name": restart} if restart != "no" else {"Name": "no"}
+        c = self._call(f"create container {name}", self.client.containers.create, image, command=command, name=name,
+                       labels=labels, restart_policy=policy, **kwargs)
+        for path, (data, mode) in files.items():
+            self._call(f"copy {path} into {name}", c.put_archive, str(Path(path).parent), _tar_one(Path(path).name, data, mode))
+        self._call(f"start container {name}", c.start)
 
-    def remove(self, name: str, timeout: int = 20) -> bool:
-        c = self.container(name)
+    def start(self, name: str) -> bool:
+        c = self._get(name)
         if c is None:
             return False
-        try:
-            if c.status == "running":
-                c.stop(timeout=timeout)
-            c.remove(force=True)
-            return True
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"remove container {name}", exc) from exc
+        self._call(f"start container {name}", c.start)
+        return True
 
     def stop(self, name: str, timeout: int = 20) -> bool:
-        c = self.container(name)
+        c = self._get(name)
         if c is None:
             return False
-        try:
-            c.stop(timeout=timeout)
-            return True
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"stop container {name}", exc) from exc
+        self._call(f"stop container {name}", c.stop, timeout=timeout)
+        return True
 
-    def remove_images(self, repo: str) -> list[str]:
-        removed = []
-        try:
-            for img in self.client.images.list(name=repo):
-                for tag in img.tags:
-                    self.client.images.remove(tag, force=True, noprune=False)
-                    removed.append(tag)
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"remove images {repo}", exc) from exc
-        return removed
+    def remove(self, name: str, timeout: int = 20) -> bool:
+        c = self._get(name)
+        if c is None:
+            return False
+        if c.status == "running":
+            self._call(f"stop container {name}", c.stop, timeout=timeout)
+        self._call(f"remove container {name}", c.remove, force=True)
+        return True
 
-    def logs(self, name: str, tail: int = 200, follow: bool = False, sink: Callable[[bytes], None] | None = None) -> str:
-        c = self.container(name)
+    def rename(self, old: str, new: str) -> bool:
+        c = self._get(old)
+        if c is None:
+            return False
+        self._call(f"rename {old} -> {new}", c.rename, new)
+        return True
+
+    def wait(self, name: str, timeout: float) -> tuple[int, str]:
+        """Wait for a container to exit; (status, its stdout)."""
+        c = self._get(name)
+        if c is None:
+            return 1, ""
+        status = self._call(f"wait for {name}", c.wait, timeout=timeout).get("StatusCode", 1)
+        out = self._call(f"logs of {name}", c.logs, stdout=True, stderr=False)
+        return int(status), out.decode("utf-8", "replace")
+
+    def exec(self, name: str, cmd: list[str]) -> Result:
+        c = self._get(name)
         if c is None:
             raise MurError("E-DEPLOY-010", f"container {name} does not exist")
-        try:
-            if follow and sink is not None:
-                for chunk in c.logs(stream=True, follow=True, tail=tail):
-                    sink(chunk)
-                return ""
-            return c.logs(tail=tail).decode("utf-8", "replace")
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"logs of {name}", exc) from exc
+        res = self._call(f"exec in {name}", c.exec_run, cmd, demux=True)
+        out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
+        return Result(int(res.exit_code or 0), (out or b"").decode("utf-8", "replace"),
+                      (err or b"").decode("utf-8", "replace"))
+
+    def put_file(self, name: str, path: str, data: bytes, mode: int) -> None:
+        c = self._get(name)
+        if c is None:
+            raise MurError("E-DEPLOY-010", f"container {name} does not exist")
+        self._call(f"copy into {name}", c.put_archive, str(Path(path).parent), _tar_one(Path(path).name, data, mode))
+
+    def images(self, repo: str) -> list[tuple[str, tuple[str, ...]]]:
+        """(id, tags) of every image of a repository."""
+        return [(img.id, tuple(img.tags)) for img in self._call(f"list images {repo}", self.client.images.list, name=repo)]
+
+    def remove_image(self, ref: str) -> None:
+        self._call(f"remove image {ref}", self.client.images.remove, ref, force=True, noprune=False)
+
+    def logs(self, name: str, tail: int = 200, follow: bool = False, sink: Callable[[bytes], None] | None = None) -> str:
+        c = self._get(name)
+        if c is None:
+            raise MurError("E-DEPLOY-010", f"container {name} does not exist")
+        if follow and sink is not None:
+            for chunk in self._call(f"logs of {name}", c.logs, stream=True, follow=True, tail=tail):
+                sink(chunk)
+            return ""
+        return self._call(f"logs of {name}", c.logs, tail=tail).decode("utf-8", "replace")
+
+
+def _connect() -> Any:
+    import docker
+
+    client = docker.from_env(timeout=120)
+    client.ping()
+    return client
 
 
 def _tar_one(name: str, data: bytes, mode: int) -> bytes:
@@ -265,30 +318,15 @@ class ContainerTarget(Target):
     def label(self) -> str:
         return f"container {self.name}"
 
-    def _container(self):
-        c = self.engine.container(self.name)
-        if c is None:
-            raise MurError("E-DEPLOY-010", f"container {self.name} does not exist")
-        return c
-
     def _exec(self, cmd: str, timeout: float | None, stdin: bytes | None) -> Result:
-        try:
-            res = self._container().exec_run(["/bin/sh", "-c", cmd], demux=True)
-        except MurError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"exec in {self.name}", exc) from exc
-        out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
-        return Result(int(res.exit_code or 0), (out or b"").decode("utf-8", "replace"),
-                      (err or b"").decode("utf-8", "replace"))
+        return self.engine.exec(self.name, ["/bin/sh", "-c", cmd])
 
     def _put(self, src: Path | bytes, dst: str) -> None:
-        data = src if isinstance(src, bytes) else Path(src).read_bytes()
         try:
-            self._container().put_archive(str(Path(dst).parent), _tar_one(Path(dst).name, data, 0o600))
-        except Exception as exc:  # noqa: BLE001
-            raise _docker_error(f"copy into {self.name}", exc) from exc
+            data = src if isinstance(src, bytes) else Path(src).read_bytes()
+        except OSError as exc:
+            raise MurError("E-IO-003", f"cannot read {src}: {exc.strerror or exc}") from exc
+        self.engine.put_file(self.name, dst, data, 0o600)
 
-    def _get(self, path: str) -> bytes:
-        res = self.run(f"cat {shlex.quote(path)}", what=f"read {path}")
-        return res.stdout.encode()
+    def open_port(self, port: int):
+        return loopback(port)  # host network on the local engine

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable
 
-from mur.deploy.targets.base import Result, Target
+from mur.deploy.targets.base import Result, Target, loopback
 from mur.errors import MurError
 
 
@@ -27,33 +27,31 @@ class LocalTarget(Target):
                                   stdin=None if stdin is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired as exc:
             raise MurError("E-DEPLOY-004", f"local command timed out after {timeout}s: {cmd[:200]}") from exc
+        except OSError as exc:
+            raise MurError("E-DEPLOY-004", f"cannot run a local shell: {exc.strerror or exc}") from exc
         return Result(proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
 
     def _put(self, src: Path | bytes, dst: str) -> None:
         try:
-            if isinstance(src, bytes):
-                fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "wb") as fh:
+            fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                if isinstance(src, bytes):
                     fh.write(src)
-            else:
-                shutil.copyfile(src, dst)
+                else:
+                    with open(src, "rb") as inp:
+                        shutil.copyfileobj(inp, fh, 1 << 20)
         except OSError as exc:
             raise MurError("E-IO-003", f"cannot write {dst}: {exc.strerror or exc}") from exc
 
-    def _get(self, path: str) -> bytes:
-        try:
-            return Path(path).read_bytes()
-        except OSError as exc:
-            raise MurError("E-IO-003", f"cannot read {path}: {exc.strerror or exc}") from exc
-
-    def agent_card(self, port: int, wait: float, runtime: str) -> dict:
-        from mur.deploy.supervisor import agent_card
-
-        return agent_card(f"http://127.0.0.1:{port}", wait=wait)
+    def open_port(self, port: int):
+        return loopback(port)
 
     def stream(self, cmd: str, sink: Callable[[bytes], None]) -> int:
-        proc = subprocess.Popen(["/bin/sh", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        try:
+            proc = subprocess.Popen(["/bin/sh", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise MurError("E-DEPLOY-004", f"cannot run a local shell: {exc.strerror or exc}") from exc
         try:
             assert proc.stdout is not None
             for chunk in iter(lambda: proc.stdout.read1(65536), b""):

@@ -7,19 +7,27 @@ Better than upstream's `ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/d
     a changed key is always refused;
   * key-file or agent authentication (plus the default ~/.ssh/id_* keys), no passwords;
   * connection attempts retried with exponential backoff (1 s doubling, 30 s budget);
-  * uploads through SFTP to a temp name, then an atomic rename.
+  * uploads through SFTP to a temp name (0600 before the first byte), then an atomic rename.
+
+paramiko is used here only; every paramiko (and socket) error becomes a MurError in this module
+(`SSH_ERRORS`, tests/deploy/test_deploy_errors.py checks the mapping is total).
+
+Entry points for other code (h15's `mur host prepare`): `SSHTarget(host, user=, port=, key_file=,
+known_hosts=, trust_new_host=)` connects (or raises E-DEPLOY-003/009); then `run(cmd, sudo=)`,
+`put_file(src, dst, mode)`, `open_port(port)`, `close()`; `tunnel_command(remote, local)`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import select
+import shlex
 import socket
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from mur.deploy.targets.base import Result, Target
 from mur.errors import MurError
@@ -37,6 +45,20 @@ def default_known_hosts() -> Path:
     return known_hosts_path()
 
 
+def _ssh_errors() -> tuple[type[BaseException], ...]:
+    import paramiko
+
+    return (paramiko.SSHException, OSError, EOFError, socket.timeout)
+
+
+def _ssh_error(label: str, what: str, exc: BaseException) -> MurError:
+    try:
+        text = str(exc) or type(exc).__name__
+    except Exception:  # noqa: BLE001 - an SDK exception whose message cannot be formatted
+        text = type(exc).__name__
+    return MurError("E-DEPLOY-003", f"{label}: {what} failed: {text}")
+
+
 def _host_key_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
@@ -47,7 +69,8 @@ class SSHTarget(Target):
 
     def __init__(self, host: str, *, user: str = "root", port: int = 22, key_file: str | None = None,
                  known_hosts: str | None = None, trust_new_host: bool = False,
-                 connect_budget: float = CONNECT_BUDGET, note: Callable[[str], None] | None = None):
+                 connect_budget: float = CONNECT_BUDGET, note: Callable[[str], None] | None = None,
+                 client_factory: Callable[[], Any] | None = None):
         super().__init__()
         if not host:
             raise MurError("E-DEPLOY-001", "no host specified; create a VM first, then pass its IP via --host")
@@ -57,6 +80,7 @@ class SSHTarget(Target):
         self.trust_new_host = trust_new_host
         self.connect_budget = connect_budget
         self._note = note or (lambda _msg: None)
+        self._client_factory = client_factory
         self._client = None
         self._sftp = None
         self._connect()
@@ -65,11 +89,18 @@ class SSHTarget(Target):
     def label(self) -> str:
         return f"{self.ssh_user}@{self.host}" + (f":{self.port}" if self.port != 22 else "")
 
-    def tunnel_command(self, remote_port: int, local_port: int | None = None) -> str:
-        """The ssh command a user runs to reach a loopback-bound service."""
-        key = f" -i {self.key_file}" if self.key_file else ""
-        port = f" -p {self.port}" if self.port != 22 else ""
-        return f"ssh -N -L {local_port or remote_port}:127.0.0.1:{remote_port}{port}{key} {self.ssh_user}@{self.host}"
+    def tunnel_command(self, remote_port: int, local_port: int) -> str:
+        """The ssh command a user runs to reach a loopback-bound service, exactly as it must be typed:
+        the key and known_hosts deploy used (so the host key is verified the same way)."""
+        q = shlex.quote
+        parts = ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-L", f"{local_port}:127.0.0.1:{remote_port}"]
+        if self.port != 22:
+            parts += ["-p", str(self.port)]
+        if self.key_file:
+            parts += ["-i", q(self.key_file)]
+        if self.known_hosts != default_known_hosts():
+            parts += ["-o", q(f"UserKnownHostsFile={self.known_hosts}")]
+        return " ".join(parts + [q(f"{self.ssh_user}@{self.host}")])
 
     # connection -------------------------------------------------------------------------------
 
@@ -99,7 +130,7 @@ class SSHTarget(Target):
         delay, deadline = 1.0, time.monotonic() + self.connect_budget
         last: Exception | None = None
         while True:
-            client = paramiko.SSHClient()
+            client = (self._client_factory or paramiko.SSHClient)()
             try:
                 if self.known_hosts.exists():
                     client.load_host_keys(str(self.known_hosts))
@@ -135,7 +166,7 @@ class SSHTarget(Target):
                         "first use",
                     ) from exc
                 last = exc
-            except (OSError, EOFError) as exc:
+            except (OSError, EOFError) as exc:  # socket.timeout is an OSError
                 client.close()
                 last = exc
             if time.monotonic() + delay > deadline:
@@ -161,13 +192,13 @@ class SSHTarget(Target):
             self.close()
             self._connect()
             tr = self._client.get_transport()
+        if tr is None:
+            raise MurError("E-DEPLOY-003", f"{self.label}: the SSH connection is gone")
         return tr
 
     # primitives -------------------------------------------------------------------------------
 
     def _exec(self, cmd: str, timeout: float | None, stdin: bytes | None) -> Result:
-        import paramiko
-
         try:
             chan = self._transport().open_session()
             chan.exec_command(cmd)
@@ -192,100 +223,55 @@ class SSHTarget(Target):
             rc = chan.recv_exit_status()
             chan.close()
             return Result(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise MurError("E-DEPLOY-003", f"{self.label}: SSH command failed: {exc}") from exc
+        except _ssh_errors() as exc:
+            raise _ssh_error(self.label, "SSH command", exc) from exc
 
     def _sftp_client(self):
         if self._sftp is None:
+            self._transport()
             self._sftp = self._client.open_sftp()
         return self._sftp
 
     def _put(self, src: Path | bytes, dst: str) -> None:
-        import paramiko
-
         try:
             sftp = self._sftp_client()
-            if isinstance(src, bytes):
-                with sftp.open(dst, "wb") as fh:
-                    fh.chmod(0o600)  # content may be secret (the env file): private before written
-                    fh.set_pipelined(True)
+            with sftp.open(dst, "wb") as fh:
+                fh.chmod(0o600)  # content may be secret (env file, token, key): private before written
+                fh.set_pipelined(True)
+                if isinstance(src, bytes):
                     fh.write(src)
-            else:
-                sftp.put(str(src), dst, confirm=True)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise MurError("E-DEPLOY-003", f"SFTP upload to {self.label}:{dst} failed: {exc}") from exc
-
-    def _get(self, path: str) -> bytes:
-        import paramiko
-
-        try:
-            with self._sftp_client().open(path, "rb") as fh:
-                return fh.read()
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise MurError("E-DEPLOY-003", f"cannot read {self.label}:{path}: {exc}") from exc
+                else:
+                    with open(src, "rb") as inp:
+                        for chunk in iter(lambda: inp.read(1 << 20), b""):
+                            fh.write(chunk)
+        except _ssh_errors() as exc:
+            self._sftp = None
+            raise _ssh_error(self.label, f"SFTP upload to {dst}", exc) from exc
 
     def stream(self, cmd: str, sink: Callable[[bytes], None]) -> int:
-        chan = self._transport().open_session()
-        chan.set_combine_stderr(True)
-        chan.exec_command(cmd)
         try:
-            while True:
-                data = chan.recv(65536)
-                if not data:
-                    break
-                sink(data)
-            return chan.recv_exit_status()
-        finally:
-            chan.close()
+            chan = self._transport().open_session()
+            try:
+                chan.set_combine_stderr(True)
+                chan.exec_command(cmd)
+                while True:
+                    data = chan.recv(65536)
+                    if not data:
+                        break
+                    sink(data)
+                return chan.recv_exit_status()
+            finally:
+                chan.close()
+        except _ssh_errors() as exc:
+            raise _ssh_error(self.label, "SSH command", exc) from exc
 
     # port forwarding --------------------------------------------------------------------------
 
-    def http_get(self, port: int, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
-        """One HTTP/1.0 GET to 127.0.0.1:<port> on the target, through an SSH direct-tcpip channel."""
-        import paramiko
-
-        try:
-            chan = self._transport().open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0),
-                                                  timeout=timeout)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise ConnectionError(str(exc)) from exc
-        try:
-            chan.settimeout(timeout)
-            chan.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
-            data = bytearray()
-            while True:
-                chunk = chan.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        except (OSError, paramiko.SSHException) as exc:
-            raise ConnectionError(str(exc)) from exc
-        finally:
-            chan.close()
-        head, _, body = bytes(data).partition(b"\r\n\r\n")
-        try:
-            status = int(head.split(b" ", 2)[1])
-        except (IndexError, ValueError) as exc:
-            raise ConnectionError(f"not an HTTP answer: {head[:80]!r}") from exc
-        return status, body
-
-    def agent_card(self, port: int, wait: float, runtime: str) -> dict:
-        """Through the SSH connection itself: no runtime start on the target, no open port."""
-        import json
-
-        deadline = time.monotonic() + wait
-        last = ""
-        while True:
-            try:
-                status, body = self.http_get(port, "/.well-known/agent-card.json")
-                if status == 200:
-                    return {"ok": True, "agent_card": json.loads(body)}
-                last = f"HTTP {status}"
-            except (ConnectionError, ValueError) as exc:
-                last = str(exc)
-            if time.monotonic() >= deadline:
-                return {"ok": False, "error": f"no agent card on 127.0.0.1:{port}: {last}"}
-            time.sleep(0.5)
+    @contextlib.contextmanager
+    def open_port(self, port: int) -> Iterator[tuple[str, int]]:
+        """127.0.0.1:<local> here, tunnelled to 127.0.0.1:<port> on the target (no port opened there)."""
+        with self.forward(port) as fw:
+            yield "127.0.0.1", fw.port
 
     def forward(self, remote_port: int, local_port: int = 0) -> "Forward":
         """Forward 127.0.0.1:<local> here to 127.0.0.1:<remote_port> on the target (like ssh -L)."""
@@ -298,9 +284,13 @@ class Forward:
     def __init__(self, target: SSHTarget, remote_port: int, local_port: int = 0):
         self.target, self.remote_port = target, remote_port
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", local_port))
-        self.sock.listen(16)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind(("127.0.0.1", local_port))
+            self.sock.listen(16)
+        except OSError as exc:
+            self.sock.close()
+            raise MurError("E-DEPLOY-003", f"cannot listen on 127.0.0.1:{local_port} for a tunnel: {exc.strerror or exc}") from exc
         self.port = self.sock.getsockname()[1]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True)
@@ -321,7 +311,7 @@ class Forward:
     def _pipe(self, conn: socket.socket, peer) -> None:  # noqa: ANN001
         try:
             chan = self.target._transport().open_channel("direct-tcpip", ("127.0.0.1", self.remote_port), peer)
-        except Exception:  # noqa: BLE001 - the remote refused: drop this client connection
+        except (MurError, *_ssh_errors()):  # the remote refused or the link is gone: drop this client
             conn.close()
             return
         try:
@@ -337,7 +327,7 @@ class Forward:
                     if not data:
                         break
                     conn.sendall(data)
-        except OSError:
+        except _ssh_errors():  # either side went away: end this client connection
             pass
         finally:
             chan.close()

@@ -21,6 +21,7 @@ locals {
     delegate            = jsonencode(file("${local.assets}/systemd/mur-delegate.conf"))
     host_script         = jsonencode(file("${local.assets}/host/mur-host.sh"))
     cmdline_cfg         = jsonencode(file("${local.assets}/host/mur-cmdline.cfg"))
+    deploy_helper       = jsonencode(file("${local.assets}/host/mur-deploy-helper"))
     marker              = jsonencode(local.marker)
     kernel              = jsonencode(var.kernel)
     ssh_host_keys       = local.ssh_host_keys

@@ -31,6 +31,7 @@ run "renders_the_deploy_host" {
       "/etc/systemd/system/mur-.service.d/mur-delegate.conf"  = file("${path.module}/../../../deploy/systemd/mur-delegate.conf")
       "/usr/local/lib/mur/mur-host.sh"                        = file("${path.module}/../../../deploy/host/mur-host.sh")
       "/usr/local/lib/mur/mur-cmdline.cfg"                    = file("${path.module}/../../../deploy/host/mur-cmdline.cfg")
+      "/usr/local/lib/mur/mur-deploy-helper"                  = file("${path.module}/../../../deploy/host/mur-deploy-helper")
       "/etc/mur/host.json"                                    = "{\"deploy_user\":\"deployer\",\"kernel\":\"keep\",\"mur_version\":\"0.1.0\"}\n"
     }
     error_message = "write_files carries deploy/'s files byte for byte"

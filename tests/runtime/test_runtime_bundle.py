@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mur import __version__
-from mur.deploy import bundle as B
+from mur.runtime import bundle as B
 from mur.platform import current_platform
 from mur.errors import MurError
 

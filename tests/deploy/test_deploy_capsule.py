@@ -1,4 +1,4 @@
-"""What a release is made of: referenced files, artifacts, env precedence, lifecycle policy."""
+"""What deploy ships: referenced files, artifacts, env precedence and ${VAR} references, lifecycle policy."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mur.deploy.inputs import gather
+from mur.deploy.capsule import gather
 from mur.errors import MurError
 
 
@@ -52,7 +52,8 @@ def test_missing_prompt_file_and_missing_artifact(tmp_path):
     m = write(tmp_path / "b", 'name: c\nversion: "1"\n' + PROC + "artifacts:\n  - name: ghost\n    version: 1.0.0\n")
     with pytest.raises(MurError) as err:
         gather(m)
-    assert err.value.code == "E-REG-001" and "mur install ghost@1.0.0" in err.value.hint
+    # the same code `mur run` gives for it (the shared resolve step)
+    assert err.value.code == "E-RUN-008" and "mur install ghost@1.0.0" in err.value.hint
 
 
 def test_local_source_artifacts_and_the_capsule_component_are_uploaded(tmp_path):
@@ -83,12 +84,12 @@ def test_a_one_task_lifecycle_is_served_as_a_queue(tmp_path):
     m = write(tmp_path / "a", 'name: c\nversion: "1"\n' + PROC)
     inp = gather(m)
     assert inp.run_args == ("--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep")
-    assert inp.restart_policy == "on-failure" and any("queue" in n for n in inp.notes)
+    assert inp.restart_policy == "on-failure" and any("queue" in n for n in inp.notes())
     kept = gather(m, keep_lifecycle=True)
     assert kept.run_args == () and kept.restart_policy == "always"
     m = write(tmp_path / "b", 'name: c\nversion: "1"\n' + PROC + "lifecycle:\n  task_acceptance: queue\n  after_task: sleep\n")
     inp = gather(m)
-    assert inp.long_lived and inp.run_args == () and inp.restart_policy == "on-failure" and not inp.notes
+    assert inp.long_lived and inp.run_args == () and inp.restart_policy == "on-failure" and not inp.notes()
 
 
 def test_workdir_seed(tmp_path):
@@ -103,3 +104,30 @@ def test_workdir_seed(tmp_path):
     with pytest.raises(MurError) as err:
         gather(m, workdir=tmp_path / "none")
     assert err.value.code == "E-IO-001"
+
+
+def test_env_satisfies_the_manifests_references_not_the_shell(tmp_path, monkeypatch):
+    """`api_key: ${KEY}` is satisfied by the deployment's env (what the target will see), with the
+    documented precedence; the deploying shell's variable alone is not enough, and not needed."""
+    d = tmp_path / "cap"
+    m = write(d, 'name: c\nversion: "1"\ninference:\n  transport: http\n  model: m\n  api_key: ${PROVIDER_KEY}\n')
+    monkeypatch.delenv("PROVIDER_KEY", raising=False)
+    assert gather(m, env_args=["PROVIDER_KEY=sk-1"]).env == {"PROVIDER_KEY": "sk-1"}
+    monkeypatch.setenv("PROVIDER_KEY", "from-the-shell")
+    with pytest.raises(MurError) as err:
+        gather(m)
+    assert err.value.code == "E-MAN-003" and "references ${PROVIDER_KEY}" in err.value.message
+    assert "--env PROVIDER_KEY=" in err.value.hint and "not sent" in err.value.hint
+    (d / ".env").write_text("PROVIDER_KEY=sk-dotenv\n")
+    assert gather(m).env == {"PROVIDER_KEY": "sk-dotenv"}
+    with pytest.raises(MurError):  # --env replaces .env (alternatives, not merged)
+        gather(m, env_args=["OTHER=1"])
+
+
+def test_project_config_release_source_is_the_capsules(tmp_path, monkeypatch):
+    d = tmp_path / "cap"
+    m = write(d, 'name: c\nversion: "1"\n' + PROC)
+    (d / ".murmur").mkdir()
+    (d / ".murmur" / "config.yaml").write_text("deploy:\n  release_source: /srv/releases\n")
+    monkeypatch.chdir(tmp_path)  # deploy run from elsewhere: the capsule's project config still applies
+    assert gather(m).release_source == "/srv/releases"

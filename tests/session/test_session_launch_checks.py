@@ -1,4 +1,4 @@
-"""The pre-checks mur run makes before a workdir exists (mur.session.resolve): the inference driver
+"""The pre-checks mur run makes before a workdir exists (mur.session.launch_checks): the inference driver
 (E-RUN-005/006), `inference.command` on PATH (E-RUN-006), and the prompt files (E-RUN-009)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from mur.errors import MurError
 from mur.manifest import load_capsule
-from mur.session import resolve
+from mur.resolve.artifacts import resolve_artifacts
+from mur.session import launch_checks as checks
 from mur.session.options import RunOptions
 from mur.session.prechecks import CheckedRun
 
@@ -22,7 +23,7 @@ def checked(tmp_path, text: str, **options) -> CheckedRun:
     manifest.write_text("name: c\nversion: '1'\n" + text)
     loaded = load_capsule(manifest)
     run = CheckedRun(loaded, RunOptions(manifest=manifest, **options), None, None, None, "advisory")
-    run.resolved = resolve.resolve_artifacts(loaded)
+    run.resolved = resolve_artifacts(loaded)
     return run
 
 
@@ -38,7 +39,7 @@ HTTP = "inference:\n  transport: http\n  model: m\n"
 
 def prompts(tmp_path, text: str, **options) -> CheckedRun:
     run = checked(tmp_path, text, **options)
-    resolve.read_prompts(run)
+    checks.read_prompts(run)
     return run
 
 
@@ -105,16 +106,16 @@ def test_compaction_prompt(tmp_path):
 
 
 def test_driver_missing_undeclared_or_not_installed(tmp_path):
-    err = error_of(resolve.check_inference, checked(tmp_path, HTTP))
+    err = error_of(checks.check_inference, checked(tmp_path, HTTP))
     assert err.code == "E-RUN-005" and "inference.driver.artifact" in err.message
     undeclared = HTTP + "  driver: {artifact: d}\n"
-    err = error_of(resolve.check_inference, checked(tmp_path, undeclared))
+    err = error_of(checks.check_inference, checked(tmp_path, undeclared))
     assert err.code == "E-RUN-005" and "not declared" in err.message
     declared = undeclared + f"artifacts:\n  - {{name: d, version: 0.1.0, runtime: driver, source: {DRIVER}, local_source: true}}\n"
     run = checked(tmp_path, declared)
-    resolve.check_inference(run)  # declared and staged from its source: passes
+    checks.check_inference(run)  # declared and staged from its source: passes
     run.resolved.pop("d")
-    err = error_of(resolve.check_inference, run)
+    err = error_of(checks.check_inference, run)
     assert err.code == "E-RUN-006" and err.message == "inference driver 'd' is not installed in the local tool registry"
     assert err.hint == "run `mur install d@0.1.0`"
 
@@ -122,7 +123,7 @@ def test_driver_missing_undeclared_or_not_installed(tmp_path):
 def test_command_not_on_path_is_e_run_006_and_found_is_resolved(tmp_path, monkeypatch):
     process = "inference:\n  transport: process\n  model: m\n  command: my-claude\n"
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    err = error_of(resolve.check_inference, checked(tmp_path, process))
+    err = error_of(checks.check_inference, checked(tmp_path, process))
     assert err.code == "E-RUN-006" and err.message == "inference.command 'my-claude' was not found on PATH"
     assert "claude CLI" in err.hint and "@anthropic-ai/claude-code" in err.hint
     exe = tmp_path / "my-claude"
@@ -130,5 +131,5 @@ def test_command_not_on_path_is_e_run_006_and_found_is_resolved(tmp_path, monkey
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + "/usr/bin")
     run = checked(tmp_path, process)
-    resolve.check_inference(run)
+    checks.check_inference(run)
     assert run.process_command == str(exe)

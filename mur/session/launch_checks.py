@@ -1,100 +1,15 @@
-"""Pre-launch resolution: where each declared artifact comes from, and the checks that need it.
-
-Registry artifacts come from the stores (project first, then global; mur.artifacts.resolve). Local-source
-artifacts (`source:` + `local_source: true`) come from disk: a skill is a `skill.md` file or a directory
-holding one (any casing); a tool or driver may also be a directory holding its own `murmur.yaml` and its
-`.wasm` payload (an extension over upstream, which resolves only skill-shaped local payloads: it lets
-`examples/` run without a build/publish round trip).
-"""
+"""`mur run`'s launch checks that need the resolved capsule (mur.resolve): the inference driver or
+CLI, murmur.lock, the prompt files, the capsule component, an aggregate cgroup bound. Each raises
+the spec's code; mur.session.prechecks runs them in upstream's order."""
 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
-from mur.manifest import LoadedCapsule
-from mur.manifest.artifact import ArtifactManifest, load_artifact_manifest
-from mur.manifest.capsule import ArtifactDecl
-
-
-@dataclass
-class ResolvedArtifact:
-    """One declared artifact, located."""
-
-    decl: ArtifactDecl
-    kind: str  # "store" | "local"
-    path: Path  # the .mur.zip (store), the skill file, or the local artifact directory
-    manifest: ArtifactManifest | None = None  # the artifact's own murmur.yaml (None for bare skills)
-    installed: Any = None  # mur.artifacts.resolve.InstalledArtifact for store artifacts
-    sha256: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.decl.name
-
-    @property
-    def role(self) -> str:
-        return self.decl.runtime
-
-    @property
-    def is_native(self) -> bool:
-        return self.manifest is not None and self.manifest.registry_runtime == "native"
-
-
-def _find_skill_md(directory: Path) -> Path | None:
-    for child in sorted(directory.iterdir()):
-        if child.is_file() and child.name.lower() == "skill.md":
-            return child
-    return None
-
-
-def _resolve_local(loaded: LoadedCapsule, decl: ArtifactDecl) -> ResolvedArtifact:
-    raw = Path(decl.source or "")
-    path = raw if raw.is_absolute() else loaded.dir / raw
-    if not path.exists():
-        raise MurError("E-IO-001", f"skill source path not found: {path}", "fix `source:` (relative to murmur.yaml)")
-    if path.is_file():
-        return ResolvedArtifact(decl, "local", path)
-    if (path / "murmur.yaml").is_file() and decl.runtime in ("tool", "driver", "hook"):
-        return ResolvedArtifact(decl, "local", path, manifest=load_artifact_manifest(path))
-    skill = _find_skill_md(path)
-    if skill is None:
-        raise MurError(
-            "E-IO-001",
-            f"skill source directory '{path}' contains no skill.md",
-            "add a skill.md to that directory, or point `source:` at the file itself",
-        )
-    return ResolvedArtifact(decl, "local", skill)
-
-
-def resolve_artifacts(loaded: LoadedCapsule) -> dict[str, ResolvedArtifact]:
-    """Locate every declared artifact (E-RUN-008 for a registry artifact not installed)."""
-    out: dict[str, ResolvedArtifact] = {}
-    missing: list[ArtifactDecl] = []
-    for decl in loaded.capsule.artifacts:
-        if decl.source is not None:
-            out[decl.name] = _resolve_local(loaded, decl)
-            continue
-        from mur.artifacts.resolve import find_installed
-
-        inst = find_installed(decl.name, decl.version or "", loaded.dir)
-        if inst is None:
-            missing.append(decl)
-            continue
-        out[decl.name] = ResolvedArtifact(decl, "store", inst.zip_path, inst.manifest, inst, inst.sha256)
-    if missing:
-        first = missing[0]
-        names = ", ".join(f"{d.name}@{d.version}" for d in missing)
-        raise MurError(
-            "E-RUN-008",
-            f"artifact {first.name}@{first.version} is declared in murmur.yaml but not installed"
-            + (f" (missing: {names})" if len(missing) > 1 else ""),
-            f"run `mur install {first.name}@{first.version}` (or `mur doctor` to check every artifact)",
-        )
-    return out
+from mur.resolve.artifacts import find_skill_md
 
 
 def check_inference(prep: Any) -> None:
@@ -136,13 +51,13 @@ def check_inference(prep: Any) -> None:
         )
 
 
-def check_lock(prep: Any) -> None:
-    """murmur.lock: created if absent, otherwise verified (never refreshed) for store artifacts."""
+def check_lock(prep: Any, create: bool = False) -> None:
+    """murmur.lock: verified (never refreshed) for store artifacts; `create`: written when absent."""
     installed = [r.installed for r in prep.resolved.values() if r.kind == "store"]
     if installed:
-        from mur.artifacts.resolve import check_lock_for_run
+        from mur.artifacts.installed import check_lock_for_run
 
-        check_lock_for_run(prep.loaded.dir, installed)
+        check_lock_for_run(prep.loaded.dir, installed, create=create)
 
 
 def _read_prompt(path_text: str, base: Path, field: str) -> str:
@@ -194,7 +109,7 @@ def _prompt_artifact_text(prep: Any, name: str) -> str:
         if res.kind == "local" and res.path.is_file():
             return res.path.read_text(encoding="utf-8")
         if res.kind == "local":
-            skill = _find_skill_md(res.path)
+            skill = find_skill_md(res.path)
             if skill is None:
                 raise FileNotFoundError("no skill.md")
             return skill.read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""What `mur run` and `mur deploy` call: find installed artifacts, check `murmur.lock`, unpack.
+"""Installed artifacts (the stores): find one, check it against `murmur.lock`, unpack its payload.
 
     inst = find_installed(name, version, project_dir)      # project store, then global; None if absent
     check_lock_for_run(project_dir, [inst, ...])            # create murmur.lock if absent, else verify
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from mur.artifacts import lock as lockfile
 from mur.artifacts.package import (
@@ -43,7 +42,6 @@ __all__ = [
     "check_lock_for_run",
     "extract_payload",
     "read_payload",
-    "load_capsule_manifest",
 ]
 
 
@@ -75,13 +73,19 @@ def find_installed(
     return None
 
 
-def check_lock_for_run(project_dir: Path, resolved: list[InstalledArtifact]) -> None:
-    """Create murmur.lock (atomically) when absent; otherwise verify every resolved artifact."""
+def check_lock_for_run(project_dir: Path, resolved: list[InstalledArtifact], *, create: bool = True) -> None:
+    """Verify every resolved artifact against murmur.lock; when it is absent, create it (atomically).
+
+    `create=False` only verifies (an absent lock passes): `mur run` checks in its pre-check order
+    and writes the lock only once every pre-check passed, so a refused run leaves no file behind.
+    """
     project_dir = Path(project_dir)
     path = lockfile.lock_path(project_dir)
     with lockfile.project_locked(project_dir):
         lock = lockfile.read_lock(path)
         if lock is None:
+            if not create:
+                return
             fresh = lockfile.MurmurLock()
             for inst in resolved:
                 if fresh.entry(inst.name) is None:
@@ -169,26 +173,3 @@ def extract_payload(inst: InstalledArtifact, dest: Path) -> Path:
     if inst.manifest.registry_runtime == "native":
         os.chmod(path, 0o755)
     return path
-
-
-def load_capsule_manifest(path: Path) -> Any:
-    """The `Capsule` model of a capsule murmur.yaml, validated by `mur.manifest.load_capsule`."""
-    try:
-        from mur.manifest import load_capsule  # type: ignore[attr-defined]
-    except ImportError:
-        load_capsule = None
-    if load_capsule is not None:
-        loaded = load_capsule(path)
-        return getattr(loaded, "capsule", loaded)
-    from pydantic import ValidationError
-
-    from mur.manifest.capsule import Capsule
-    from mur.manifest.yamlio import parse_yaml, read_manifest_text
-
-    root = parse_yaml(read_manifest_text(Path(path)))
-    try:
-        return Capsule.model_validate(root or {})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise MurError("E-MAN-003", f"murmur.yaml: field '{where}' {first.get('msg', 'is invalid')}") from exc

@@ -11,7 +11,7 @@ import pytest
 
 from mur.artifacts.lock import lock_path, read_lock
 from mur.artifacts.refs import BareRef, GitHubRef, LocalFileRef, VersionedRef, parse_ref
-from mur.artifacts.resolve import check_lock_for_run, extract_payload, find_installed, read_payload
+from mur.artifacts.installed import check_lock_for_run, extract_payload, find_installed, read_payload
 from mur.artifacts.store import global_store, install_zip, project_store
 from mur.errors import MurError
 

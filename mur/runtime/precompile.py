@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from mur.deploy.plan import FileRef
-from mur.deploy.state import atomic_write
-from mur.paths import cache_root
+from mur.resolve.files import FileRef
 from mur.errors import MurError
-from mur.fsutil import file_sha256
+from mur.fsutil import file_sha256, write_file
+from mur.paths import cache_root
 
 EXPECTED_SETTINGS = "component-model,epoch-interruption"
 TARGETS = {
@@ -68,25 +67,6 @@ def supported(plat: str) -> str | None:
     return None
 
 
-def wasm_sources(files: tuple[FileRef, ...], artifacts: tuple[Any, ...], base: Path) -> list[tuple[str, bytes]]:
-    """(label, wasm bytes) of every component the capsule runs: its own, local sources, artifacts."""
-    out: list[tuple[str, bytes]] = []
-    for f in files:
-        if f.rel.endswith(".wasm"):
-            out.append((f.rel, Path(f.src).read_bytes()))
-    if artifacts:
-        from mur.artifacts.resolve import find_installed, read_payload
-
-        for a in artifacts:
-            inst = find_installed(a.name, a.version, base)
-            if inst is None:
-                continue
-            entry, data = read_payload(inst)
-            if entry and entry.endswith(".wasm") and data:
-                out.append((f"{a.name}@{a.version}", data))
-    return out
-
-
 def precompile(sources: list[tuple[str, bytes]], plat: str, note: Callable[[str], None] | None = None) -> list[Precompiled]:
     """Cross-compiled, serialized components (cached here by wasm digest, engine and target)."""
     from wasmtime import Engine
@@ -116,7 +96,7 @@ def precompile(sources: list[tuple[str, bytes]], plat: str, note: Callable[[str]
                 first = (str(exc).strip().splitlines() or ["invalid component"])[0]
                 raise MurError("E-RUN-001", f"{label} failed to compile for {plat}: {first}",
                                "fix the component (the target would fail the same way)") from exc
-            atomic_write(local, bytes(blob), 0o600)
+            write_file(local, bytes(blob), 0o600)
         st = local.stat()
         out.append(Precompiled(label, digest, FileRef(str(local), f"{digest}.{fp}.cwasm", file_sha256(local), st.st_size,
                                                        0o600)))

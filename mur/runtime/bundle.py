@@ -30,7 +30,7 @@ from typing import Callable
 from urllib.parse import urlparse
 
 from mur import __version__
-from mur.deploy.state import atomic_write
+from mur.fsutil import write_file as atomic_write
 from mur.errors import MurError
 from mur.fsutil import file_sha256, locked
 from mur.paths import bin_dir, global_config_path

@@ -1,0 +1,150 @@
+"""What `mur deploy ...` does, one function per command: load the record, pick the provider
+(mur.deploy.providers.provider_for, the one dispatch point), call it, return plain data.
+
+mur/cli/deploy.py parses options, calls one of these, renders the result.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from mur.deploy import auth
+from mur.deploy.capsule import DeployCapsule, gather
+from mur.deploy.preflight import Report
+from mur.progress import QUIET, Reporter
+from mur.deploy.providers import provider_for
+from mur.deploy.providers.base import Context, DeployJob
+from mur.deploy.request import DeployRequest
+from mur.deploy.state import Deployment, DeploymentStore, new_deployment_id, resolve_id
+from mur.errors import MurError
+
+
+def _job(req: DeployRequest, ctx: Context) -> DeployJob:
+    with ctx.reporter.step("read capsule"):
+        cap: DeployCapsule = gather(req.manifest, workdir=req.workdir, env_args=list(req.env_args),
+                                    env_file=req.env_file, containment=req.containment,
+                                    keep_lifecycle=req.keep_lifecycle)
+    for note in cap.notes():
+        ctx.reporter.note(note)
+    existing = find_existing(ctx.store, req)
+    dep_id = existing.deployment_id if existing else new_deployment_id()
+    return DeployJob(req, cap, dep_id, existing, ctx)
+
+
+def find_existing(store: DeploymentStore, req: DeployRequest) -> Deployment | None:
+    """The deployment this request redeploys: by --id, else same target + same manifest."""
+    records = store.load()
+    if req.deployment_id:
+        return resolve_id(records, req.deployment_id)
+    manifest = str(req.manifest.resolve())
+    for rec in reversed(records):
+        if rec.manifest_path == manifest and rec.target.same_place(req.target):
+            return rec
+    return None
+
+
+def check(req: DeployRequest, reporter: Reporter = QUIET, ctx: Context | None = None) -> Report:
+    """`mur deploy --check`: the preflight report only."""
+    ctx = ctx or Context(reporter=reporter, timeout=req.start_timeout)
+    return provider_for(req.target.provider).check(_job(req, ctx))
+
+
+def deploy(req: DeployRequest, reporter: Reporter = QUIET, ctx: Context | None = None) -> dict[str, Any]:
+    """Deploy (or redeploy) a capsule; returns the result object `--json` prints."""
+    t0 = time.monotonic()
+    ctx = ctx or Context(reporter=reporter, timeout=req.start_timeout)
+    out = provider_for(req.target.provider).deploy(_job(req, ctx))
+    dep = out.deployment
+    result = summary(dep)
+    result.update({"unchanged": out.unchanged, "uploaded": out.uploaded, "uploaded_bytes": out.uploaded_bytes,
+                   "elapsed": round(time.monotonic() - t0, 2), "agent_card": out.agent_card})
+    return result
+
+
+def summary(dep: Deployment) -> dict[str, Any]:
+    """The fields every command's result shares."""
+    return {"deployment_id": dep.deployment_id, "provider": dep.provider, "name": dep.name, "version": dep.version,
+            "url": dep.url, "tunnel": dep.tunnel, "status": dep.status, "init": dep.init, "boot": dep.boot,
+            "service_port": dep.service_port, "mur_version": dep.mur_version, "container": dep.container,
+            "image": dep.image, "token_file": dep.token_file, "tls_pin": dep.tls_pin,
+            "release": dep.release.ident if dep.release else None,
+            "previous": dep.previous.ident if dep.previous else None}
+
+
+def list_deployments(store: DeploymentStore | None = None) -> list[dict[str, Any]]:
+    return [d.to_dict() for d in (store or DeploymentStore()).load()]
+
+
+def _ctx(reporter: Reporter, timeout: float = 180.0) -> Context:
+    return Context(reporter=reporter, timeout=timeout)
+
+
+def status(ident: str, reporter: Reporter = QUIET) -> dict[str, Any]:
+    ctx = _ctx(reporter)
+    dep = ctx.store.find(ident)
+    observed = provider_for(dep.provider).status(dep, ctx)
+    return {**summary(dep), **observed}
+
+
+def logs(ident: str, lines: int = 200, follow: bool = False, sink: Callable[[bytes], None] | None = None) -> str:
+    ctx = _ctx(QUIET)
+    dep = ctx.store.find(ident)
+    return provider_for(dep.provider).logs(dep, lines, follow, sink, ctx)
+
+
+def start(ident: str, reporter: Reporter = QUIET, timeout: float = 180.0) -> dict[str, Any]:
+    ctx = _ctx(reporter, timeout)
+    dep = ctx.store.find(ident)
+    return summary(provider_for(dep.provider).start(dep, ctx))
+
+
+def stop(ident: str, reporter: Reporter = QUIET) -> dict[str, Any]:
+    ctx = _ctx(reporter)
+    dep = ctx.store.find(ident)
+    return summary(provider_for(dep.provider).stop(dep, ctx))
+
+
+def destroy(ident: str, reporter: Reporter = QUIET, force: bool = False) -> dict[str, Any]:
+    """Remove everything of the deployment from its target, then forget it (`force`: forget anyway)."""
+    ctx = _ctx(reporter)
+    dep = ctx.store.find(ident)
+    try:
+        provider_for(dep.provider).destroy(dep, ctx)
+    except MurError:
+        if not force:
+            raise
+        reporter.note("remote cleanup failed; forgetting the deployment anyway (--force)")
+    ctx.store.remove(dep.deployment_id)
+    auth.forget(dep.deployment_id)
+    return {"deployment_id": dep.deployment_id, "status": "destroyed", "provider": dep.provider,
+            "target": dep.target.label}
+
+
+def rollback(ident: str, reporter: Reporter = QUIET, timeout: float = 180.0) -> dict[str, Any]:
+    t0 = time.monotonic()
+    ctx = _ctx(reporter, timeout)
+    dep = ctx.store.find(ident)
+    out = summary(provider_for(dep.provider).rollback(dep, ctx))
+    out["elapsed"] = round(time.monotonic() - t0, 2)
+    return out
+
+
+def credentials_for(target: str, store: DeploymentStore | None = None) -> tuple[str, str | None, str | None] | None:
+    """(url, token file, TLS pin) of the deployment `target` names: an id or prefix, or a recorded URL.
+
+    For `mur send / watch / cancel` (mur.cli.a2a.resolve_credentials); None when nothing matches.
+    """
+    records = (store or DeploymentStore()).load()
+    wanted = target.strip().rstrip("/")
+    urls = {wanted} if "://" in wanted else {f"http://{wanted}", f"https://{wanted}"}
+    for dep in records:
+        if dep.url and dep.url.rstrip("/") in urls:
+            return dep.url, dep.token_file, dep.tls_pin
+    if ":" in wanted:
+        return None
+    try:
+        dep = resolve_id(records, target)
+    except MurError:
+        return None
+    return dep.url, dep.token_file, dep.tls_pin
