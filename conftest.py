@@ -9,11 +9,21 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import subprocess
 
 import pytest
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+# A runner that starts the suite as a background job of a non-interactive shell hands it SIGINT and
+# SIGQUIT ignored, and an ignored signal survives exec: every mur the tests start would then ignore the
+# Ctrl-C the interrupt tests send (mur keeps an inherited SIG_IGN, as nohup users expect). The suite
+# tests a terminal user's mur, so it restores the terminal's dispositions for itself and its children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 @functools.lru_cache(maxsize=None)
