@@ -103,9 +103,26 @@ def test_systemd_non_root_deploy(vm, home, runtime_bundle, hello_capsule):
 def test_supervisor_on_pure_cgroup_v2_as_a_non_root_user(vm, home, runtime_bundle, shell_capsule):
     """No systemd for the service (--init supervisor): the supervisor (root, through sudo) owns
     /sys/fs/cgroup/mur/<dep> and delegates it to the deploy user, whose runtime then creates the
-    per-session cgroup for shell tools inside it."""
-    res = mur_json("deploy", "-m", str(shell_capsule / "murmur.yaml"), *args(vm, home, "deployer"),
-                   "--init", "supervisor", "--no-boot-hook", *VM_TIMEOUT, home=home, timeout=2400)
+    per-session cgroup for shell tools inside it.
+
+    The prepared host's rule lets the deploy user run only the root helper, which manages systemd
+    units: there the supervisor would run as the user, with no cgroup for shell tools' aggregate
+    limits, and preflight refuses. A rule that also allows a shell (a host with plain passwordless
+    sudo) gives the supervisor root."""
+    cmd = ["deploy", "-m", str(shell_capsule / "murmur.yaml"), *args(vm, home, "deployer"), "--init", "supervisor",
+           "--no-boot-hook"]
+    refused = mur(*cmd, "--check", home=home, timeout=1800, check=False)
+    assert refused.returncode != 0 and "no delegable cgroup" in refused.stdout + refused.stderr, refused.stderr
+    rule = "/etc/sudoers.d/zz-mur-test-shell"
+    vm.ssh(f"echo 'deployer ALL=(root) NOPASSWD: /usr/bin/sh, /bin/sh' > {rule} && chmod 0440 {rule}")
+    try:
+        _supervisor_deploy(vm, home, cmd)
+    finally:
+        vm.ssh(f"rm -f {rule}")
+
+
+def _supervisor_deploy(vm, home: Path, cmd: list[str]) -> None:
+    res = mur_json(*cmd, *VM_TIMEOUT, home=home, timeout=2400)
     dep = res["deployment_id"]
     assert res["init"] == "supervisor"
     state = json.loads(vm.ssh(f"cat /home/deployer/.murmur/deployments/{dep}/run/state.json").stdout)

@@ -164,7 +164,12 @@ def sudo_mode(target: Target) -> str:
         return "root"
     if target.run(f"sudo -n {HELPER} check", check=False, what="root helper check").rc == 0:
         return "helper"
-    return "nopasswd" if target.run("sudo -n true", check=False, what="sudo check").rc == 0 else "none"
+    return "nopasswd" if _sudo_shell(target) else "none"
+
+
+def _sudo_shell(target: Target) -> bool:
+    """`sudo -n sh -c` is what nopasswd mode runs (a prepared host's rule allows `true`, not a shell)."""
+    return target.run("sudo -n sh -c true", check=False, what="sudo check").rc == 0
 
 
 def choose_init(pref: str, systemd: bool, privileged: bool) -> str:
@@ -226,7 +231,11 @@ def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id
                          what="find systemd").rc == 0
     init = choose_init(init_pref, systemd, privileged)
     if sudo == "helper" and init == "supervisor":
-        privileged = False  # the helper manages systemd units only: the supervisor runs as the user
+        # the helper manages systemd units only: the supervisor gets root (its service cgroup) only
+        # where sudo also allows a shell, else it runs as the user
+        sudo = "nopasswd" if _sudo_shell(target) else "none"
+        privileged = sudo == "nopasswd"
+        report.facts["sudo"] = sudo
     report.facts.update({"systemd": systemd, "init": init})
     if init == "systemd":
         report.add("init", systemd and privileged, "systemd unit with Delegate=" if systemd and privileged else

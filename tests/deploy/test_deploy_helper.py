@@ -53,22 +53,23 @@ def test_without_the_helper_sudo_wraps_the_whole_step():
     assert t.sent == [f"sudo -n sh -c 'systemctl stop {lay.unit_name} 2>/dev/null; true'"]
 
 
-def _host(t: RecordingTarget, helper_rc: int, systemd: bool) -> None:
+def _host(t: RecordingTarget, helper_rc: int, systemd: bool, shell_rc: int = 0) -> None:
     t.on("uname", stdout="Linux\nx86_64\n")
     t.on("root helper check", rc=helper_rc, stdout="mur-deploy-helper 1\n")
-    t.on("sudo check", rc=0)
+    t.on("sudo check", rc=shell_rc)  # sudo -n sh -c true
     t.on("find systemd", rc=0 if systemd else 1)
     t.on("find cron", rc=0)
     t.on("disk space", stdout="Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/vda 1 1 99999999 1% /\n")
     t.on("probe", stdout=json.dumps(SCOPED) + "\n")
 
 
-@pytest.mark.parametrize("helper_rc,systemd,init_pref,sudo,init,cgroup_privileged", [
-    (0, True, "auto", "helper", "systemd", True),
-    (0, True, "supervisor", "helper", "supervisor", False),  # the helper does units only
-    (1, True, "auto", "nopasswd", "systemd", True),
+@pytest.mark.parametrize("helper_rc,shell_rc,systemd,init_pref,sudo,init,cgroup_privileged", [
+    (0, 1, True, "auto", "helper", "systemd", True),
+    (0, 1, True, "supervisor", "none", "supervisor", False),  # the helper does units only
+    (0, 0, True, "supervisor", "nopasswd", "supervisor", True),  # sudo allows a shell too: a root supervisor
+    (1, 0, True, "auto", "nopasswd", "systemd", True),
 ])
-def test_preflight_prefers_the_helper(tmp_path, monkeypatch, helper_rc, systemd, init_pref, sudo, init,
+def test_preflight_prefers_the_helper(tmp_path, monkeypatch, helper_rc, shell_rc, systemd, init_pref, sudo, init,
                                       cgroup_privileged):
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "cap").mkdir()
@@ -79,9 +80,9 @@ def test_preflight_prefers_the_helper(tmp_path, monkeypatch, helper_rc, systemd,
     runtime.write_bytes(b"x")
     bundle = Bundle(path=runtime, version="0.1.0", platform="linux-x86_64", sha256="b" * 64, size=1, origin="build")
     t = RecordingTarget()
-    _host(t, helper_rc, systemd)
+    _host(t, helper_rc, systemd, shell_rc)
     rep = preflight_host(t, bundle, gather(tmp_path / "cap" / "murmur.yaml"), dep_id=DEP, init_pref=init_pref)
     assert (rep.facts["sudo"], rep.facts["init"]) == (sudo, init)
     # a supervisor run as the user on cgroup v2 without delegation gets no service cgroup
     assert rep.facts["cgroup_sessions"] is cgroup_privileged
-    assert ("sudo check" in t.labels()) is (sudo == "nopasswd")
+    assert ("sudo check" in t.labels()) is (helper_rc != 0 or init == "supervisor")
