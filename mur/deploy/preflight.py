@@ -164,12 +164,7 @@ def sudo_mode(target: Target) -> str:
         return "root"
     if target.run(f"sudo -n {HELPER} check", check=False, what="root helper check").rc == 0:
         return "helper"
-    return "nopasswd" if _sudo_shell(target) else "none"
-
-
-def _sudo_shell(target: Target) -> bool:
-    """`sudo -n sh -c` is what nopasswd mode runs (a prepared host's rule allows `true`, not a shell)."""
-    return target.run("sudo -n sh -c true", check=False, what="sudo check").rc == 0
+    return "nopasswd" if target.can_elevate_shell() else "none"
 
 
 def choose_init(pref: str, systemd: bool, privileged: bool) -> str:
@@ -233,7 +228,7 @@ def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id
     if sudo == "helper" and init == "supervisor":
         # the helper manages systemd units only: the supervisor gets root (its service cgroup) only
         # where sudo also allows a shell, else it runs as the user
-        sudo = "nopasswd" if _sudo_shell(target) else "none"
+        sudo = "nopasswd" if target.can_elevate_shell() else "none"
         privileged = sudo == "nopasswd"
         report.facts["sudo"] = sudo
     report.facts.update({"systemd": systemd, "init": init})

@@ -60,7 +60,7 @@ def run(target, cmd: str, *, root: bool = True, check: bool = True, timeout: flo
 
 
 def has_root(target) -> bool:
-    return target.is_root or target.run("sudo -n true", check=False).rc == 0
+    return target.can_elevate_shell()  # prepare's steps run through `sudo -n sh -c`
 
 
 def install_file(target, data: bytes, dest: str, mode: int, *, check_cmd: str | None = None) -> None:

@@ -125,6 +125,11 @@ class Target:
             return f"sudo -n {HELPER} {shlex.join(helper)}" if helper else cmd
         return f"sudo -n sh -c {shlex.quote(cmd)}"
 
+    def can_elevate_shell(self) -> bool:
+        """Whether `elevated` works without a helper: root, or `sudo -n sh -c` allowed (a prepared
+        host's rule allows `true` and the helper, not a shell)."""
+        return self.is_root or self.run("sudo -n sh -c true", check=False, what="sudo check").rc == 0
+
     def run(self, cmd: str, *, sudo: bool = False, check: bool = True, timeout: float | None = None,
             stdin: bytes | None = None, what: str = "", helper: tuple[str, ...] = ()) -> Result:
         """Run `cmd` under sh; `sudo` elevates it (see `elevated`) when the user is not root."""
