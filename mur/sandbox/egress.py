@@ -9,180 +9,54 @@ Per connection:
 
 * ``CONNECT host:port`` -- refused (403) unless an allow entry could admit host:port. After the
   200, the tool's first bytes decide the protocol: a TLS ClientHello must name the same host in
-  its SNI (a tunnel to an allowed CDN address cannot front another site), an HTTP request must
-  carry that Host; either must be allowed for that scheme (``https://`` / ``http://`` entries), and
-  anything else only by an entry that pins no scheme.
+  its SNI (a tunnel to an allowed CDN address cannot front another site); HTTP must parse, and
+  every request on the tunnel (keep-alive, pipelined) must carry that Host and is relayed by its
+  own framing, so a second request cannot hide in the first one's body; either must be allowed for
+  that scheme (``https://`` / ``http://`` entries), and anything else only by an entry that pins
+  no scheme.
 * ``GET http://host[:port]/path`` (absolute form) -- the same check for scheme http, the Host
-  header must agree, and the request goes upstream in origin form with ``Connection: close``.
+  header must agree, and exactly one request goes upstream in origin form with ``Connection:
+  close``: its body as framed, nothing after it (a pipelined request is dropped, never sent).
+
+Every byte is parsed once, strictly (``egress_parse``). The model is hostile, so the proxy is
+bounded: ``max_connections`` at a time (more get a 503), a request head of at most ``HEAD_LIMIT``
+bytes (431) within ``head_timeout`` seconds (slowloris: 408), an ``idle_timeout`` on every
+connection, and back-pressure on every copy (no direction buffers more than a chunk or two).
 
 Host names are resolved here, by mur, at connect time (the injected ``resolve`` in tests); a name
 whose address moved into a scope it did not have at launch (a public name now answering loopback or
-link-local: DNS rebinding) is refused. The decisions are ``policy.egress_allowed`` / ``egress_target_allowed``; this module only parses and
-relays. One asyncio loop in one thread per session; at most ``max_connections`` at a time.
+link-local: DNS rebinding) is refused. The decisions are ``policy.egress_allowed`` /
+``egress_target_allowed``; this module only relays. One asyncio loop in one thread per session.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import re
 import socket
-import struct
 import threading
 from collections import deque
 from typing import Callable, Iterable
 
-from mur.hostnames import normalize_host, url_host
+from mur.sandbox.egress_parse import (LOOKS_LIKE_HTTP, address_scope, body_framing, chunk_size,  # noqa: F401
+                                      client_hello_sni, header, is_ip, parse_head, same_host, split_authority,
+                                      tls_record_length)
+from mur.sandbox.egress_relay import CHUNK, HEAD_LIMIT, Feed, Idle, Refused, pipe, relay_body  # noqa: F401
 from mur.sandbox.policy import egress_allowed, egress_target_allowed
 
-HEAD_LIMIT = 16 * 1024
 HEAD_TIMEOUT = 10.0
+IDLE_TIMEOUT = 300.0
 CONNECT_TIMEOUT = 10.0
-CHUNK = 64 * 1024
 TLS_RECORD_LIMIT = 5 + 16 * 1024 + 2048  # one TLS plaintext record, with slack for the header
 LOG_LINES = 200  # per session, so a tool cannot flood the runtime log through us
-_REQUEST_LINE = re.compile(rb"^([A-Z]{3,10}) (\S+) HTTP/1\.[01]\r\n")
-
-
-class Refused(Exception):
-    """Why a connection was refused (the text goes into the 403 body and the log)."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-
-
-# --- parsing (pure) ---------------------------------------------------------------------------
-
-
-def split_authority(text: str, default_port: int | None = None) -> tuple[str, int]:
-    """``host:port`` / ``[v6]:port`` -> (canonical host, port); ValueError when malformed."""
-    if "@" in text or not text:
-        raise ValueError("no user info or empty authority")
-    if text.startswith("["):
-        close = text.find("]")
-        if close < 0:
-            raise ValueError("bad IPv6 authority")
-        host_part, rest = text[: close + 1], text[close + 1:]
-    elif text.count(":") == 1:
-        host_part, port_text = text.split(":")
-        rest = ":" + port_text
-    elif ":" in text:
-        raise ValueError("an IPv6 address needs brackets")
-    else:
-        host_part, rest = text, ""
-    if rest and (not rest.startswith(":") or rest == ":"):
-        raise ValueError("bad authority")
-    port_text = rest[1:]
-    if port_text:
-        if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
-            raise ValueError("bad port")
-        port = int(port_text)
-    elif default_port is not None:
-        port = default_port
-    else:
-        raise ValueError("a port is required")
-    return url_host(host_part), port
-
-
-def parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
-    """(method, target, version, headers) of an HTTP/1.x request head (ValueError if malformed)."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise ValueError("bad request line")
-    headers = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise ValueError("bad header line")
-        headers.append((name, value.strip()))
-    return parts[0], parts[1], parts[2], headers
-
-
-def header(headers: Iterable[tuple[str, str]], name: str) -> list[str]:
-    return [v for k, v in headers if k.lower() == name]
-
-
-def tls_record_length(data: bytes) -> int | None:
-    """Total bytes of the first TLS record when ``data`` starts with a handshake record header."""
-    if len(data) < 5 or data[0] != 0x16 or data[1] != 0x03:
-        return None
-    return 5 + struct.unpack_from("!H", data, 3)[0]
-
-
-def client_hello_sni(record: bytes) -> str | None:
-    """The server_name in a TLS ClientHello record (None when absent; ValueError when malformed)."""
-    try:
-        if record[5] != 0x01:  # handshake type ClientHello
-            raise ValueError("not a ClientHello")
-        pos = 5 + 4 + 2 + 32  # handshake header, client_version, random
-        pos += 1 + record[pos]  # session id
-        pos += 2 + struct.unpack_from("!H", record, pos)[0]  # cipher suites
-        pos += 1 + record[pos]  # compression methods
-        if pos == len(record):
-            return None
-        end = pos + 2 + struct.unpack_from("!H", record, pos)[0]
-        pos += 2
-        while pos + 4 <= end:
-            kind, size = struct.unpack_from("!HH", record, pos)
-            pos += 4
-            if kind == 0:  # server_name: list length, then (type, length, name) entries
-                list_end = pos + 2 + struct.unpack_from("!H", record, pos)[0]
-                item = pos + 2
-                while item + 3 <= list_end:
-                    name_type, name_len = record[item], struct.unpack_from("!H", record, item + 1)[0]
-                    if name_type == 0:
-                        return record[item + 3: item + 3 + name_len].decode("ascii")
-                    item += 3 + name_len
-                return None
-            pos += size
-        return None
-    except (IndexError, struct.error, UnicodeDecodeError) as exc:
-        raise ValueError(f"malformed ClientHello: {exc}") from exc
-
-
-def same_host(a: str, b: str) -> bool:
-    try:
-        return normalize_host(a) == normalize_host(b)
-    except ValueError:
-        return False
-
-
-def is_ip(host: str) -> bool:
-    try:
-        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
-        return True
-    except OSError:
-        return False
-
-
-# --- the proxy --------------------------------------------------------------------------------
-
-
-def address_scope(address: str) -> str:
-    """"loopback", "link-local", "private", "reserved" or "global" (an IPv4-mapped IPv6 as its IPv4)."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return "reserved"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_loopback:
-        return "loopback"
-    if ip.is_link_local:
-        return "link-local"
-    if ip.is_unspecified or ip.is_multicast or ip.is_reserved:
-        return "reserved"
-    return "private" if ip.is_private else "global"
+_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "upgrade"}
+_STATUS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 431: "Request Header Fields Too Large",
+           501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
 def _response(status: int, reason: str) -> bytes:
-    text = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 504: "Gateway Timeout"}.get(status, "Error")
     body = f"mur egress proxy: {reason}\n".encode()
-    return (f"HTTP/1.1 {status} {text}\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    return (f"HTTP/1.1 {status} {_STATUS.get(status, 'Error')}\r\nContent-Type: text/plain\r\nConnection: close\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
@@ -200,12 +74,14 @@ class EgressProxy:
 
     def __init__(self, listener: socket.socket, allow: Iterable[object], *,
                  resolve: Callable[[str], list[str]] | None = None, log: Callable[[str], None] | None = None,
-                 max_connections: int = 64) -> None:
+                 max_connections: int = 64, head_timeout: float = HEAD_TIMEOUT,
+                 idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.listener = listener
         self.allow = tuple(allow)
         self.resolve = resolve or system_resolve
         self._log = log or (lambda _m: None)
         self.max_connections = max_connections
+        self.head_timeout, self.idle_timeout = head_timeout, idle_timeout
         self.decisions: deque[tuple[str, str]] = deque(maxlen=1000)  # (target, "allowed ..." | "refused ...")
         self._logged = 0
         self._active = 0
@@ -218,6 +94,11 @@ class EgressProxy:
         # own network namespace, so a name that later resolves to loopback or link-local (the host's
         # own services, a cloud metadata endpoint) must not become a way there.
         self.launch_scopes: dict[str, set[str]] = {}
+
+    @property
+    def active(self) -> int:
+        """Connections being served right now."""
+        return self._active
 
     def start(self) -> None:
         for entry in self.allow:
@@ -252,7 +133,7 @@ class EgressProxy:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, sock=self.listener, limit=HEAD_LIMIT))
+            asyncio.start_server(self._serve, sock=self.listener, limit=CHUNK))
         self._ready.set()
         try:
             self._loop.run_forever()
@@ -268,24 +149,30 @@ class EgressProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._active >= self.max_connections:
-            writer.transport.abort()
+            # the flood's own session pays: its extra connections are told so and closed at once
+            writer.write(_response(503, f"more than {self.max_connections} connections at a time"))
+            writer.close()
             return
         self._active += 1
         self._writers.add(writer)
         upstream: asyncio.StreamWriter | None = None
+        idle = Idle(self._loop, self.idle_timeout)
+        feed = Feed(reader, idle)
         try:
+            head = await feed.head(self.head_timeout)
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
                 method, target, version, headers = parse_head(head[:-4])
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError):
-                raise Refused(400, "not an HTTP proxy request") from None
+            except ValueError as exc:
+                raise Refused(400, f"not an HTTP proxy request ({exc})") from None
             if method == "CONNECT":
-                upstream = await self._tunnel(reader, writer, target)
+                upstream = await self._tunnel(feed, writer, target, idle)
             else:
-                upstream = await self._forward(reader, writer, method, target, version, headers)
+                upstream = await self._forward(feed, writer, method, target, version, headers, idle)
         except Refused as exc:
             writer.write(_response(exc.status, str(exc)))
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError, asyncio.TimeoutError, ValueError):
+            pass
+        except asyncio.CancelledError:  # close(): end quietly (asyncio logs a cancelled handler task)
             pass
         finally:
             self._active -= 1
@@ -321,7 +208,7 @@ class EgressProxy:
                 last = exc
         raise Refused(502, f"cannot connect to {host}:{port} ({last})")
 
-    async def _tunnel(self, reader, writer, target: str):
+    async def _tunnel(self, feed: Feed, writer, target: str, idle: Idle):
         try:
             host, port = split_authority(target)
         except ValueError:
@@ -333,69 +220,85 @@ class EgressProxy:
         up_reader, up_writer = await self._open(host, port)
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
-        down = asyncio.ensure_future(_pipe(up_reader, writer))  # server-first protocols (ssh, smtp) flow at once
+        down = asyncio.ensure_future(pipe(up_reader, writer, idle))  # server-first protocols (ssh, smtp) flow at once
         try:
-            first, protocol, named = await self._sniff(reader)
-        except Refused as exc:
+            protocol, named = await self._sniff(feed)
+            verdict = None
+            if protocol == "https" and named is None and not is_ip(host):
+                verdict = "a TLS ClientHello without SNI to a named host"
+            elif named is not None and not same_host(named, host):
+                verdict = f"{'SNI' if protocol == 'https' else 'Host'} {named!r} differs from the CONNECT host"
+            elif not egress_allowed(self.allow, host, port, protocol):
+                verdict = f"{protocol or 'non-HTTP'} traffic to {host}:{port} is not in capabilities.network.allow"
+            if verdict is not None:
+                raise Refused(403, verdict)
+            self._note(name, f"allowed ({protocol or 'opaque'})")
+            if protocol == "http":
+                await asyncio.gather(self._requests(feed, up_writer, host), down)
+            else:
+                await asyncio.gather(pipe(feed, up_writer, idle), down)
+        except Refused as exc:  # the 200 is already out: the tool sees the tunnel close
             self._note(name, f"refused ({exc})")
+        finally:
             down.cancel()
-            return up_writer
-        verdict = None
-        if protocol is not None and named is None and not is_ip(host) and protocol == "https":
-            verdict = "a TLS ClientHello without SNI to a named host"
-        elif named is not None and not same_host(named, host):
-            verdict = f"{'SNI' if protocol == 'https' else 'Host'} {named!r} differs from the CONNECT host"
-        elif not egress_allowed(self.allow, host, port, protocol):
-            verdict = f"{protocol or 'non-HTTP'} traffic to {host}:{port} is not in capabilities.network.allow"
-        if verdict is not None:
-            self._note(name, f"refused ({verdict})")
-            down.cancel()
-            return up_writer
-        self._note(name, f"allowed ({protocol or 'opaque'})")
-        if first:
-            up_writer.write(first)
-        await asyncio.gather(_pipe(reader, up_writer), down, return_exceptions=True)
+            up_writer.transport.abort()
         return up_writer
 
-    async def _sniff(self, reader) -> tuple[bytes, str | None, str | None]:
-        """(first bytes, "https" | "http" | None, SNI or Host host) of a tunnel's client side."""
-        data = await reader.read(CHUNK)
+    async def _sniff(self, feed: Feed) -> tuple[str | None, str | None]:
+        """("https" | "http" | None, SNI or Host host) of a tunnel's first bytes (left in ``feed``)."""
+        data = await feed.some(CHUNK)
+        feed.pending = data
         if not data:
-            return b"", None, None
+            return None, None
         try:
+            while _undecided(feed.pending):  # a ClientHello or request line dribbled out byte by byte
+                more = await asyncio.wait_for(feed.reader.read(CHUNK), self.head_timeout)
+                if not more:
+                    break
+                feed.pending += more
+            data = feed.pending
             if data[:2] == b"\x16\x03":
-                while (total := tls_record_length(data)) is None or len(data) < min(total, TLS_RECORD_LIMIT):
-                    more = await asyncio.wait_for(reader.read(CHUNK), HEAD_TIMEOUT)
+                while (total := tls_record_length(feed.pending)) is None or len(feed.pending) < min(total, TLS_RECORD_LIMIT):
+                    more = await asyncio.wait_for(feed.reader.read(CHUNK), self.head_timeout)
                     if not more:
                         raise Refused(400, "truncated ClientHello")
-                    data += more
+                    feed.pending += more
                 if total > TLS_RECORD_LIMIT:
                     raise Refused(400, "oversized ClientHello record")
                 try:
-                    return data, "https", client_hello_sni(data[:total])
+                    return "https", client_hello_sni(feed.pending[:total])
                 except ValueError as exc:
                     raise Refused(400, str(exc)) from None
-            if _REQUEST_LINE.match(data):
-                while b"\r\n\r\n" not in data:
-                    if len(data) > HEAD_LIMIT:
-                        raise Refused(400, "oversized request head")
-                    more = await asyncio.wait_for(reader.read(CHUNK), HEAD_TIMEOUT)
-                    if not more:
-                        raise Refused(400, "truncated request head")
-                    data += more
-                try:
-                    _m, _t, _v, headers = parse_head(data.split(b"\r\n\r\n", 1)[0])
-                    hosts = header(headers, "host")
-                    if len(hosts) != 1:
-                        raise ValueError("exactly one Host header")
-                    return data, "http", split_authority(hosts[0], default_port=0)[0]
-                except ValueError as exc:
-                    raise Refused(400, f"bad request in tunnel: {exc}") from None
         except asyncio.TimeoutError:
-            raise Refused(400, "the first bytes did not arrive in time") from None
-        return data, None, None
+            raise Refused(408, "the first bytes did not arrive in time") from None
+        if LOOKS_LIKE_HTTP.match(data):
+            head = await feed.head(self.head_timeout)
+            feed.pending = head + feed.pending  # the requests loop reads it again
+            return "http", _request_host(head)
+        return None, None
 
-    async def _forward(self, reader, writer, method: str, target: str, version: str, headers):
+    async def _requests(self, feed: Feed, up_writer: asyncio.StreamWriter, host: str) -> None:
+        """Relay the tunnel's HTTP requests one by one, each checked, each body by its framing."""
+        while True:
+            try:
+                head = await feed.head(self.idle_timeout)
+            except Refused as exc:
+                if exc.status == 400 and not feed.pending:
+                    if up_writer.can_write_eof():
+                        up_writer.write_eof()  # the tool is done (EOF between requests)
+                    return
+                raise
+            named = _request_host(head)
+            _m, _t, _v, headers = parse_head(head[:-4])
+            if not same_host(named, host):
+                raise Refused(403, f"a later request's Host {named!r} differs from the CONNECT host")
+            if header(headers, "upgrade"):
+                raise Refused(403, "a protocol upgrade inside a plain-HTTP tunnel (its bytes could not be checked)")
+            up_writer.write(head)
+            await up_writer.drain()
+            await relay_body(feed, up_writer, _framing(headers))
+
+    async def _forward(self, feed: Feed, writer, method: str, target: str, version: str, headers, idle: Idle):
         match = re.match(r"^http://([^/?#]+)([^#]*)$", target)
         if match is None:
             raise Refused(400, "only CONNECT and absolute http:// requests go through this proxy")
@@ -411,18 +314,51 @@ class EgressProxy:
         if not egress_allowed(self.allow, host, port, "http"):
             self._note(name, "refused (not in capabilities.network.allow)")
             raise Refused(403, f"http://{host}:{port} is not in capabilities.network.allow")
+        framing = _framing(headers)
+        if header(headers, "upgrade"):
+            raise Refused(403, "protocol upgrades do not go through this proxy")
         up_reader, up_writer = await self._open(host, port)
         self._note(name, "allowed (http)")
-        hop = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
-               "upgrade"}
-        kept = [(k, v) for k, v in headers if k.lower() not in hop]
+        kept = [(k, v) for k, v in headers if k.lower() not in _HOP]
         if not hosts:
             kept.insert(0, ("Host", match.group(1)))
         path = match.group(2) or "/"
         out = f"{method} {path} {version}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in kept) + "Connection: close\r\n\r\n"
         up_writer.write(out.encode("latin-1"))
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True)
+        down = asyncio.ensure_future(pipe(up_reader, writer, idle))  # a 100 Continue flows while the body does
+        try:
+            await relay_body(feed, up_writer, framing)
+            await down  # anything the tool sends after this one request is never read, never sent
+        finally:
+            down.cancel()
         return up_writer
+
+
+def _undecided(data: bytes) -> bool:
+    """Too few bytes yet to tell TLS, HTTP and other protocols apart?"""
+    if data[:1] == b"\x16":
+        return len(data) < 5
+    return len(data) < HEAD_LIMIT and b"\n" not in data and all(0x20 <= b < 0x7F for b in data)
+
+
+def _request_host(head: bytes) -> str:
+    """The one Host of a request in a tunnel (Refused 400 when the head is not strict HTTP)."""
+    try:
+        _m, _t, _v, headers = parse_head(head[:-4])
+        hosts = header(headers, "host")
+        if len(hosts) != 1:
+            raise ValueError("exactly one Host header")
+        _framing(headers)
+        return split_authority(hosts[0], default_port=0)[0]
+    except ValueError as exc:
+        raise Refused(400, f"bad request in tunnel: {exc}") from None
+
+
+def _framing(headers: list[tuple[str, str]]) -> int | None:
+    try:
+        return body_framing(headers)
+    except ValueError as exc:
+        raise Refused(400, str(exc)) from None
 
 
 def _host_matches(value: str, host: str, port: int) -> bool:
@@ -433,13 +369,3 @@ def _host_matches(value: str, host: str, port: int) -> bool:
     return same_host(got_host, host) and got_port == port
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy until EOF, then half-close the other side (so request bodies and shutdown() work)."""
-    try:
-        while data := await reader.read(CHUNK):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError, RuntimeError):
-        writer.transport.abort()
