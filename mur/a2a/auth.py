@@ -8,6 +8,7 @@ the door speak HTTPS. A door off loopback without a token is refused. See docs/a
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import os
@@ -16,6 +17,7 @@ import ssl
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from mur.errors import MurError
 
@@ -82,13 +84,26 @@ def read_token_file(path: Path | str) -> str:
 
 def bearer_matches(header: str | None, token: str) -> bool:
     """Does an ``Authorization`` header carry ``Bearer <token>``? The comparison takes the same time
-    wherever the first difference is (hmac.compare_digest), so a caller cannot guess byte by byte."""
+    wherever the first difference is (hmac.compare_digest), so a caller cannot guess byte by byte;
+    it compares SHA-256 digests, because compare_digest returns early on a length mismatch and
+    would tell a caller the token's length."""
     if not header:
         return False
     scheme, _, credential = header.strip().partition(" ")
     if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(credential.strip().encode("utf-8", "replace"), token.encode("utf-8"))
+    presented = hashlib.sha256(credential.strip().encode("utf-8", "replace")).digest()
+    return hmac.compare_digest(presented, hashlib.sha256(token.encode("utf-8")).digest())
+
+
+def token_in_query(query_string: bytes) -> bool:
+    """Does a URL's query carry a bearer token (RFC 6750 section 2.3's ``access_token``)? The door
+    refuses such a request even when its header is right: a URL ends up in logs and histories."""
+    try:
+        names = {k.strip().lower() for k, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)}
+    except ValueError:
+        return False
+    return bool(names & {"access_token", "token", "bearer"})
 
 
 def tls_files(cert: Path | str | None, key: Path | str | None) -> tuple[Path, Path] | None:

@@ -4,7 +4,7 @@ Routes (upstream section 6.1):
 
 * ``GET /.well-known/agent-card.json`` -> the agent card (public even when a token is set);
 * with a token set (mur/a2a/auth.py), anything else without ``Authorization: Bearer <token>``
-  -> 401 carrying a JSON-RPC error;
+  -> 401 carrying a JSON-RPC error; a token in the query string (``?access_token=``) -> 400;
 * ``POST /`` with ``content-type: application/json`` -> JSON-RPC 2.0;
 * ``POST /`` with another content type -> 415 (upstream answers 404; see docs/a2a.md);
 * a body over ``MAX_BODY`` -> 413, one not complete within the body deadline -> 408, both carrying
@@ -35,7 +35,7 @@ from starlette.responses import Response
 
 from mur import ids
 from mur.a2a import protocol as rpc
-from mur.a2a.auth import DoorAuth, bearer_matches
+from mur.a2a.auth import DoorAuth, bearer_matches, token_in_query
 from mur.a2a.guard import DoorLimits, GuardedH11Protocol
 from mur.a2a.sse import CLOSED, HEARTBEAT, LAGGED, EventHub, Frame, format_frame
 from mur.a2a.tasks import SUBMITTED, Task, TaskRegistry
@@ -123,6 +123,9 @@ class Door:
             url = f"{request.scope['scheme']}://{host}"
             return json_response(rpc.build_card(self.card, url, self.task_acceptance, secured=self.auth.token is not None))
         if self.auth.token is not None:
+            if token_in_query(request.scope.get("query_string", b"")):
+                why = "Invalid Request: the bearer token goes in the Authorization header, never in the URL"
+                return json_response(rpc.error(None, rpc.INVALID_REQUEST, why), status=400)
             presented = request.headers.get("authorization")
             if not bearer_matches(presented, self.auth.token):
                 return _unauthorized(presented is not None)

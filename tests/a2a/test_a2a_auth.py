@@ -97,7 +97,10 @@ def test_the_token_is_compared_in_constant_time(monkeypatch):
     monkeypatch.setattr(auth.hmac, "compare_digest", spy)
     assert not bearer_matches("Bearer guess", TOKEN)
     assert bearer_matches(f"Bearer {TOKEN}", TOKEN)
-    assert seen == [(b"guess", TOKEN.encode()), (TOKEN.encode(), TOKEN.encode())]
+    import hashlib
+    digest = hashlib.sha256(TOKEN.encode()).digest()
+    assert seen == [(hashlib.sha256(b"guess").digest(), digest), (digest, digest)]
+    assert all(len(a) == len(b) for a, b in seen)  # compare_digest leaks a length mismatch
 
 
 # --- binding, TLS files ----------------------------------------------------------------------
