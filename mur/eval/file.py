@@ -16,11 +16,12 @@ file by path then: `mur eval show DIR/eval.jsonl`; older runs kept the session i
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
+from mur.fsafe import LinkRefused
+from mur.jsonl import BadLine, read_records
 from mur.paths import MURMUR_DIR
 
 EVAL_FILE = "eval.jsonl"
@@ -65,23 +66,23 @@ def _candidates(session: Path) -> list[Path]:
 
 
 def load_eval(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(event_score records, the dataset_run record or None); E-EVAL-001 on a bad line."""
+    """(event_score records, the dataset_run record or None); E-EVAL-001 on a bad line. The hook
+    writes the file where tools can write too, so a symlink or hard link there is E-IO-002."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        records = read_records(path, tool_writable=True)
     except FileNotFoundError as exc:
         raise MurError("E-IO-001", f"eval file not found: {path}") from exc
+    except BadLine as exc:
+        raise MurError("E-EVAL-001", str(exc)) from exc
+    except LinkRefused as exc:
+        raise MurError("E-IO-002", f"refused to read {path}: {exc.strerror or exc}",
+                       "eval.jsonl must be a regular file the hook wrote, not a link") from exc
     except OSError as exc:
         raise MurError("E-IO-003", f"failed to read {path}: {exc.strerror or exc}") from exc
     scores: list[dict[str, Any]] = []
     run: dict[str, Any] | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, record in records:
         where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MurError("E-EVAL-001", f"{where}: not valid JSON: {exc.msg}") from exc
         kind = record.get("record_type") if isinstance(record, dict) else None
         if kind == "event_score":
             for key in ("scorer", "result"):

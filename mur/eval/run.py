@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur.errors import MurError
+from mur.jsonl import BadLine, read_records
 
 HOOK_NAME = "murmur-hook-eval"
 EVAL_FILE = "eval.jsonl"
@@ -95,26 +96,22 @@ def read_dataset(path: Path) -> list[Case]:
     """The dataset's cases in file order; E-IO-001/003 for the file, E-EVAL-001 for a bad line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        records = read_records(path, strict_utf8=True)
     except FileNotFoundError as exc:
         raise MurError("E-IO-001", f"dataset not found at {path}") from exc
     except IsADirectoryError as exc:
         raise MurError("E-IO-003", f"dataset {path} is a directory, not a JSONL file") from exc
     except UnicodeDecodeError as exc:
         raise MurError("E-IO-003", f"dataset {path} is not UTF-8 text") from exc
+    except BadLine as exc:
+        raise MurError("E-EVAL-001", str(exc), _DATASET_HINT) from exc
     except OSError as exc:
         raise MurError("E-IO-003", f"failed to read dataset {path}: {exc.strerror or exc}") from exc
     base = path.resolve().parent
     cases: list[Case] = []
     first_line: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
+    for number, record in records:
         where = f"{path}:{number}"
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise MurError("E-EVAL-001", f"{where}: not valid JSON: {exc.msg}", _DATASET_HINT) from exc
         if not isinstance(record, dict):
             raise MurError("E-EVAL-001", f"{where}: a dataset line must be a JSON object", _DATASET_HINT)
         case_id = record.get("case_id")

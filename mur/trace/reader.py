@@ -6,29 +6,25 @@ line; event types this version does not know are returned as they are, never ref
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
+from mur.jsonl import BadLine, read_records
 
 
 def load_events(path: Path) -> list[dict[str, Any]]:
     """Parse trace.jsonl; E-TRC-001 on a line that is not a JSON object, E-IO-* when unreadable."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        records = read_records(path)
     except FileNotFoundError as exc:
         raise MurError("E-IO-001", f"trace not found: {path}") from exc
+    except BadLine as exc:
+        raise MurError("E-TRC-001", f"{path}: line {exc.number} is {exc.why}") from exc
     except OSError as exc:
         raise MurError("E-IO-003", f"cannot read {path}: {exc.strerror or exc}") from exc
     events = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MurError("E-TRC-001", f"{path}: line {number} is not valid JSON: {exc.msg}") from exc
+    for number, event in records:
         if not isinstance(event, dict) or not isinstance(event.get("event_type"), str):
             raise MurError("E-TRC-001", f"{path}: line {number} is not a trace event (no event_type)")
         events.append(event)

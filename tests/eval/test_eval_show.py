@@ -121,3 +121,15 @@ def test_cli_error_rendering(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.startswith("error[E-EVAL-002]: no sessions found in workdir at ")
+
+
+def test_an_eval_file_that_is_a_link_is_refused_with_e_io_002(tmp_path):
+    """The hook writes eval.jsonl where tools can write: a symlink planted there is not followed."""
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text(json.dumps(SCORES[0]) + "\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "eval.jsonl").symlink_to(secret)
+    e = err(load_eval, work / "eval.jsonl")
+    assert e.code == "E-IO-002" and e.message.startswith(f"refused to read {work / 'eval.jsonl'}")
+    assert load_eval(secret)[0] == [SCORES[0]]  # the control: the file itself reads
