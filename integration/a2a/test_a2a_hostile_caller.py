@@ -18,6 +18,7 @@ from mur.a2a import protocol as rpc
 from mur.a2a.auth import DoorAuth
 from mur.a2a.guard import EVICT_AFTER, DoorLimits
 from mur.testing.a2a_harness import message
+from mur.testing.sockets import read_all
 
 TOKEN = "s3cret-token-0123456789abcdef"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -36,17 +37,6 @@ def connect(h) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", int(h.url.rsplit(":", 1)[1])))
     sock.settimeout(5)
     return sock
-
-
-def read_all(sock: socket.socket, timeout: float = 5) -> bytes:
-    sock.settimeout(timeout)
-    out = b""
-    try:
-        while chunk := sock.recv(65536):
-            out += chunk
-    except (socket.timeout, ConnectionResetError):
-        pass
-    return out
 
 
 def answer(raw: bytes) -> tuple[int, dict]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import ssl
 import threading
 import time
 from typing import Iterator
@@ -22,6 +21,7 @@ import pytest
 
 from mur.manifest.network import parse_allow_list
 from mur.sandbox.egress import HEAD_LIMIT, EgressProxy
+from mur.testing.sockets import client_hello
 
 NAMES = {"allowed.test": ["127.0.0.1"], "denied.test": ["127.0.0.1"]}
 
@@ -151,17 +151,6 @@ def ask(p: EgressProxy, raw: bytes, *, timeout: float = 5, half_close: bool = Tr
 
 def get(target: str, host: str, extra: str = "") -> bytes:
     return f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
-
-
-def client_hello(server_hostname: str | None) -> bytes:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    if server_hostname is None:
-        ctx.check_hostname = False
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    conn = ctx.wrap_bio(incoming, outgoing, server_hostname=server_hostname)
-    with pytest.raises(ssl.SSLWantReadError):
-        conn.do_handshake()
-    return outgoing.read()
 
 
 @pytest.fixture

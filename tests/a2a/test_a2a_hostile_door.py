@@ -16,6 +16,7 @@ import pytest
 
 from mur.a2a.guard import EVICT_AFTER, DoorLimits
 from mur.testing.a2a_harness import message
+from mur.testing.sockets import read_all
 from mur.a2a.lifecycle import TaskOutcome
 
 QUEUE = {"task_acceptance": "queue", "after_task": "sleep", "queue_depth": 4}
@@ -33,18 +34,6 @@ def connect(h) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", int(port)))
     sock.settimeout(5)
     return sock
-
-
-def read_all(sock: socket.socket, timeout: float = 5) -> bytes:
-    """Everything the server sends until it closes the connection (or ``timeout``)."""
-    sock.settimeout(timeout)
-    out = b""
-    try:
-        while chunk := sock.recv(65536):
-            out += chunk
-    except (socket.timeout, ConnectionResetError):
-        pass
-    return out
 
 
 def closed_by_server(sock: socket.socket) -> bool:

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-import ssl
-
 import pytest
 
 from mur.sandbox import egress
-
-
-def client_hello(server_hostname: str | None) -> bytes:
-    """A real ClientHello, as Python's OpenSSL writes it."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    if server_hostname is None:
-        ctx.check_hostname = False
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    conn = ctx.wrap_bio(incoming, outgoing, server_hostname=server_hostname)
-    with pytest.raises(ssl.SSLWantReadError):
-        conn.do_handshake()
-    return outgoing.read()
+from mur.testing.sockets import client_hello
 
 
 @pytest.mark.parametrize(("text", "want"), [
