@@ -514,9 +514,7 @@ def test_slowloris_is_closed_by_the_head_timeout_and_idle_tunnels_by_the_idle_ti
             assert c.recv(100).startswith(b"HTTP/1.1 200")
             c.sendall(get("/", a))
             assert b"served" in c.recv(1000)  # a kept-alive tunnel, then nothing more from either side
-            started = time.monotonic()
-            assert c.recv(100) == b""  # closed by the proxy, not by our 10 s socket timeout
-            assert time.monotonic() - started < 9
+            assert c.recv(100) == b""  # closed by the proxy (our 10 s socket timeout would raise instead)
         # the control: a slow but steady tunnel is not idle
         with socket.create_connection(address(p), timeout=10) as c:
             c.sendall(f"CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n\r\n".encode())
@@ -590,7 +588,9 @@ def test_a_fast_bulk_tunnel_does_not_starve_other_clients(up):
             pusher = threading.Thread(target=push, daemon=True)
             pusher.start()
             try:
+                deadline = time.monotonic() + 30
                 while count[0] < 8 << 20:  # the bulk transfer is under way
+                    assert time.monotonic() < deadline, "the bulk tunnel never flowed"
                     time.sleep(0.01)
                 before = count[0]
                 for _ in range(5):
