@@ -222,16 +222,18 @@ class WasmHost:
         return hit[1]
 
     def _check_paths(self, cfg: GuestConfig, kind: str) -> Path:
-        path = Path(cfg.wasm_path)
-        if not path.is_file():
+        # os.path, not pathlib: these two checks run on every call, and pathlib's objects cost
+        # a few times the stat itself.
+        path = cfg.wasm_path
+        if not os.path.isfile(path):
             if kind == "capsule":
                 raise MurError("E-RUN-004", f"capsule wasm not found: {path}",
                                "build the capsule component first (see docs/wasm.md)")
             raise MurError("E-RUN-008", f"{kind} '{cfg.label}' component not found: {path}",
                            f"run `mur install` or rebuild the {kind}")
-        if cfg.preopen is not None and not Path(cfg.preopen).is_dir():
+        if cfg.preopen is not None and not os.path.isdir(cfg.preopen):
             raise MurError("E-IO-001", f"preopen directory for {kind} '{cfg.label}' not found: {cfg.preopen}")
-        return path
+        return path if isinstance(path, Path) else Path(path)
 
     def _call(self, cfg: GuestConfig, kind: str, interface: str, func: str, args: tuple,
               invoke: Callable[[str, ToolInput], ToolResult] | None = None) -> Any:
