@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -186,7 +187,9 @@ class WasmHost:
         self.engine = engine or default_engine()
         self.on_chunk = on_chunk
         self.run_inference = run_inference
-        self._exports: dict[tuple[int, str, str], tuple[Any, Any]] = {}
+        # weak: the engine decides how long a compiled component lives, not its callers
+        self._exports: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
+        self._exports_lock = threading.Lock()
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -214,12 +217,12 @@ class WasmHost:
     # -- machinery ----------------------------------------------------------------------------
 
     def _export(self, component: Any, interface: str, func: str) -> Any:
-        """export_index(), remembered per compiled component (the engine keeps each one alive)."""
-        key = (id(component), interface, func)
-        hit = self._exports.get(key)
-        if hit is None or hit[0] is not component:
-            hit = self._exports[key] = (component, export_index(component, interface, func))
-        return hit[1]
+        """export_index(), remembered per compiled component for as long as it lives."""
+        with self._exports_lock:
+            known = self._exports.setdefault(component, {})
+            if (interface, func) not in known:
+                known[(interface, func)] = export_index(component, interface, func)
+            return known[(interface, func)]
 
     def _check_paths(self, cfg: GuestConfig, kind: str) -> Path:
         # os.path, not pathlib: these two checks run on every call, and pathlib's objects cost
