@@ -1,8 +1,9 @@
 """Instantiate a guest component and call it, with its grants, limits and error mapping.
 
-Each call gets a fresh Store (its own WASI context, store limits and deadline) and a Linker whose
-host imports close over that call's grants; components come compiled from the engine's cache.
-Failures become one of:
+Each call gets a fresh Store and a fresh instance: its own WASI context, store limits and deadline,
+and as the Store's data the CallContext (grants) its host imports read. The Linker is built once
+per engine and shared (mur.wasm.linker.shared_linker); components come compiled from the engine's
+cache. Nothing a guest did survives its call (docs/wasm.md "Tool calls"). Failures become one of:
 
 * E-RUN-001 ``GuestError(kind="limit", limit=...)`` — deadline_seconds / memory_bytes /
   table_elements / instances fired; the message names the field;
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -33,7 +35,7 @@ from mur.wasm.limits import (
     classify_instantiate_failure,
     deadline_ticks,
 )
-from mur.wasm.linker import CAPSULE_RUN, TOOL_RUN, CallContext, build_linker
+from mur.wasm.linker import CAPSULE_RUN, TOOL_RUN, CallContext, shared_linker
 from mur.wasm.types import ToolInput, ToolResult, input_to_value, result_from_value
 
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -107,36 +109,46 @@ class _Output:
                 self._log = None
 
 
+def export_index(component: Any, interface: str, name: str) -> Any:
+    """The ExportIndex of `interface#name` in a compiled component (valid for every instance of
+    it), or None when the component does not export it."""
+    idx = component.get_export_index(interface)
+    return component.get_export_index(name, idx) if idx is not None else None
+
+
 @dataclass
 class LiveInstance:
-    """A component instantiated in its own Store, with the Linker whose imports it uses."""
+    """A component instantiated in its own Store (whose data is the call's CallContext)."""
 
     store: Any
-    linker: Any
+    component: Any
     instance: Any
 
     def func(self, interface: str, name: str) -> Any:
         """The exported function `interface#name`, or None when the component does not export it."""
-        idx = self.instance.get_export_index(self.store, interface)
-        fidx = self.instance.get_export_index(self.store, name, idx) if idx is not None else None
-        return self.instance.get_func(self.store, fidx) if fidx is not None else None
+        return self.func_at(export_index(self.component, interface, name))
+
+    def func_at(self, index: Any) -> Any:
+        """The exported function at an ExportIndex from export_index() (None passes through)."""
+        return self.instance.get_func(self.store, index) if index is not None else None
 
     def close(self) -> None:
-        """Release the Store (its WASI context: all guest output has been delivered) and the Linker."""
+        """Release the Store (its WASI context: all guest output has been delivered, and the
+        instance's memory). The shared Linker stays."""
         self.store.close()
-        self.linker.close()
 
 
 def instantiate(engine: WasmEngine, component: Any, cfg: GuestConfig, ctx: CallContext,
                 write_output: Callable[[bytes], None]) -> LiveInstance:
     """`component` (from engine.component) in a fresh Store: the guest's WASI context (argv, env,
     preopen as ".", stdout/stderr to `write_output`), its store limits and a full deadline_seconds
-    budget, linked with `ctx`'s host imports. A failed instantiation is classified (E-RUN-001/002)."""
+    budget, and `ctx` as the Store's data for the shared linker's host imports. A failed
+    instantiation is classified (E-RUN-001/002)."""
     from wasmtime import Store, Trap, WasiConfig, WasmtimeError
 
     engine.start_ticker()
-    linker = build_linker(engine.engine, ctx)
-    store = Store(engine.engine)
+    linker = shared_linker(engine.engine)
+    store = Store(engine.engine, data=ctx)
     try:
         wasi = WasiConfig()
         wasi.argv = [cfg.label]
@@ -154,9 +166,8 @@ def instantiate(engine: WasmEngine, component: Any, cfg: GuestConfig, ctx: CallC
             raise classify_instantiate_failure(exc, kind=ctx.kind, label=cfg.label, limits=cfg.limits) from exc
     except BaseException:
         store.close()
-        linker.close()
         raise
-    return LiveInstance(store, linker, instance)
+    return LiveInstance(store, component, instance)
 
 
 class WasmHost:
@@ -176,6 +187,9 @@ class WasmHost:
         self.engine = engine or default_engine()
         self.on_chunk = on_chunk
         self.run_inference = run_inference
+        # weak: the engine decides how long a compiled component lives, not its callers
+        self._exports: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
+        self._exports_lock = threading.Lock()
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -202,17 +216,27 @@ class WasmHost:
 
     # -- machinery ----------------------------------------------------------------------------
 
+    def _export(self, component: Any, interface: str, func: str) -> Any:
+        """export_index(), remembered per compiled component for as long as it lives."""
+        with self._exports_lock:
+            known = self._exports.setdefault(component, {})
+            if (interface, func) not in known:
+                known[(interface, func)] = export_index(component, interface, func)
+            return known[(interface, func)]
+
     def _check_paths(self, cfg: GuestConfig, kind: str) -> Path:
-        path = Path(cfg.wasm_path)
-        if not path.is_file():
+        # os.path, not pathlib: these two checks run on every call, and pathlib's objects cost
+        # a few times the stat itself.
+        path = cfg.wasm_path
+        if not os.path.isfile(path):
             if kind == "capsule":
                 raise MurError("E-RUN-004", f"capsule wasm not found: {path}",
                                "build the capsule component first (see docs/wasm.md)")
             raise MurError("E-RUN-008", f"{kind} '{cfg.label}' component not found: {path}",
                            f"run `mur install` or rebuild the {kind}")
-        if cfg.preopen is not None and not Path(cfg.preopen).is_dir():
+        if cfg.preopen is not None and not os.path.isdir(cfg.preopen):
             raise MurError("E-IO-001", f"preopen directory for {kind} '{cfg.label}' not found: {cfg.preopen}")
-        return path
+        return path if isinstance(path, Path) else Path(path)
 
     def _call(self, cfg: GuestConfig, kind: str, interface: str, func: str, args: tuple,
               invoke: Callable[[str, ToolInput], ToolResult] | None = None) -> Any:
@@ -242,7 +266,7 @@ class WasmHost:
                 output.close()
                 raise interruption(exc) or exc
             try:
-                target = live.func(interface, func)
+                target = live.func_at(self._export(component, interface, func))
                 if target is None:
                     who = "capsule component" if kind == "capsule" else f"{kind} '{cfg.label}'"
                     raise GuestError("E-RUN-001", f"{who} does not export {interface}#{func}", kind="compile",

@@ -15,14 +15,18 @@ that imports it fails to instantiate with E-RUN-002.
 | murmur:text/chunks@0.1.0                | ``on_chunk(kind, text)`` (SSE stream)          |
 | murmur:runtime/inference@0.2.0          | ``run_inference(request)`` (hooks)             |
 
-A linker is built per guest call so its host functions close over that call's grants; building
-one costs about a millisecond. Every import is wrapped in mur.wasm.interrupt.host_import, so a
-Ctrl-C (or SIGTERM's Terminated) raised while one runs traps the guest instead of escaping
+One linker per engine serves every guest call (building one costs about a third of a
+millisecond, and closing one as much again): its host functions close over nothing per call. Each
+call's grants live in a CallContext carried as its Store's data, and every import reads them from
+the Store it is called with (:func:`call_context`), so call A's grants cannot be reached from call
+B's Store. Every import is wrapped in mur.wasm.interrupt.host_import, so a Ctrl-C (or SIGTERM's Terminated) raised while one runs traps the guest instead of escaping
 wasmtime-py's ctypes trampoline.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -78,70 +82,75 @@ def _field(obj: Any, name: str, default: Any = None) -> Any:
     return getattr(obj, name, default)
 
 
-def _invoke(ctx: CallContext) -> Callable[..., Any]:
-    def invoke(_store: Any, name: str, value: Any) -> Any:
-        if ctx.invoke is None:
-            return NO_REGISTRY
-        try:
-            return result_to_value(ctx.invoke(name, input_from_value(value)))
-        except MurError as exc:
-            return exc.message
-        except Exception as exc:  # the guest gets a reason, never a host traceback
-            return f"tool '{name}' failed: {type(exc).__name__}: {exc}"
+def call_context(store: Any) -> CallContext:
+    """The CallContext of the guest call running in `store` (a Store or a host import's StoreContext).
 
-    return invoke
+    wasmtime-py's StoreContext has no ``data()`` (its Store does, reading the context pointer both
+    share), so the Store method is applied to it directly."""
+    from wasmtime import Store
 
-
-def _http_send(ctx: CallContext) -> Callable[..., Any]:
-    def send(_store: Any, req: Any) -> Any:
-        out = ctx.http.send(
-            getattr(req, "method", ""),
-            getattr(req, "url", ""),
-            list(getattr(req, "headers", []) or []),
-            getattr(req, "body", None),
-            getattr(req, "timeout-ms", None),
-        )
-        if isinstance(out, str):
-            return out
-        return _record(status=out["status"], headers=out["headers"], body=out["body"])
-
-    return send
+    ctx = Store.data(store)
+    if not isinstance(ctx, CallContext):  # a Store mur did not create: no grants at all
+        raise MurError("E-RUN-001", "host import called from a store without a mur call context")
+    return ctx
 
 
-def _shell_run(ctx: CallContext) -> Callable[..., Any]:
-    def run(_store: Any, binary: str, args: list[str], env: list[tuple[str, str]]) -> Any:
-        if ctx.shell is None:
-            return NO_SHELL
-        try:
-            res = ctx.shell(binary, list(args), [tuple(kv) for kv in env])
-        except MurError as exc:
-            return exc.message
-        except Exception as exc:
-            return f"shell '{binary}' failed: {type(exc).__name__}: {exc}"
-        return _record(
-            exit_code=int(_field(res, "exit_code", -1)),
-            stdout=str(_field(res, "stdout", "") or ""),
-            stderr=str(_field(res, "stderr", "") or ""),
-            truncated=bool(_field(res, "truncated", False)),
-            full_output_path=_field(res, "full_output_path"),
-        )
-
-    return run
+def _invoke(store: Any, name: str, value: Any) -> Any:
+    ctx = call_context(store)
+    if ctx.invoke is None:
+        return NO_REGISTRY
+    try:
+        return result_to_value(ctx.invoke(name, input_from_value(value)))
+    except MurError as exc:
+        return exc.message
+    except Exception as exc:  # the guest gets a reason, never a host traceback
+        return f"tool '{name}' failed: {type(exc).__name__}: {exc}"
 
 
-def _request_input(ctx: CallContext) -> Callable[..., Any]:
-    def request_input(_store: Any, prompt: str) -> str:
-        # The WIT signature has no error channel: refusing means trapping the guest (upstream does
-        # the same); the raised MurError becomes the call's E-RUN-001 message.
-        if ctx.request_input is None:
-            raise MurError("E-RUN-001", NO_TASK)
-        return str(ctx.request_input(prompt))
+def _http_send(store: Any, req: Any) -> Any:
+    out = call_context(store).http.send(
+        getattr(req, "method", ""),
+        getattr(req, "url", ""),
+        list(getattr(req, "headers", []) or []),
+        getattr(req, "body", None),
+        getattr(req, "timeout-ms", None),
+    )
+    if isinstance(out, str):
+        return out
+    return _record(status=out["status"], headers=out["headers"], body=out["body"])
 
-    return request_input
+
+def _shell_run(store: Any, binary: str, args: list[str], env: list[tuple[str, str]]) -> Any:
+    ctx = call_context(store)
+    if ctx.shell is None:
+        return NO_SHELL
+    try:
+        res = ctx.shell(binary, list(args), [tuple(kv) for kv in env])
+    except MurError as exc:
+        return exc.message
+    except Exception as exc:
+        return f"shell '{binary}' failed: {type(exc).__name__}: {exc}"
+    return _record(
+        exit_code=int(_field(res, "exit_code", -1)),
+        stdout=str(_field(res, "stdout", "") or ""),
+        stderr=str(_field(res, "stderr", "") or ""),
+        truncated=bool(_field(res, "truncated", False)),
+        full_output_path=_field(res, "full_output_path"),
+    )
 
 
-def _chunk(ctx: CallContext, kind: str) -> Callable[..., Any]:
-    def emit(_store: Any, text: str) -> None:
+def _request_input(store: Any, prompt: str) -> str:
+    # The WIT signature has no error channel: refusing means trapping the guest (upstream does
+    # the same); the raised MurError becomes the call's E-RUN-001 message.
+    ctx = call_context(store)
+    if ctx.request_input is None:
+        raise MurError("E-RUN-001", NO_TASK)
+    return str(ctx.request_input(prompt))
+
+
+def _chunk(kind: str) -> Callable[..., Any]:
+    def emit(store: Any, text: str) -> None:
+        ctx = call_context(store)
         if ctx.on_chunk is not None:
             try:
                 ctx.on_chunk(kind, text)
@@ -152,26 +161,24 @@ def _chunk(ctx: CallContext, kind: str) -> Callable[..., Any]:
     return emit
 
 
-def _run_inference(ctx: CallContext) -> Callable[..., Any]:
-    def run_inference(_store: Any, request: Any) -> Any:
-        if ctx.run_inference is None:
-            return NO_INFERENCE
-        try:
-            out = ctx.run_inference(request)
-        except MurError as exc:
-            return exc.message
-        except Exception as exc:
-            return f"inference failed: {type(exc).__name__}: {exc}"
-        if isinstance(out, str):
-            return out
-        return _record(
-            text=str(_field(out, "text", "")),
-            model_used=str(_field(out, "model_used", "")),
-            input_tokens=int(_field(out, "input_tokens", 0)),
-            output_tokens=int(_field(out, "output_tokens", 0)),
-        )
-
-    return run_inference
+def _run_inference(store: Any, request: Any) -> Any:
+    ctx = call_context(store)
+    if ctx.run_inference is None:
+        return NO_INFERENCE
+    try:
+        out = ctx.run_inference(request)
+    except MurError as exc:
+        return exc.message
+    except Exception as exc:
+        return f"inference failed: {type(exc).__name__}: {exc}"
+    if isinstance(out, str):
+        return out
+    return _record(
+        text=str(_field(out, "text", "")),
+        model_used=str(_field(out, "model_used", "")),
+        input_tokens=int(_field(out, "input_tokens", 0)),
+        output_tokens=int(_field(out, "output_tokens", 0)),
+    )
 
 
 def _not_callable_tool_run(_store: Any, _value: Any) -> Any:
@@ -187,8 +194,9 @@ def _not_callable_lifecycle(_store: Any, _event: Any) -> Any:
     return "murmur:hook/lifecycle functions are hook exports, not host imports"
 
 
-def build_linker(engine: Any, ctx: CallContext) -> Any:
-    """A component Linker with WASI p2 and every murmur:* import bound to `ctx`."""
+def build_linker(engine: Any) -> Any:
+    """A component Linker with WASI p2 and every murmur:* import; each import serves the
+    CallContext of the Store it is called from, so one linker is shared by every call."""
     from wasmtime.component import Linker
 
     linker = Linker(engine)
@@ -202,16 +210,31 @@ def build_linker(engine: Any, ctx: CallContext) -> Any:
             for fn in LIFECYCLE_FUNCS:
                 inst.add_func(fn, host_import(_not_callable_lifecycle))
         with root.add_instance(TOOL_REGISTRY) as inst:
-            inst.add_func("invoke", host_import(_invoke(ctx)))
+            inst.add_func("invoke", host_import(_invoke))
         with root.add_instance(HTTP_OUTBOUND) as inst:
-            inst.add_func("send", host_import(_http_send(ctx)))
+            inst.add_func("send", host_import(_http_send))
         with root.add_instance(SHELL_EXECUTE) as inst:
-            inst.add_func("run", host_import(_shell_run(ctx)))
+            inst.add_func("run", host_import(_shell_run))
         with root.add_instance(TASK) as inst:
-            inst.add_func("request-input", host_import(_request_input(ctx)))
+            inst.add_func("request-input", host_import(_request_input))
         with root.add_instance(TEXT_CHUNKS) as inst:
-            inst.add_func("emit-chunk", host_import(_chunk(ctx, "text")))
-            inst.add_func("emit-thinking-chunk", host_import(_chunk(ctx, "thinking")))
+            inst.add_func("emit-chunk", host_import(_chunk("text")))
+            inst.add_func("emit-thinking-chunk", host_import(_chunk("thinking")))
         with root.add_instance(INFERENCE) as inst:
-            inst.add_func("run-inference", host_import(_run_inference(ctx)))
+            inst.add_func("run-inference", host_import(_run_inference))
     return linker
+
+
+_SHARED: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_linker(engine: Any) -> Any:
+    """The one Linker for `engine` (a wasmtime Engine), built on first use and kept as long as the
+    engine lives. Instantiating through it from several threads at once is safe: wasmtime's
+    Linker::instantiate takes it by shared reference, and it holds no per-call state."""
+    with _SHARED_LOCK:
+        linker = _SHARED.get(engine)
+        if linker is None:
+            linker = _SHARED[engine] = build_linker(engine)
+        return linker

@@ -24,12 +24,19 @@ def _try_read(path: str) -> dict:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
+_CALLS = []  # module state: survives between calls only if an instance were reused
+
+
 class Run(exports.Run):
     def run(self, input: types.ToolInput) -> types.ToolResult:
         req = json.loads(input.data or "{}")
         op = req.get("op")
         if op == "echo":
             return _ok({"data": req.get("payload"), "len": len(input.data or "")})
+        if op == "count":
+            # What an earlier call left behind: a module global and a file-less heap object.
+            _CALLS.append(req.get("tag"))
+            return _ok({"calls": list(_CALLS)})
         if op == "read":
             return _ok(_try_read(req["path"]))
         if op == "listdir":
