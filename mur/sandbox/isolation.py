@@ -13,6 +13,11 @@ from mur.sandbox.enclosing import E012_HINT, EnclosingCgroup
 from mur.sandbox.probe import HostProbe
 
 
+# Landlock does not mediate these; only the read-only mount view (namespaces.py) stops them
+WRITABLE_VIEW = ("a tool can change the mode, owner, times and extended attributes (chmod, chown, utime, setxattr) "
+                 "of files its uid owns outside the workdir")
+
+
 def session_cgroup(caps: Any, session_id: str, workdir: str, *, log: Callable[[str], None],
                    waited_for: Callable[[], set[int]]) -> cgroups.SessionCgroup | EnclosingCgroup:
     """The session's cgroup(s) with the manifest's aggregate limits, else the enclosing bound (E-RUN-012
@@ -74,24 +79,30 @@ def isolate(caps: Any, network_allow: list[Any], probe: HostProbe, *, is_root: b
     network = pol.plan_network(network_allow, resolves, private_net=bool(names),
                                landlock_abi=probe.landlock_abi if linux else 0)
     if not names:
+        if linux:
+            log(f"no session namespaces on this host: {WRITABLE_VIEW}")
         return network, (), None
     port = pol.PROXY_PORT if network.proxy else None
+    noexec = not caps.filesystem.workdir_exec
     try:
         try:
-            made = namespaces.create(names, workdir=workdir, proxy_port=port)
+            made = namespaces.create(names, workdir=workdir, proxy_port=port, noexec=noexec)
         except OSError as exc:
             if "mnt" not in names:
                 raise
             # e.g. a workdir on a filesystem that refuses a bind mount here: keep the rest
             names = tuple(n for n in names if n != "mnt")
             made = namespaces.create(names, workdir=workdir, proxy_port=port)
-            log(f"the workdir could not be re-mounted noexec ({exc}): the ELF loader could still map "
-                "a binary copied into the workdir")
+            log(f"the tools' mount view could not be made ({exc}): "
+                + ("the ELF loader could still map a binary copied into the workdir, and " if noexec else "")
+                + WRITABLE_VIEW)
     except OSError as exc:
         if network.proxy:
             raise MurError("E-CAP-005", f"cannot create the network namespace that carries network.allow for "
                            f"shell tools: {exc}", "run mur as root, or allow unprivileged user namespaces "
                            "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)") from exc
-        log(f"the session namespaces could not be created ({exc}): tools run without them")
+        log(f"the session namespaces could not be created ({exc}): tools run without them, and {WRITABLE_VIEW}")
         return pol.plan_network(network_allow, resolves, private_net=False, landlock_abi=probe.landlock_abi), (), None
+    if "mnt" in names and made.view != "read-only":
+        log(f"the tools' mount view stays writable outside the workdir: {made.view}; {WRITABLE_VIEW}")
     return network, names, made
