@@ -148,3 +148,20 @@ def test_without_a_mount_namespace_the_writable_view_is_logged(sandbox):
     sb = sandbox(capabilities(allow=ALLOW), own_workdir=True, log=control.append)
     assert sb.namespaces is not None and sb.namespaces.view == "read-only"
     assert not any(WRITABLE_VIEW in n for n in control), control
+
+
+def test_workdir_exec_sessions_get_the_read_only_view_too(sandbox, outside):
+    """filesystem.workdir_exec leaves out the noexec, not the mount namespace: a binary copied into
+    the workdir runs (the control), a file of the tools' uid outside it keeps its mode."""
+    sb = sandbox(capabilities(allow=ALLOW, filesystem={"workdir_exec": True}))
+    assert "mnt" in sb.policy.namespaces and sb.policy.noexec_workdir is None
+    copy = sb.workdir / "mytrue"
+    copy.write_bytes(Path("/usr/bin/true").read_bytes())
+    os.chmod(copy, 0o755)
+    victim = outside / "theirs.txt"
+    victim.write_text("x\n")
+    os.chown(victim, *sb.policy.run_as)
+    os.chmod(victim, 0o600)
+    r = sb.run("bash", command=f"./mytrue; echo rc=$?; chmod 777 {victim}; echo rc=$?")
+    assert rc_lines(r.stdout) == ["rc=0", "rc=1"] and EROFS in r.stderr, (r.stdout, r.stderr)
+    assert os.stat(victim).st_mode & 0o777 == 0o600
