@@ -27,7 +27,7 @@ from mur.sandbox.binaries import Binary, call_argv, resolve
 from mur.sandbox.egress import EgressProxy, system_resolve
 from mur.sandbox.enclosing import EnclosingCgroup
 from mur.sandbox.launch_warnings import launch_warnings
-from mur.sandbox.output import OUTPUT_LIMIT, Capture, cut, write_log
+from mur.sandbox.output import OUTPUT_LIMIT, Capture, cut, open_trees, readonly_dirs, write_log
 from mur.sandbox.probe import HostProbe, probe_host
 from mur.sandbox.pump import killpg, pump
 from mur.sandbox.result import ShellResult, attribute, limit_error, shell_trace_fields
@@ -208,20 +208,13 @@ class ShellSandbox:
 
     def _open_trees(self) -> None:
         try:
-            self._work = Tree(self.workdir)
-            if self.logs_dir is None or fsafe.inside(self.logs_dir, self.workdir):
-                self._logs = self._work.subtree(os.path.relpath(self.logs_dir or self.workdir / "logs", self.workdir),
-                                                create=True)
-            else:
-                self._logs = Tree(self.logs_dir, create=True)
-            self.logs_dir = self._logs.path
+            self._work, self._logs = open_trees(self.workdir, self.logs_dir)
         except OSError as exc:
             raise MurError("E-IO-003", f"cannot open the workdir {self.workdir} or its logs: {exc}") from exc
+        self.logs_dir = self._logs.path
 
     def _readonly(self) -> tuple[str, ...]:
-        """The logs directory, when it is outside the workdir: tools may read it, never write it."""
-        logs = str(self.logs_dir)
-        return () if self.logs_dir is None or fsafe.inside(logs, self.workdir) else (logs,)
+        return readonly_dirs(self.workdir, self.logs_dir)
 
     def __enter__(self) -> "ShellSandbox":
         return self
