@@ -175,8 +175,15 @@ class CgroupFS:
         os.rmdir(path)
 
     def read(self, path: str) -> str:
-        with open(path) as fh:
-            return fh.read()
+        # raw fd, no text wrapper: evidence() reads two of these around every tool call
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode()
 
     def write(self, path: str, text: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)

@@ -6,8 +6,14 @@ What a session gets (``policy.plan_namespaces`` decides, this module applies):
   handed to mur, which serves it from its own namespace), so the proxy is the one way out.
   Abstract unix sockets are per network namespace too, so the host's are out of reach.
 * **ipc** -- System V IPC objects and POSIX message queues of its own.
-* **mnt** -- the workdir bind-mounted onto itself ``noexec,nosuid,nodev``: the ELF loader cannot
-  map a binary copied into it (Landlock's execute right covers execve only).
+* **mnt** -- a read-only view of the whole tree except the workdir: Landlock does not mediate
+  chmod, chown, utime(s) or setxattr, so without it a tool could change the mode, owner, times or
+  extended attributes of any file its uid owns outside the workdir (as non-root: mur's own session
+  record, ~/.murmur, the user's home). ``mount_setattr(2)`` (Linux 5.12+) sets MOUNT_ATTR_RDONLY
+  on every mount (AT_RECURSIVE) and clears it again on the workdir's own bind mount, so all of
+  those answer EROFS. Older kernels keep the writable view (``SessionNamespaces.view`` says why).
+  Unless ``filesystem.workdir_exec``, the workdir's bind mount is also ``noexec,nosuid,nodev``:
+  the ELF loader cannot map a binary copied into it (Landlock's execute right covers execve only).
 * **user** (mur not root) -- an unprivileged user namespace mapping only mur's own uid and gid to
   themselves; it is what lets a non-root mur create the others. Tools gain no privilege from it:
   their uid inside is not 0, so execve clears the capabilities joining gave them.
@@ -25,6 +31,7 @@ milliseconds (netns teardown even more, asynchronously): once per session, never
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import os
 import signal
@@ -43,6 +50,8 @@ MS_RDONLY, MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1, 1024, 2048, 1 << 21
 ST_TO_MS = ((1, MS_RDONLY), (2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC), (1024, MS_NOATIME),
             (2048, MS_NODIRATIME), (4096, MS_RELATIME))
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+# mount_setattr(2): 442 in the unified syscall table every architecture shares since 5.1
+SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 0x1
 HANDOVER_TIMEOUT = 10.0
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -68,17 +77,43 @@ def _map_own_ids(uid: int, gid: int) -> None:
     _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
 
 
-def _noexec_workdir(path: str) -> None:
-    path_b = os.fsencode(path)
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _mount_setattr(path: str, flags: int, *, set_: int = 0, clear: int = 0) -> None:
+    attr = _MountAttr(set_, clear, 0, 0)
+    result = _libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), os.fsencode(path),
+                           ctypes.c_uint(flags), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    _ccheck(result, f"mount_setattr({path})")
+
+
+def _mount_view(workdir: str, noexec: bool) -> str:
+    """The tools' mount view: the workdir on a bind mount of its own (noexec unless told otherwise),
+    everything else read-only. Returns "read-only" or why the rest of the tree stays writable."""
+    path_b = os.fsencode(workdir)
     _ccheck(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount(/, MS_PRIVATE)")
     _ccheck(_libc.mount(path_b, path_b, None, MS_BIND | MS_REC, None), "bind mount of the workdir")
-    kept = 0
-    st = os.statvfs(path)
-    for st_bit, ms_bit in ST_TO_MS:
-        if st.f_flag & st_bit:
-            kept |= ms_bit
-    _ccheck(_libc.mount(None, path_b, None, MS_REMOUNT | MS_BIND | MS_NOEXEC | MS_NOSUID | MS_NODEV | kept, None),
-            "remount of the workdir noexec")
+    st = os.statvfs(workdir)
+    if noexec:
+        kept = 0
+        for st_bit, ms_bit in ST_TO_MS:
+            if st.f_flag & st_bit:
+                kept |= ms_bit
+        _ccheck(_libc.mount(None, path_b, None, MS_REMOUNT | MS_BIND | MS_NOEXEC | MS_NOSUID | MS_NODEV | kept,
+                            None), "remount of the workdir noexec")
+    try:
+        _mount_setattr("/", AT_RECURSIVE, set_=MOUNT_ATTR_RDONLY)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSYS, errno.EINVAL):  # before Linux 5.12
+            return f"mount_setattr is not available ({os.strerror(exc.errno)})"
+        raise
+    if not st.f_flag & os.ST_RDONLY:
+        # only the workdir's own mount: one it contains stays read-only, and one that was read-only
+        # on the host is never made writable (its lock would refuse that in a user namespace anyway)
+        _mount_setattr(workdir, 0, clear=MOUNT_ATTR_RDONLY)
+    return "read-only"
 
 
 def _loopback_up() -> None:
@@ -108,7 +143,7 @@ def _reaper() -> None:
 
 
 def _holder(names: tuple[str, ...], chan: socket.socket, workdir: str | None, proxy_port: int | None,
-            uid: int, gid: int) -> None:
+            uid: int, gid: int, noexec: bool) -> None:
     """The forked child: create the namespaces, hand their fds over, then hold the pid namespace."""
     step = "unshare"
     try:
@@ -119,9 +154,10 @@ def _holder(names: tuple[str, ...], chan: socket.socket, workdir: str | None, pr
         if "user" in names:
             step = "mapping the user namespace"
             _map_own_ids(uid, gid)
+        view = "no mount namespace"
         if "mnt" in names and workdir is not None:
-            step = "re-mounting the workdir noexec"
-            _noexec_workdir(workdir)
+            step = "making the read-only mount view"
+            view = _mount_view(workdir, noexec)
         listener = None
         if "net" in names:
             step = "bringing up loopback"
@@ -142,7 +178,7 @@ def _holder(names: tuple[str, ...], chan: socket.socket, workdir: str | None, pr
         step = "opening the namespace files"
         fds = [os.open(f"/proc/self/ns/{NS_FILES[n]}", os.O_RDONLY | os.O_CLOEXEC) for n in names]
         payload = fds + ([listener.fileno()] if listener is not None else [])
-        socket.send_fds(chan, [b"ok %d" % init_pid], payload)
+        socket.send_fds(chan, [b"ok %d %s" % (init_pid, view.encode(errors="replace")[:400])], payload)
         chan.recv(1)  # the parent holds its own copies now
         for fd in fds:
             os.close(fd)
@@ -167,6 +203,7 @@ class SessionNamespaces:
     listener: socket.socket | None = None
     holder_pid: int | None = None
     init_pidfd: int | None = None
+    view: str = "no mount namespace"  # "read-only" (all but the workdir), else why the tree stays writable
 
     def join_order(self) -> list[tuple[int, int]]:
         """(fd, CLONE_NEW*) in the order a tool must setns() them: user first, pid last."""
@@ -225,8 +262,10 @@ def _close_inherited(keep: int) -> None:
                 pass
 
 
-def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: int | None = None) -> SessionNamespaces:
-    """Build ``names`` (NAMESPACES order) in a holder child; raises OSError naming the failed step."""
+def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: int | None = None,
+           noexec: bool = True) -> SessionNamespaces:
+    """Build ``names`` (NAMESPACES order) in a holder child; raises OSError naming the failed step.
+    With mnt and a workdir: the read-only view, the workdir writable (and noexec if ``noexec``)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     uid, gid = os.getuid(), os.getgid()
     parent = os.getpid()
@@ -236,7 +275,7 @@ def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: in
             _die_with(parent)  # with the thread that forked it, in fact: create() on a session's own thread
             ours.close()
             _close_inherited(theirs.fileno())
-            _holder(names, theirs, workdir, proxy_port, uid, gid)
+            _holder(names, theirs, workdir, proxy_port, uid, gid, noexec)
         finally:
             os._exit(0)
     theirs.close()
@@ -255,7 +294,9 @@ def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: in
         made.fds = dict(zip(names, fds))
         if len(fds) > len(names):
             made.listener = socket.socket(fileno=fds[len(names)])
-        init_pid = int(msg.split()[1])
+        _ok, init_field, *view = msg.decode(errors="replace").split(" ", 2)
+        init_pid = int(init_field)
+        made.view = view[0] if view else made.view
         if init_pid:
             made.init_pidfd = os.pidfd_open(init_pid)
         ours.sendall(b"k")

@@ -11,11 +11,32 @@ import os
 import shutil
 import tempfile
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import IO
 
+from mur import fsafe
 from mur.fsafe import Tree
 
 OUTPUT_LIMIT = 16 * 1024  # bytes of stdout / stderr returned inline (upstream: 16 KB)
+
+
+def open_trees(workdir: Path, logs_dir: Path | None) -> tuple[Tree, Tree]:
+    """(the workdir, the logs directory) held open; the logs are ``<workdir>/logs`` without
+    ``logs_dir``. Raises OSError."""
+    work = Tree(workdir)
+    try:
+        if logs_dir is None or fsafe.inside(logs_dir, workdir):
+            return work, work.subtree(os.path.relpath(logs_dir or workdir / "logs", workdir), create=True)
+        return work, Tree(logs_dir, create=True)
+    except BaseException:
+        work.close()
+        raise
+
+
+def readonly_dirs(workdir: Path, logs_dir: Path | None) -> tuple[str, ...]:
+    """The logs directory, when it is outside the workdir: tools may read it, never write it."""
+    logs = str(logs_dir)
+    return () if logs_dir is None or fsafe.inside(logs, workdir) else (logs,)
 
 
 def cut(data: bytes, limit: int = OUTPUT_LIMIT) -> str:

@@ -285,14 +285,15 @@ NAMESPACES = ("user", "net", "ipc", "mnt", "pid")  # the order a tool joins them
 def plan_namespaces(*, is_root: bool, private_net: bool, userns: bool, workdir_exec: bool) -> tuple[str, ...]:
     """The private namespaces a session's tools run in, as far as this host allows.
 
-    net + ipc + pid (+ mnt for the noexec workdir). As root tools also get a uid of their own; as
+    net + ipc + mnt + pid (mnt: the read-only mount view, and the noexec workdir unless
+    workdir_exec). As root tools also get a uid of their own; as
     another user everything comes from an unprivileged user namespace (+ user), the pid namespace
     standing in for the uid tools then share with mur. Either way the pid namespace keeps the
     session's spawner (zygote.py), which shares the tools' uid, out of their reach.
     """
     if not private_net:
         return ()
-    wanted = {"net", "ipc", "pid"} | (set() if workdir_exec else {"mnt"})
+    wanted = {"net", "ipc", "mnt", "pid"}
     if not is_root:
         if not userns:
             return ()

@@ -13,101 +13,33 @@ from __future__ import annotations
 
 import atexit
 import os
-import selectors
-import shlex
-import shutil
-import signal
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from mur import fsafe
 from mur.errors import MurError
 from mur.fsafe import Tree
-from mur.sandbox import cgroups, elf, enclosing, namespaces, policy as pol, rlimits, tree, uids
+from mur.sandbox import cgroups, isolation, namespaces, policy as pol, rlimits, tree, uids
 from mur.sandbox.access import WorkdirAccess
+from mur.sandbox.binaries import Binary, call_argv, resolve
 from mur.sandbox.egress import EgressProxy, system_resolve
-from mur.sandbox.enclosing import E012_HINT, EnclosingCgroup
+from mur.sandbox.enclosing import EnclosingCgroup
 from mur.sandbox.launch_warnings import launch_warnings
-from mur.sandbox.output import OUTPUT_LIMIT, Capture, cut, write_log
+from mur.sandbox.output import OUTPUT_LIMIT, Capture, cut, open_trees, readonly_dirs, write_log
 from mur.sandbox.probe import HostProbe, probe_host
+from mur.sandbox.pump import killpg, pump
 from mur.sandbox.result import ShellResult, attribute, limit_error, shell_trace_fields
-from mur.sandbox.spawn import Call, Prepared, SpawnError, Spawner, prepare
+from mur.sandbox.spawn import Prepared, SpawnError, Spawner, prepare
+from mur.sandbox.tool_env import (BASELINE_ENV, CAPSULE_HOME, call_env, session_env, shell_env,
+                                  synthetic_tool_manifest, write_synthetic_tool_manifests)
 from mur.sandbox.workdir_guard import WorkdirGuard
-from mur.secrets import is_credential_name, matches_any
-
 
 __all__ = [
-    "OUTPUT_LIMIT", "ShellResult", "ShellSandbox", "attribute", "limit_error", "shell_env", "shell_trace_fields",
-    "synthetic_tool_manifest", "write_synthetic_tool_manifests",
+    "BASELINE_ENV", "CAPSULE_HOME", "OUTPUT_LIMIT", "ShellResult", "ShellSandbox", "attribute", "limit_error",
+    "shell_env", "shell_trace_fields", "synthetic_tool_manifest", "write_synthetic_tool_manifests",
 ]
-
-BASELINE_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TEMP", "TMP", "CARGO_HOME", "RUSTUP_HOME", "TERM")
-CAPSULE_HOME = ".capsule-home"
-DRAIN_SECONDS = 0.5  # after the tool exits, how long its leftovers may keep our pipes open
-KILL_GRACE_SECONDS = 10.0  # after a timeout kill, how long the spawner may take to report the exit
-LIMIT_FIELDS = ("cpu_seconds", "max_file_size_bytes", "cgroup_memory_bytes", "cgroup_pids_max")
-
-
-# --- environment and manifests ----------------------------------------------------------------
-
-
-def shell_env(caps: Any, workdir: Path, host_env: Mapping[str, str]) -> dict[str, str]:
-    """Upstream's rules: baseline names + baseline_env globs, minus strip_env globs and credentials,
-    then HOME (and USERPROFILE) forced to ``<workdir>/.capsule-home``. strip_env and the
-    credential backstop win over baseline_env."""
-    shell = caps.shell
-    keep = list(shell.baseline_env) if shell else []
-    strip = list(shell.strip_env) if shell else []
-    env = {
-        k: v for k, v in host_env.items()
-        if (k in BASELINE_ENV or matches_any(k, keep)) and not matches_any(k, strip) and not is_credential_name(k)
-    }
-    home = str(Path(workdir).absolute() / CAPSULE_HOME)
-    env["HOME"] = home
-    env["USERPROFILE"] = home
-    return env
-
-
-def synthetic_tool_manifest(binary: str) -> dict:
-    """The tool manifest staged at ``tools/<bin>/murmur.yaml`` for one allowed binary (upstream section 7)."""
-    if binary in pol.SHELLS:
-        how = f"`command` is a script run as `{binary} -c <command>` in the session workdir."
-    else:
-        how = f"`command` is split like a shell would (no expansion) into the arguments of `{binary}`."
-    return {
-        "name": binary,
-        "version": "0.0.0",
-        "runtime": "tool",
-        "implementation": "native",
-        "description": f"Run the host binary `{binary}` (allowed by capabilities.shell.allow). {how} "
-                       f"Output beyond {OUTPUT_LIMIT // 1024} KiB per stream is cut; the full log path is returned.",
-        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
-    }
-
-
-def write_synthetic_tool_manifests(tools_dir: Path, allow: Iterable[str]) -> list[Path]:
-    """Write ``<tools_dir>/<bin>/murmur.yaml`` for each binary (atomically, never through a link);
-    returns the paths."""
-    import yaml
-
-    written = []
-    with Tree(tools_dir, create=True) as tools:
-        for binary in allow:
-            tools.write_text(f"{binary}/murmur.yaml", yaml.safe_dump(synthetic_tool_manifest(binary), sort_keys=False))
-            written.append(Path(tools_dir) / binary / "murmur.yaml")
-    return written
-
-
-@dataclass
-class _Binary:
-    name: str
-    path: str | None  # what we exec (PATH lookup)
-    canonical: str | None  # realpath, reported as `binary`
-    closure: tuple[str, ...] = ()
-    missing: tuple[str, ...] = ()
 
 
 # --- the sandbox ------------------------------------------------------------------------------
@@ -143,7 +75,7 @@ class ShellSandbox:
         self.resolve = resolve or system_resolve
         self.policy: pol.ShellPolicy | None = None
         self.cgroup: cgroups.SessionCgroup | EnclosingCgroup | None = None
-        self.binaries: dict[str, _Binary] = {}
+        self.binaries: dict[str, Binary] = {}
         self._prepared: Prepared | None = None
         self._spawner: Spawner | None = None
         self._access: WorkdirAccess | None = None
@@ -160,6 +92,7 @@ class ShellSandbox:
         self.proxy: EgressProxy | None = None
         self._work: Tree | None = None  # the workdir, held open: every runtime access goes through it
         self._logs: Tree | None = None
+        self._base_env: dict[str, str] = {}
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -176,25 +109,23 @@ class ShellSandbox:
         try:
             resources = self.caps.resources
             if linux:
-                # pids.max counts the session's spawner too (spawn.py): one more, so tools get exactly theirs
-                limits = cgroups.CgroupLimits(resources.cgroup_memory_bytes, resources.cgroup_pids_max + 1,
-                                              resources.cgroup_cpu_percent, resources.cgroup_io_bytes_per_sec)
-                try:
-                    self.cgroup = cgroups.create_session_cgroup(self.session_id, limits, workdir=str(self.workdir))
-                except cgroups.CgroupUnavailable as exc:
-                    self.cgroup = self._enclosing_cgroup(exc, limits)
-                for note in self.cgroup.notes:
-                    self.log(f"cgroup: {note}")
+                self.cgroup = isolation.session_cgroup(self.caps, self.session_id, str(self.workdir), log=self.log,
+                                                       waited_for=self._waited_for)
             try:
                 self.workdir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise MurError("E-IO-003", f"cannot create the workdir {self.workdir}: {exc.strerror}") from exc
             self.workdir = Path(os.path.realpath(self.workdir))
             self._open_trees()
-            self._resolve_binaries(with_closure=linux and probe.landlock_abi > 0)
+            self.binaries = resolve(self.caps, self.host_env, str(self.workdir),
+                                    with_closure=linux and probe.landlock_abi > 0, log=self.log)
             is_root = linux and os.geteuid() == 0
-            run_as = self._lease_uid() if is_root else None
-            network, joined = self._isolate(probe, is_root)
+            if is_root:
+                self._lease = isolation.lease_uid(self.session_id)
+            run_as = (self._lease.uid, self._lease.gid) if self._lease is not None else None
+            network, joined, self.namespaces = isolation.isolate(
+                self.caps, self.network_allow, probe, is_root=is_root, workdir=str(self.workdir),
+                resolve=self.resolve, log=self.log)
             for host in network.tcp.skipped:
                 self.log(f"network.allow host '{host}' did not resolve at launch: it contributes nothing")
             self.policy = pol.build_policy(
@@ -206,6 +137,7 @@ class ShellSandbox:
                 nproc_baseline=1 + (0 if run_as or "user" in joined else rlimits.uid_task_count(os.getuid())),
                 hard_limits=rlimits.inherited_hard_limits(), existing=os.path.exists, aggregate=self._aggregate(),
             )
+            self._base_env = session_env(self.caps, self.workdir, self.host_env, network)
             self.log(f"shell sandbox: network {network.mechanism}, processes {self.policy.processes}, "
                      f"namespaces {'+'.join(joined) or 'none'}")
             if run_as is not None:
@@ -249,7 +181,7 @@ class ShellSandbox:
         if self._guard is not None:
             self._guard.stop()
         for pgid in list(self._children):
-            _killpg(pgid)
+            killpg(pgid)
         if self._spawner is not None:
             self._spawner.close()
         if self.proxy is not None:
@@ -276,20 +208,13 @@ class ShellSandbox:
 
     def _open_trees(self) -> None:
         try:
-            self._work = Tree(self.workdir)
-            if self.logs_dir is None or fsafe.inside(self.logs_dir, self.workdir):
-                self._logs = self._work.subtree(os.path.relpath(self.logs_dir or self.workdir / "logs", self.workdir),
-                                                create=True)
-            else:
-                self._logs = Tree(self.logs_dir, create=True)
-            self.logs_dir = self._logs.path
+            self._work, self._logs = open_trees(self.workdir, self.logs_dir)
         except OSError as exc:
             raise MurError("E-IO-003", f"cannot open the workdir {self.workdir} or its logs: {exc}") from exc
+        self.logs_dir = self._logs.path
 
     def _readonly(self) -> tuple[str, ...]:
-        """The logs directory, when it is outside the workdir: tools may read it, never write it."""
-        logs = str(self.logs_dir)
-        return () if self.logs_dir is None or fsafe.inside(logs, self.workdir) else (logs,)
+        return readonly_dirs(self.workdir, self.logs_dir)
 
     def __enter__(self) -> "ShellSandbox":
         return self
@@ -320,19 +245,10 @@ class ShellSandbox:
         if self._exceeded is not None:
             raise self._exceeded
         info = self.binaries[binary]
-        argv, text = self._argv(info, command, args)
+        argv, text = call_argv(info, command, args)
         if info.path is None:
             return self._refused(info, text, 127, f"mur: {binary}: not found on PATH\n")
-        extra = dict(env)
-        run_env = shell_env(self.caps, self.workdir, self.host_env)
-        assert self.policy is not None
-        for name in pol.NO_PROXY_NAMES:
-            run_env.pop(name, None)
-        run_env.update(pol.proxy_env(self.policy.network))
-        run_env.update({k: v for k, v in extra.items() if k not in ("HOME", "USERPROFILE")})
-        strip = list(self.caps.shell.strip_env) if self.caps.shell else []
-        for name in [k for k in run_env if k in extra and (is_credential_name(k) or matches_any(k, strip))]:
-            del run_env[name]
+        run_env = call_env(self._base_env, self.caps, dict(env))
         limit = self.caps.limits.deadline_seconds if timeout is None else timeout
         with self._lock:
             try:
@@ -345,7 +261,7 @@ class ShellSandbox:
             except OSError as exc:  # the workdir itself failing us (deleted, disk full, ...)
                 raise MurError("E-IO-003", f"shell tool '{binary}': {exc}") from exc
 
-    def _run_locked(self, info: _Binary, argv: list[str], text: str, env: dict[str, str], timeout: float,
+    def _run_locked(self, info: Binary, argv: list[str], text: str, env: dict[str, str], timeout: float,
                     stdin: bytes | None) -> ShellResult:
         before = self.cgroup.evidence() if self.cgroup else (0, 0)
         logs = self._logs
@@ -363,7 +279,7 @@ class ShellSandbox:
             return self._refused(info, text, 126, f"mur: cannot execute {info.path}: {exc.strerror or exc}\n")
         self._children.add(call.pid)
         try:
-            timed_out = self._pump(call, out, err, stdin, began + timeout)
+            timed_out = pump(call, out, err, stdin, began + timeout)
         finally:
             self._children.discard(call.pid)
         if isinstance(self.cgroup, EnclosingCgroup):  # orphans re-parented to mur (a subreaper) that exited
@@ -393,152 +309,11 @@ class ShellSandbox:
             signal=sig, timed_out=timed_out,
         )
 
-    def _pump(self, call: Call, out: Capture, err: Capture, stdin: bytes | None, deadline: float) -> bool:
-        """Read both pipes until the tool exits (or the deadline), then drain; returns timed_out.
-
-        The spawner's exit report wakes the selector (it waits on a pidfd), so a call costs no
-        polling latency.
-        """
-        if stdin is not None and call.stdin is not None:
-            threading.Thread(target=_feed_stdin, args=(os.fdopen(call.stdin, "wb"), stdin), daemon=True).start()
-            call.stdin = None  # the feeder owns (and closes) it
-        sel = selectors.DefaultSelector()
-        pipes = 0
-        for fd, capture in ((call.stdout, out), (call.stderr, err)):
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ, capture)
-            pipes += 1
-        sel.register(call.exit_fd, selectors.EVENT_READ, None)
-        timed_out = exited = False
-        drain_until = 0.0
-        try:
-            while True:
-                now = time.monotonic()
-                if exited and (pipes == 0 or now >= drain_until):
-                    break  # past the drain, something that left our process group still holds a pipe
-                if not exited and call.spawner.pid is None:  # close() from another thread stopped it
-                    call.abandon()
-                    break
-                if not exited and now >= deadline:
-                    if timed_out and now >= deadline + KILL_GRACE_SECONDS:
-                        call.abandon()  # the spawner never reported the killed tool's exit
-                        break
-                    timed_out = True
-                    _killpg(call.pid)  # again while it lasts: the group may still be forking
-                if exited:
-                    wait = drain_until - now
-                else:
-                    # bounded, so a spawner stopped by close() is noticed (its fd left the selector)
-                    wait = min(max(0.0, deadline - now), 0.5) if not timed_out else 0.05
-                for key, _ in sel.select(timeout=wait):
-                    if key.data is None:  # the exit report: the spawner killed what was left of the group
-                        sel.unregister(key.fd)
-                        call.reap()
-                        exited = True
-                        drain_until = time.monotonic() + DRAIN_SECONDS
-                        continue
-                    try:
-                        chunk = os.read(key.fd, 65536)
-                    except BlockingIOError:
-                        continue
-                    if chunk:
-                        key.data.feed(chunk)
-                    else:
-                        sel.unregister(key.fd)
-                        pipes -= 1
-        finally:
-            sel.close()
-            for fd in (call.stdout, call.stderr) + ((call.stdin,) if call.stdin is not None else ()):
-                os.close(fd)
-        return timed_out
-
     # helpers ----------------------------------------------------------------------------------
 
-    def _argv(self, info: _Binary, command: str | None, args: list[str] | None) -> tuple[list[str], str]:
-        name = info.name
-        if command is not None and name in pol.SHELLS:
-            return [name, "-c", command] + list(args or []), command
-        if command is not None:
-            try:
-                words = shlex.split(command)
-            except ValueError as exc:
-                raise MurError("E-RUN-015", f"cannot split the command for '{name}': {exc}") from exc
-            if words and words[0] in (name, info.path, info.canonical):
-                words = words[1:]  # the model wrote the binary name itself: do not pass it twice
-            argv = [name] + words + list(args or [])
-        else:
-            argv = [name] + list(args or [])
-        return argv, shlex.join(argv)
-
-    def _refused(self, info: _Binary, text: str, code: int, message: str) -> ShellResult:
+    def _refused(self, info: Binary, text: str, code: int, message: str) -> ShellResult:
         return ShellResult(code, "", message, False, None, 0, 0, len(message.encode()),
                            info.canonical or info.name, text, None)
-
-    def _lookup_path(self) -> str:
-        """The host PATH without entries a tool could have filled: relative ones (mur's cwd) and
-        ones inside the tools' workdir (a previous session's tools could plant a `bash` there, which
-        would then be granted execute and run as the allowed binary)."""
-        kept = []
-        for entry in self.host_env.get("PATH", os.defpath).split(os.pathsep):
-            if not os.path.isabs(entry) or fsafe.inside(os.path.realpath(entry), self.workdir):
-                self.log(f"PATH entry {entry!r} is not used to find shell binaries: "
-                         + ("relative" if not os.path.isabs(entry) else "inside the tools' workdir"))
-                continue
-            kept.append(entry)
-        return os.pathsep.join(kept)
-
-    def _resolve_binaries(self, with_closure: bool) -> None:
-        path_env = self._lookup_path()
-        for name in self.caps.shell_allow:
-            found = shutil.which(name, path=path_env)
-            if found is not None and fsafe.inside(os.path.realpath(found), self.workdir):
-                self.log(f"shell binary '{name}' resolves into the tools' workdir ({found}): not used")
-                found = None
-            if found is None:
-                self.log(f"shell binary '{name}' was not found on PATH: calls to it will fail")
-                self.binaries[name] = _Binary(name, None, None)
-                continue
-            found = os.path.abspath(found)
-            info = _Binary(name, found, os.path.realpath(found))
-            if with_closure:
-                closure = elf.closure(found, path_env=path_env)
-                files = [f for f in closure.files if not fsafe.inside(os.path.realpath(f), self.workdir)]
-                if len(files) < len(closure.files):  # a library (RUNPATH, $ORIGIN) in the tools' reach
-                    self.log(f"shell binary '{name}': files inside the tools' workdir are never granted execute: "
-                             + ", ".join(f for f in closure.files if f not in files))
-                missing = list(closure.missing)
-                for grant in self.caps.shell.interpreter_runtime if self.caps.shell else ():
-                    if grant.binary != name:
-                        continue
-                    for d in grant.dirs:
-                        if os.path.isdir(d.path):
-                            ext = elf.extension_closure(d.path, path_env=path_env)
-                            files += [f for f in ext.files if f not in files]
-                info.closure, info.missing = tuple(files), tuple(dict.fromkeys(missing))
-                if closure.missing:
-                    self.log(f"shell binary '{name}': libraries not found for the Landlock grant: "
-                             + ", ".join(closure.missing))
-            self.binaries[name] = info
-
-    def _enclosing_cgroup(self, exc: cgroups.CgroupUnavailable, limits: cgroups.CgroupLimits) -> EnclosingCgroup:
-        """No cgroup of the session's own: the cgroup mur runs in is the aggregate bound when it has a
-        memory limit (and a pids.max, if any) at or below the manifest's that mur cannot change;
-        E-RUN-012 otherwise."""
-        bound = enclosing.find_enclosing()
-        # the manifest's own pids bound (limits.pids_max counts the spawner): mur shares that cgroup anyway
-        why = enclosing.unmet(bound, limits.memory_bytes, self.caps.resources.cgroup_pids_max)
-        if why is not None:
-            raise MurError(
-                "E-RUN-012",
-                f"no cgroup could be created to bound the shell subprocess tree ({exc}), {why}; a capsule with "
-                "capabilities.shell.allow does not run without an aggregate memory/pids bound", E012_HINT,
-            ) from exc
-        assert bound is not None
-        tree.become_subreaper()  # a tool's orphans come back to mur, where kill_tools finds them
-        self.log(f"cgroup: no cgroup of the session's own ({exc}); the aggregate bound is the cgroup mur runs in, "
-                 f"which no process in it can leave or raise ({bound.describe()}), shared with the runtime")
-        return EnclosingCgroup(bound, find=lambda: {p for p, st in tree.tool_processes().items() if st != "Z"},
-                               kill=lambda timeout: tree.kill_tools(timeout, exclude=self._waited_for()))
 
     def _waited_for(self) -> set[int]:
         """mur's children that tree.reap must leave to their own waiter: the spawner (a tool by its
@@ -551,48 +326,6 @@ class ShellSandbox:
             return "session-cgroup"
         return "enclosing-cgroup" if self.cgroup.bound.pids_max is not None else "enclosing-cgroup+nproc"
 
-    def _lease_uid(self) -> tuple[int, int]:
-        try:
-            self._lease = uids.lease(self.session_id)
-        except uids.UidUnavailable as exc:
-            raise MurError("E-RUN-015", f"no sandbox uid could be leased for this session: {exc}",
-                           "mur keeps its uid leases in /run/mur/uids; it must be a root-owned directory") from exc
-        return self._lease.uid, self._lease.gid
-
-    def _isolate(self, probe: HostProbe, is_root: bool) -> tuple[pol.NetworkPlan, tuple[str, ...]]:
-        """Create the session's namespaces (and the proxy listener in them); returns the network plan
-        and the namespaces the tools will join. Refuses (E-CAP-005) rather than fall back to port
-        rules when the probe promised a network namespace and it cannot be made now."""
-        linux = probe.os == "linux"
-        names = pol.plan_namespaces(is_root=is_root, private_net=linux and probe.netns, userns=probe.userns,
-                                    workdir_exec=self.caps.filesystem.workdir_exec) if linux else ()
-        resolves = lambda host: bool(self.resolve(host)) if linux else False  # noqa: E731
-        network = pol.plan_network(self.network_allow, resolves, private_net=bool(names),
-                                   landlock_abi=probe.landlock_abi if linux else 0)
-        if not names:
-            return network, ()
-        port = pol.PROXY_PORT if network.proxy else None
-        try:
-            try:
-                self.namespaces = namespaces.create(names, workdir=str(self.workdir), proxy_port=port)
-            except OSError as exc:
-                if "mnt" not in names:
-                    raise
-                # e.g. a workdir on a filesystem that refuses a bind mount here: keep the rest
-                names = tuple(n for n in names if n != "mnt")
-                self.namespaces = namespaces.create(names, workdir=str(self.workdir), proxy_port=port)
-                self.log(f"the workdir could not be re-mounted noexec ({exc}): the ELF loader could still map "
-                         "a binary copied into the workdir")
-        except OSError as exc:
-            if network.proxy:
-                raise MurError("E-CAP-005", f"cannot create the network namespace that carries network.allow for "
-                               f"shell tools: {exc}", "run mur as root, or allow unprivileged user namespaces "
-                               "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)") from exc
-            self.log(f"the session namespaces could not be created ({exc}): tools run without them")
-            return pol.plan_network(self.network_allow, resolves, private_net=False,
-                                    landlock_abi=probe.landlock_abi), ()
-        return network, names
-
     def _workdir_breach(self, size: int) -> None:
         limit = self.caps.resources.workdir_max_bytes
         self._exceeded = MurError(
@@ -604,26 +337,7 @@ class ShellSandbox:
         if self.cgroup is not None:
             self.cgroup.kill_all(timeout=2.0)  # stop the writer now; the session is terminated anyway
         for pgid in list(self._children):
-            _killpg(pgid)
+            killpg(pgid)
         if self.on_workdir_exceeded is not None:
             self.on_workdir_exceeded(self._exceeded)
-
-
-def _feed_stdin(pipe: IO[bytes], data: bytes) -> None:
-    try:
-        pipe.write(data)
-    except (BrokenPipeError, OSError):
-        pass
-    finally:
-        try:
-            pipe.close()
-        except OSError:
-            pass
-
-
-def _killpg(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 

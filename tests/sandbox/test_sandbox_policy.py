@@ -297,7 +297,7 @@ def test_pid_targeting_calls_are_confined_unless_the_kernel_already_does_it():
 
 @pytest.mark.parametrize(("root", "netns", "userns", "exec_", "names"), [
     (True, True, False, False, ("net", "ipc", "mnt", "pid")),
-    (True, True, False, True, ("net", "ipc", "pid")),
+    (True, True, False, True, ("net", "ipc", "mnt", "pid")),  # mnt for the read-only view, not noexec
     (False, True, True, False, ("user", "net", "ipc", "mnt", "pid")),
     (False, False, False, False, ()),
     (True, False, False, False, ()),

@@ -135,17 +135,17 @@ def test_run_refuses_binaries_outside_the_allow_list(tmp_path):
         sb.run("bash", command="true")
 
 
-def test_argv_forms(tmp_path):
-    sb = shell.ShellSandbox(Capabilities.model_validate({"shell": {"allow": ["bash", "jq"]}}, strict=False),
-                            tmp_path, "ses_y", [])
-    bash = shell._Binary("bash", "/usr/bin/bash", "/usr/bin/bash")
-    jq = shell._Binary("jq", "/usr/bin/jq", "/usr/bin/jq")
-    assert sb._argv(bash, "echo 'a b' | cat", None) == (["bash", "-c", "echo 'a b' | cat"], "echo 'a b' | cat")
-    assert sb._argv(jq, "jq -r '.a b' in.json", None) == (["jq", "-r", ".a b", "in.json"], "jq -r '.a b' in.json")
-    assert sb._argv(jq, "-r .x", None)[0] == ["jq", "-r", ".x"]
-    assert sb._argv(bash, None, ["-c", "echo hi"]) == (["bash", "-c", "echo hi"], "bash -c 'echo hi'")
+def test_argv_forms():
+    from mur.sandbox.binaries import Binary, call_argv
+
+    bash = Binary("bash", "/usr/bin/bash", "/usr/bin/bash")
+    jq = Binary("jq", "/usr/bin/jq", "/usr/bin/jq")
+    assert call_argv(bash, "echo 'a b' | cat", None) == (["bash", "-c", "echo 'a b' | cat"], "echo 'a b' | cat")
+    assert call_argv(jq, "jq -r '.a b' in.json", None) == (["jq", "-r", ".a b", "in.json"], "jq -r '.a b' in.json")
+    assert call_argv(jq, "-r .x", None)[0] == ["jq", "-r", ".x"]
+    assert call_argv(bash, None, ["-c", "echo hi"]) == (["bash", "-c", "echo hi"], "bash -c 'echo hi'")
     with pytest.raises(shell.MurError, match="cannot split"):
-        sb._argv(jq, "jq 'unterminated", None)
+        call_argv(jq, "jq 'unterminated", None)
 
 
 def test_environment_only_tier_warns_and_still_runs_with_rlimits(tmp_path):
@@ -178,15 +178,13 @@ def test_binaries_are_never_found_in_the_tools_workdir_or_through_relative_path_
         (where / "cat").write_text("#!/bin/sh\necho planted\n")
         (where / "cat").chmod(0o755)
     monkeypatch.chdir(workdir)
+    from mur.sandbox.binaries import resolve
+
     notes: list[str] = []
-    sb = shell.ShellSandbox(caps(allow=["cat"]), workdir, "ses_path", [], log=notes.append,
-                            host_env={"PATH": f"{workdir / 'bin'}:.:/usr/bin:/bin"})
-    sb.workdir = workdir.resolve()
-    sb._resolve_binaries(with_closure=False)
-    assert os.path.realpath(sb.binaries["cat"].path) == os.path.realpath("/usr/bin/cat")
+    found = resolve(caps(allow=["cat"]), {"PATH": f"{workdir / 'bin'}:.:/usr/bin:/bin"}, str(workdir.resolve()),
+                    with_closure=False, log=notes.append)
+    assert os.path.realpath(found["cat"].path) == os.path.realpath("/usr/bin/cat")
     assert any("inside the tools' workdir" in n for n in notes) and any("relative" in n for n in notes)
-    control = shell.ShellSandbox(caps(allow=["cat"]), tmp_path / "other", "ses_path2", [],
-                                 host_env={"PATH": f"{workdir / 'bin'}:/usr/bin"})
-    control.workdir = (tmp_path / "other").resolve()
-    control._resolve_binaries(with_closure=False)
-    assert control.binaries["cat"].path == str(workdir / "bin" / "cat")  # outside this session's workdir: found
+    control = resolve(caps(allow=["cat"]), {"PATH": f"{workdir / 'bin'}:/usr/bin"}, str((tmp_path / "other").resolve()),
+                      with_closure=False, log=notes.append)
+    assert control["cat"].path == str(workdir / "bin" / "cat")  # outside this session's workdir: found
