@@ -59,9 +59,16 @@ def module_of(name: str) -> str | None:
     return dict(HIDDEN).get(name)
 
 
+# Every command module, in the order an eager build registers them (which orders typer's listing).
+MODULES: tuple[str, ...] = (
+    "mur.cli.run", "mur.cli.build", "mur.cli.new", "mur.cli.artifacts", "mur.cli.uninstall", "mur.cli.registry",
+    "mur.cli.a2a", "mur.cli.deploy", "mur.cli.image", "mur.cli.export", "mur.cli.host", "mur.cli.vm",
+    "mur.cli.probe", "mur.cli.trace", "mur.cli.eval", "mur.cli.config", "mur.cli.gc", "mur.cli.schema",
+)
+
+
 def modules() -> tuple[str, ...]:
-    """Every command module, once, in table order."""
-    return tuple(dict.fromkeys([m for _, m, _ in COMMANDS] + [m for _, m in HIDDEN]))
+    return MODULES
 
 
 def names() -> list[str]:
