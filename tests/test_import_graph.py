@@ -96,7 +96,7 @@ def test_the_cli_and_the_run_path_never_load_mur_testing():
     probe = (
         "import sys\n"
         "from mur.cli import main\n"
-        "main.build_app()\n"
+        "main.build_app(lazy=False)\n"  # every command module, as the lazy group would load them
         "import mur.session.runner, mur.session.executor, mur.session.hookwiring, mur.a2a.lifecycle\n"
         "import mur.otel.exporter, mur.eval.run, mur.trace.timeline, mur.hooks.launch, mur.inference.loop\n"
         "print(sorted(m for m in sys.modules if m == 'mur.testing' or m.startswith('mur.testing.')))\n"
