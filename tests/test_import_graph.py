@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,10 +96,52 @@ def test_the_cli_and_the_run_path_never_load_mur_testing():
     probe = (
         "import sys\n"
         "from mur.cli import main\n"
-        "main.build_app()\n"
+        "main.build_app(lazy=False)\n"  # every command module, as the lazy group would load them
         "import mur.session.runner, mur.session.executor, mur.session.hookwiring, mur.a2a.lifecycle\n"
         "import mur.otel.exporter, mur.eval.run, mur.trace.timeline, mur.hooks.launch, mur.inference.loop\n"
         "print(sorted(m for m in sys.modules if m == 'mur.testing' or m.startswith('mur.testing.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# What `mur --help` (answered from the command table) must not import: typer and click alone cost
+# about twice a bare interpreter's start-up; the rest are the command bodies' libraries.
+NOT_FOR_HELP = ("typer", "click", "rich", "pydantic", "yaml", "wasmtime", "httpx", "opentelemetry", "docker",
+                "paramiko", "starlette", "uvicorn")
+
+
+def test_mur_help_imports_no_cli_framework_and_no_command():
+    probe = (
+        "import sys\n"
+        "from mur.cli.main import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {NOT_FOR_HELP!r}), file=sys.stderr)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('mur.')), file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    heavy, ours = out.stderr.strip().splitlines()[-2:]
+    assert heavy == "[]"
+    assert ours == str(["mur.cli", "mur.cli.commands", "mur.cli.main", "mur.cli.roothelp"])
+
+
+def test_a_run_that_reads_the_probe_cache_imports_no_prober(tmp_path):
+    probe = (
+        "import sys\n"
+        "from mur.sandbox.probe import probe_host\n"
+        "probe_host()\n"  # measures (or reads) and fills the cache
+        "for m in [m for m in sys.modules if m.startswith('mur.sandbox.') and m not in "
+        "('mur.sandbox.probe', 'mur.sandbox.probecache')]:\n"
+        "    del sys.modules[m]\n"
+        "import mur.sandbox.probe as p\n"
+        "p._cache = None\n"
+        "p.probe_host()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('mur.sandbox.')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MUR_CACHE_DIR", "MUR_PROBE_CACHE")}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True,
+                         env={**env, "HOME": str(tmp_path)})
+    assert out.stdout.strip() == str(["mur.sandbox.probe", "mur.sandbox.probecache"])

@@ -1,58 +1,50 @@
-"""Entry point: builds the typer app and renders errors once, at the edge.
+"""Entry point: renders errors once, at the edge, and builds the typer app only when it is needed.
 
-Every command module imports only typer at module level; heavy libraries (wasmtime, paramiko,
-docker, httpx, pydantic) are imported inside the command bodies so `mur --help` stays fast.
+Start-up is most of what a short command costs, so: `mur --help` and `mur --version` are answered
+from the command table (mur.cli.commands) without importing typer; otherwise the root group
+(mur.cli.lazy) imports only the module of the command that runs. Every command module imports only
+typer at module level; heavy libraries (wasmtime, paramiko, docker, httpx, pydantic) are imported
+inside the command bodies.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
-import typer
-
 from mur import __version__
+from mur.cli.commands import modules
 
 INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
+COMPLETE_VAR = "_MUR_COMPLETE"  # typer's completion hook: a run with it set is a Tab press, not --help
 
-# Command modules, each exposing register(app). Order is the order of `mur --help`.
-COMMAND_MODULES = (
-    "mur.cli.run",
-    "mur.cli.build",
-    "mur.cli.new",
-    "mur.cli.artifacts",
-    "mur.cli.uninstall",
-    "mur.cli.registry",
-    "mur.cli.a2a",
-    "mur.cli.deploy",
-    "mur.cli.image",
-    "mur.cli.export",
-    "mur.cli.host",
-    "mur.cli.vm",
-    "mur.cli.probe",
-    "mur.cli.trace",
-    "mur.cli.eval",
-    "mur.cli.config",
-    "mur.cli.gc",
-    "mur.cli.schema",
-)
+# Command modules, each exposing register(app), in `mur --help` order (the bundle imports them by name).
+COMMAND_MODULES = modules()
 
 
 def _version(value: bool) -> None:
     if value:
         print(f"mur {__version__}")
+        import typer
+
         raise typer.Exit()
 
 
-def build_app() -> typer.Typer:
+def build_app(lazy: bool = True):
+    """The typer app. `lazy=False` imports and registers every command module up front on a plain
+    typer group (what tests compare the lazy group and the table-printed help with)."""
+    import typer
+
+    from mur.cli.commands import APP_HELP
+    from mur.cli.lazy import APP_SETTINGS, LazyGroup
+
     app = typer.Typer(
         name="mur",
-        help="Package AI-agent capsules, run them in isolation, deploy them to Linux VMs and containers.",
+        help=APP_HELP,
         no_args_is_help=True,
         add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, powershell)
-        pretty_exceptions_enable=False,
-        rich_markup_mode=None,
+        **({"cls": LazyGroup} if lazy else {}),
+        **APP_SETTINGS,
     )
 
     @app.callback()
@@ -63,27 +55,47 @@ def build_app() -> typer.Typer:
     ) -> None:
         """mur: capsules for AI agents."""
 
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(app)
+    if not lazy:
+        import importlib
+
+        for name in COMMAND_MODULES:
+            importlib.import_module(name).register(app)
     return app
+
+
+def _fast(args: list[str]) -> bool:
+    """Answer `mur --help` / `mur --version` without typer; False when typer has to."""
+    if os.environ.get(COMPLETE_VAR):
+        return False
+    if args == ["--help"]:
+        from mur.cli.roothelp import render
+
+        sys.stdout.write(render())
+        return True
+    if args in (["--version"], ["-V"]):
+        print(f"mur {__version__}")
+        return True
+    return False
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; MurError -> `error[CODE]` + hint on stderr, exit 1; usage errors exit 2."""
-    from typer.exceptions import Abort, Exit, TyperException
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if _fast(args):
+            _flush()
+            sys.exit(0)
+    except BrokenPipeError:
+        sys.exit(1)
+    import typer
 
     from mur.cli.render import Reported
     from mur.errors import MurError
+    from typer.exceptions import Abort, Exit, TyperException
 
     try:
         command = typer.main.get_command(build_app())
-        rv = command.main(args=argv, prog_name="mur", standalone_mode=False)
+        rv = command.main(args=args, prog_name="mur", standalone_mode=False)
     except Reported as done:
         _flush()
         sys.exit(done.code)

@@ -3,8 +3,11 @@
 ``probe_host()`` forks a child that builds and *applies* a real Landlock ruleset and the seccomp
 allowlist a session installs, and reports which worked; it also tries to create (and removes) a
 cgroup with pids and memory limits (else it reads the limits of the cgroup it runs in), and the private namespaces a session would run its tools in
-(network + IPC as root; user + network + pid otherwise). The result is cached per process. ``python -m mur.sandbox.probe`` prints it as one
-JSON line (the deploy helper runs that on remote targets).
+(network + IPC as root; user + network + pid otherwise). The result is cached per process, and on
+disk per boot, kernel, uid and process context (``probecache``: what the key holds, and what it
+cannot see); ``refresh=True`` measures again and rewrites the disk cache, MUR_PROBE_CACHE=off skips
+it. ``python -m mur.sandbox.probe`` prints it as one JSON line (the deploy helper runs that on
+remote targets).
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ import platform
 import sys
 import threading
 from dataclasses import asdict, dataclass
-
-from mur.sandbox import landlock
 
 REASON_NO_LANDLOCK = (
     "scoped requires Landlock filesystem mediation (Linux 5.13+ with a usable Landlock ABI); this host "
@@ -66,6 +67,8 @@ def _real_filter() -> "object | None":
 
 def _kernel_checks() -> tuple[int, bool, str | None]:
     """(landlock ABI applied, seccomp installed, detail) measured in a forked child."""
+    from mur.sandbox import landlock  # here, not at the top: a process that reads the cache never needs it
+
     abi = landlock.abi_version()
     program = _real_filter()
     read_fd, write_fd = os.pipe()
@@ -181,12 +184,32 @@ def _measure() -> HostProbe:
                     enclosing=bound)
 
 
+def _from_fields(fields: dict) -> HostProbe | None:
+    try:
+        return HostProbe(**fields)
+    except TypeError:  # a field added or dropped since it was written (the schema version missed it)
+        return None
+
+
 def probe_host(refresh: bool = False) -> HostProbe:
-    """The host's enforcement capabilities, measured once per process (cheap afterwards)."""
+    """The host's enforcement capabilities: measured once per boot and context, then read back from
+    the disk cache (see probecache), and held per process (cheap afterwards)."""
     global _cache
     with _lock:
-        if _cache is None or refresh:
-            _cache = _measure()
+        if _cache is not None and not refresh:
+            return _cache
+        from mur.sandbox import probecache
+
+        key = probecache.key() if probecache.enabled() else None
+        found = None
+        if key is not None and not refresh:
+            fields = probecache.load(key)
+            found = _from_fields(fields) if fields is not None else None
+        if found is None:
+            found = _measure()
+            if key is not None:
+                probecache.store(key, asdict(found))
+        _cache = found
         return _cache
 
 

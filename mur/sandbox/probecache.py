@@ -1,0 +1,184 @@
+"""The kernel probe's on-disk cache: one measurement per boot, kernel, uid and process context.
+
+Measuring forks children that apply Landlock and seccomp, builds namespaces and creates a cgroup:
+tens of milliseconds on every `mur run`. Its answer holds as long as nothing it depends on changed,
+so it is stored in `<cache root>/probe/host-<uid>.json` with the key it was measured under, and a
+later process reads it back when its own key is the same.
+
+The key is everything the answer depends on that a process can read cheaply:
+* the boot id and kernel release (Landlock ABI, seccomp, cgroup mode, systemd: fixed per boot);
+* the effective uid (root gets other namespaces and a session uid);
+* the namespaces the process is in (user, mount, cgroup, pid: a container on the same kernel shares
+  the boot id, not these) and its seccomp state (a filter inherited from a parent);
+* the cgroup it runs in (/proc/self/cgroup): delegation and the enclosing bound depend on it, and a
+  user who moves to another cgroup (a new login session, a systemd scope) is measured again;
+* the knobs that decide whether unprivileged user namespaces may be made (they change at run time);
+* the interpreter (which libseccomp binding loads) and the mur version, the cache schema, and the
+  size and mtime of the modules that measure (so an edited probe does not read an old answer).
+
+What the key cannot see is left to the places that enforce: a cgroup whose permissions changed in
+place, libseccomp installed into the same interpreter mid-boot, or the enclosing cgroup's limits
+raised are picked up by `mur probe --refresh` (or MUR_PROBE_CACHE=off); the session creates its own
+cgroup and reads the enclosing bound again when it starts, so a stale cgroup answer changes only
+an early check's wording, never what a session is held to.
+
+The runtime may be root, so the file is trusted only when nobody else could have written it: the
+directory and the file are opened with O_NOFOLLOW, and both must be owned by the effective uid
+with no group or other write bit (else the file is ignored and not rewritten). Writes are atomic
+(a fresh file renamed over the old one) into a 0700 directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+ENV = "MUR_PROBE_CACHE"  # "off" (or "0"): neither read nor write the cache
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+NAMESPACES = ("user", "mnt", "cgroup", "pid")
+USERNS_KNOBS = ("/proc/sys/user/max_user_namespaces", "/proc/sys/kernel/unprivileged_userns_clone",
+                "/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+MEASURING = ("probe.py", "probecache.py", "landlock.py", "seccomp.py", "policy.py", "cgroups.py",
+             "namespaces.py", "enclosing.py")
+READ_LIMIT = 64 * 1024
+DIR_NAME = "probe"
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "").strip().lower() not in ("off", "0", "no", "false")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(READ_LIMIT).strip()
+    except OSError:
+        return None
+
+
+def _seccomp_state() -> list[str]:
+    text = _read("/proc/self/status") or ""
+    return [line for line in text.splitlines() if line.startswith(("Seccomp:", "Seccomp_filters:", "NoNewPrivs:"))]
+
+
+def _code_stamp() -> list[list[Any]]:
+    here = Path(__file__).parent
+    out: list[list[Any]] = []
+    for name in MEASURING:
+        try:
+            st = os.stat(here / name)
+        except OSError:
+            out.append([name, None])
+            continue
+        out.append([name, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def key() -> dict[str, Any] | None:
+    """What the probe's answer depends on, as read now; None where there is no boot id (not Linux)."""
+    boot = _read(BOOT_ID)
+    if not boot:
+        return None
+    from mur import __version__
+
+    namespaces = {}
+    for ns in NAMESPACES:
+        try:
+            namespaces[ns] = os.readlink(f"/proc/self/ns/{ns}")
+        except OSError:
+            namespaces[ns] = None
+    return {
+        "schema": SCHEMA, "mur": __version__, "boot_id": boot, "kernel": os.uname().release,
+        "uid": os.geteuid(), "namespaces": namespaces, "seccomp": _seccomp_state(),
+        "cgroup": _read("/proc/self/cgroup"), "userns_knobs": [_read(p) for p in USERNS_KNOBS],
+        "python": sys.executable, "code": _code_stamp(),
+    }
+
+
+def file_name(uid: int) -> str:
+    return f"host-{uid}.json"
+
+
+def directory() -> Path | None:
+    """`<cache root>/probe`, or None when no home is known."""
+    from mur.errors import MurError
+    from mur.paths import cache_root
+
+    try:
+        return cache_root() / DIR_NAME
+    except MurError:
+        return None
+
+
+def _trusted(st: os.stat_result) -> bool:
+    """Owned by us, and nobody else can write it."""
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _open_dir(path: Path) -> int | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not _trusted(os.fstat(fd)):
+        os.close(fd)
+        return None
+    return fd
+
+
+def load(current: dict[str, Any]) -> dict[str, Any] | None:
+    """The cached probe fields measured under `current`, or None (absent, other key, untrusted, bad)."""
+    path = directory()
+    if path is None:
+        return None
+    dirfd = _open_dir(path)
+    if dirfd is None:
+        return None
+    try:
+        fd = os.open(file_name(current["uid"]), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+    except OSError:
+        return None
+    finally:
+        os.close(dirfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _trusted(st) or st.st_size > READ_LIMIT:
+            return None
+        data = json.loads(os.read(fd, READ_LIMIT).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict) or data.get("key") != current or not isinstance(data.get("probe"), dict):
+        return None
+    return data["probe"]
+
+
+def store(current: dict[str, Any], fields: dict[str, Any]) -> bool:
+    """Write the fields under `current`; False (and nothing written) where the directory is not ours."""
+    path = directory()
+    if path is None:
+        return False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        return False
+    dirfd = _open_dir(path)
+    if dirfd is None:
+        return False
+    from mur.fsafe import write_atomic_at
+
+    try:
+        data = json.dumps({"key": current, "probe": fields}, sort_keys=True).encode("utf-8")
+        write_atomic_at(dirfd, file_name(current["uid"]), data, mode=0o600, durable=False)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(dirfd)
