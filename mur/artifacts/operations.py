@@ -98,7 +98,15 @@ def compile_files(paths: list[Path], reporter: Reporter = QUIET) -> list[Any]:
     """Compile these .wasm files (a capsule dir's built components) into the engine cache, in parallel."""
     from mur.wasm.compile import Source, ensure_compiled
 
-    return ensure_compiled([Source(str(p), path=Path(p)) for p in paths], reporter=reporter) if paths else []
+    return ensure_compiled([Source(_shown(Path(p)), path=Path(p)) for p in paths], reporter=reporter) if paths else []
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working directory when it is below it (how the user named the capsule)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (OSError, ValueError):
+        return str(path)
 
 
 def compiled_json(compiled: list[Any]) -> list[dict[str, Any]]:
