@@ -77,14 +77,16 @@ def test_ctrl_c_during_a_cold_compile_leaves_nothing_behind(built_hello, home, t
     cache = tmp_path / "cache"  # empty: every component compiles
     with MurProcess("run", "-t", "Ada", cwd=hello, env=mur_env(home, MUR_CACHE_DIR=str(cache)), tty=tty) as mur:
         if tty:
-            mur.wait_for(lambda: "compiling tool 'greet'" in mur.stderr, what="the compile spinner")
+            mur.wait_for(lambda: "compiling 2 components (tool 'greet', capsule)" in mur.stderr,
+                         what="the compile spinner")  # both compile at once, under one spinner
         else:
             mur.wait_for((cache / "wasm").is_dir, what="the compile")
         mur.ctrl_c()
         assert mur.finish(30) == 130
     shown = screen(mur.stderr)
     if tty:
-        assert any(re.search(r"compiling tool 'greet' .*0:00:\d\d", line) for line in shown), shown
+        assert any(re.search(r"compiling 2 components \(tool 'greet', capsule\) .*0:00:\d\d", line)
+                   for line in shown), shown
     assert shown[-1] == "interrupted" and (tty or mur.stderr == "interrupted\n"), shown
     assert mur.stdout == ""
     assert list((cache / "wasm").iterdir()) == []  # no compiled component, no half-written temp file

@@ -1,6 +1,8 @@
 """The library side of `mur publish`, `mur install` and `mur list` (upstream `commands/*.rs`).
 
 Every function returns data (lines to print, rows) and raises MurError; the CLI renders.
+Publish and install also compile the artifact's component into the engine's cache
+(mur.wasm.compile), so the first `mur run` that loads it does not; `compile=False` skips that.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from mur.artifacts.store import (
 from mur.errors import MurError
 from mur.paths import home_dir
 from mur.platform import current_platform
+from mur.progress import QUIET, Reporter
 
 MANIFEST_FILENAME = "murmur.yaml"
 
@@ -61,6 +64,53 @@ def display_path(path: Path) -> str:
         return "~/" + str(Path(path).relative_to(home_dir()))
     except (MurError, ValueError):  # no home directory, or not under it
         return str(path)
+
+
+# --- compile ahead of `mur run` -------------------------------------------------------------
+
+
+def archive_components(data: bytes) -> list[Any]:
+    """The component `mur run` loads from `.mur.zip` bytes, as a mur.wasm.compile.Source: its root
+    wasm (none for a static or native artifact, nor for an archive refused elsewhere)."""
+    from mur.artifacts.package import ArtifactArchive, PayloadShapeError, select_root_wasm
+    from mur.wasm.compile import Source
+
+    try:
+        archive = ArtifactArchive(data)
+        manifest = archive.manifest()
+        if manifest.registry_runtime != "wasm":
+            return []
+        entry = select_root_wasm(archive.names)
+        return [Source(f"{manifest.name}@{manifest.version}", data=archive.read(entry))]
+    except (ArchiveError, PayloadShapeError, MurError):
+        return []  # install and publish judged the archive already; `mur run` reports a bad payload
+
+
+def compile_archives(archives: list[bytes], reporter: Reporter = QUIET) -> list[Any]:
+    """Compile the components of these `.mur.zip` bytes into the engine cache, in parallel."""
+    from mur.wasm.compile import ensure_compiled
+
+    sources = [src for data in archives for src in archive_components(data)]
+    return ensure_compiled(sources, reporter=reporter) if sources else []
+
+
+def compile_files(paths: list[Path], reporter: Reporter = QUIET) -> list[Any]:
+    """Compile these .wasm files (a capsule dir's built components) into the engine cache, in parallel."""
+    from mur.wasm.compile import Source, ensure_compiled
+
+    return ensure_compiled([Source(_shown(Path(p)), path=Path(p)) for p in paths], reporter=reporter) if paths else []
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working directory when it is below it (how the user named the capsule)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (OSError, ValueError):
+        return str(path)
+
+
+def compiled_json(compiled: list[Any]) -> list[dict[str, Any]]:
+    return [c.to_json() for c in compiled]
 
 
 # --- publish ----------------------------------------------------------------------------------
@@ -94,6 +144,11 @@ class PublishOutcome:
     sha256: str
     registry: str
     notes: list[str] = field(default_factory=list)
+    compiled: list[Any] = field(default_factory=list)  # mur.wasm.compile.Compiled
+
+    def to_json(self) -> dict[str, Any]:
+        return {"artifact_id": self.artifact_id, "sha256": self.sha256, "registry": self.registry,
+                "compiled": compiled_json(self.compiled)}
 
 
 def publish(
@@ -104,8 +159,11 @@ def publish(
     cwd: Path | None = None,
     transport: Any = None,
     progress: Transfer | None = None,
+    compile: bool = True,
+    reporter: Reporter = QUIET,
 ) -> PublishOutcome:
-    """Publish a built `.mur.zip` to the local store or a remote registry (upload reported to `progress`)."""
+    """Publish a built `.mur.zip` to the local store or a remote registry (upload reported to `progress`),
+    then compile its component here (`reporter` hears it) unless `compile` is False."""
     from mur.manifest.artifact import validate_artifact_name
 
     cwd = Path(cwd or Path.cwd())
@@ -146,7 +204,8 @@ def publish(
     target = resolve_registry(registry, cwd=cwd, transport=transport, progress=progress)
     result = target.publish(meta, data)
     where = target.url if isinstance(target, RemoteRegistry) else display_path(global_store())
-    return PublishOutcome(result.artifact_id, result.sha256, where, notes)
+    compiled = compile_archives([data], reporter) if compile else []
+    return PublishOutcome(result.artifact_id, result.sha256, where, notes, compiled)
 
 
 # --- install ----------------------------------------------------------------------------------
@@ -160,6 +219,11 @@ class InstallOutcome:
     source: str  # registry url, "local", or the file path
     locked: bool
     from_file: bool = False
+    compiled: list[Any] = field(default_factory=list)  # mur.wasm.compile.Compiled
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "path": str(self.zip_path), "source": self.source,
+                "locked": self.locked, "compiled": compiled_json(self.compiled)}
 
 
 def _target_store(global_: bool, cwd: Path) -> tuple[Store, Path | None]:
@@ -258,8 +322,19 @@ def install(
     cwd: Path | None = None,
     transport: Any = None,
     progress: Transfer | None = None,
+    compile: bool = True,
+    reporter: Reporter = QUIET,
 ) -> InstallOutcome:
-    """`mur install REF` (a download reported to `progress`)."""
+    """`mur install REF` (a download reported to `progress`), then its component compiled into the
+    engine cache (`reporter` hears it) unless `compile` is False."""
+    outcome = _install(ref_text, global_=global_, registry=registry, cwd=cwd, transport=transport, progress=progress)
+    if compile:
+        outcome.compiled = compile_archives([outcome.zip_path.read_bytes()], reporter)
+    return outcome
+
+
+def _install(ref_text: str, *, global_: bool, registry: str | None, cwd: Path | None, transport: Any,
+             progress: Transfer | None) -> InstallOutcome:
     cwd = Path(cwd or Path.cwd())
     ref = parse_ref(ref_text)
     store, project_root = _target_store(global_, cwd)
@@ -283,13 +358,20 @@ class ManifestInstallReport:
     total: int
     installed: list[InstallOutcome]
     failures: list[tuple[str, MurError]]
+    compiled: list[Any] = field(default_factory=list)  # mur.wasm.compile.Compiled, all installed ones
+
+    def to_json(self) -> dict[str, Any]:
+        return {"installed": [{k: v for k, v in o.to_json().items() if k != "compiled"} for o in self.installed],
+                "failures": [{"ref": ref, "code": err.code, "message": err.message} for ref, err in self.failures],
+                "compiled": compiled_json(self.compiled)}
 
 
 def install_manifest(
     *, global_: bool = False, registry: str | None = None, cwd: Path | None = None, transport: Any = None,
-    progress: Transfer | None = None,
+    progress: Transfer | None = None, compile: bool = True, reporter: Reporter = QUIET,
 ) -> ManifestInstallReport:
-    """`mur install` with no REF: every registry artifact the project's murmur.yaml declares."""
+    """`mur install` with no REF: every registry artifact the project's murmur.yaml declares, then
+    their components compiled together (in parallel) unless `compile` is False."""
     from mur.manifest.load import load_capsule
 
     cwd = Path(cwd or Path.cwd())
@@ -309,6 +391,8 @@ def install_manifest(
             report.installed.append(install_versioned(ref, target, store, project_root))
         except MurError as err:
             report.failures.append((str(ref), err))
+    if compile and report.installed:
+        report.compiled = compile_archives([o.zip_path.read_bytes() for o in report.installed], reporter)
     return report
 
 

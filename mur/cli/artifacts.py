@@ -16,12 +16,21 @@ def register(app: typer.Typer) -> None:
         ),
         registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL, or 'local'."),
         platform: Optional[str] = typer.Option(None, "--platform", help="Platform tag (os-arch) for a native artifact."),
+        no_compile: bool = typer.Option(False, "--no-compile", help="Do not compile its component for `mur run` here."),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON line (what was published and compiled)."),
     ) -> None:
         """Publish an artifact to the local store (default) or a registry."""
         from mur.artifacts.operations import publish as do_publish
         from mur.cli.progress import transfer_bar
+        from mur.cli.render import StepReporter
 
-        outcome = do_publish(artifact, registry=registry, platform=platform, progress=transfer_bar)
+        outcome = do_publish(artifact, registry=registry, platform=platform, progress=transfer_bar,
+                             compile=not no_compile, reporter=StepReporter())
+        if json_:
+            from mur.cli.render import emit_json
+
+            emit_json(outcome.to_json())
+            return
         for note in outcome.notes:
             print(note)
         print(f"Published {outcome.artifact_id}", flush=True)
@@ -33,14 +42,21 @@ def register(app: typer.Typer) -> None:
         ),
         global_: bool = typer.Option(False, "--global", "-g", help="Install into ~/.murmur/artifacts (no lock)."),
         registry: Optional[str] = typer.Option(None, "--registry", help="Registry URL, or 'local'."),
+        no_compile: bool = typer.Option(False, "--no-compile", help="Do not compile components for `mur run` now."),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON line (what was installed and compiled)."),
     ) -> None:
         """Install artifacts into the project store (pinning murmur.lock) or the global store."""
         from mur.artifacts import operations
         from mur.cli.progress import transfer_bar
+        from mur.cli.render import StepReporter, emit_json
 
+        how = {"global_": global_, "registry": registry, "progress": transfer_bar, "compile": not no_compile,
+               "reporter": StepReporter()}
         if ref is not None:
-            outcome = operations.install(ref, global_=global_, registry=registry, progress=transfer_bar)
-            if outcome.from_file:
+            outcome = operations.install(ref, **how)
+            if json_:
+                emit_json(outcome.to_json())
+            elif outcome.from_file:
                 print(f"Installed {outcome.name}@{outcome.version} from {outcome.source}", flush=True)
             else:
                 print(
@@ -48,7 +64,12 @@ def register(app: typer.Typer) -> None:
                     flush=True,
                 )
             return
-        report = operations.install_manifest(global_=global_, registry=registry, progress=transfer_bar)
+        report = operations.install_manifest(**how)
+        if json_:
+            emit_json(report.to_json())
+            if report.failures:
+                raise typer.Exit(1)
+            return
         if report.total == 0:
             print("No artifacts in manifest.")
             return

@@ -48,31 +48,28 @@ def skill_value_explicit(args: list[str]) -> list[str]:
     return out
 
 
-def _build_guests(source: str) -> bool:
-    """Compile the Python guests first (app.py); True for a capsule, which has no .mur.zip."""
+def _build_guests(source: str) -> list | None:
+    """Compile the Python guests first (app.py); for a capsule, which has no .mur.zip, the placed
+    components (else None)."""
     from pathlib import Path
 
     from mur.wasm.build import build_guests, is_guest_dir
 
     directory = Path(source)
     if not (directory / "murmur.yaml").is_file():
-        return False
+        return None
     keys = _top_level_keys(directory / "murmur.yaml")
     guest = is_guest_dir(directory)
     # A capsule manifest: no artifact field, and a capsule component (app.py) or a capsule's blocks.
     capsule = not keys & ARTIFACT_KEYS and (guest or bool(keys & CAPSULE_KEYS))
     if not (capsule or guest):
-        return False
+        return None
     from mur.cli.render import note
 
     built = build_guests(directory, progress=note)
     for path, changed in built:
         note(f"{'built' if changed else 'up to date'}: {path}")
-    if not capsule:
-        return False
-    print(f"Built capsule {directory}: {len(built)} component{'s' * (len(built) != 1)} "
-          f"(run it with: mur run -m {directory})", flush=True)
-    return True
+    return [path for path, _ in built] if capsule else None
 
 
 def _top_level_keys(path) -> set:
@@ -106,19 +103,44 @@ def register(app: typer.Typer) -> None:
         ),
         version: Optional[str] = typer.Option(None, "--version", help="With --skill: the version (default 0.1.0)."),
         summary: Optional[str] = typer.Option(None, "--summary", help="With --skill: the description."),
+        no_compile: bool = typer.Option(False, "--no-compile", help="Do not compile the components for `mur run` now."),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON line (what was built and compiled)."),
     ) -> None:
         """Build a .mur.zip from murmur.yaml plus exactly its requires_files (or from a skill, with --skill)."""
         if skill is None:
             if version is not None or summary is not None:
                 flag = "--version" if version is not None else "--summary"
                 raise typer.BadParameter(f"{flag} is only valid with --skill", param_hint=flag)
-            from mur.artifacts.build import build_artifact
+            from pathlib import Path
 
-            if _build_guests(source):
+            from mur.artifacts import operations
+            from mur.artifacts.build import build_artifact
+            from mur.cli.render import StepReporter
+
+            placed = _build_guests(source)
+            if placed is not None:  # a capsule: its components are where `mur run -m` loads them
+                compiled = [] if no_compile else operations.compile_files(placed, StepReporter())
+                if json_:
+                    _emit({"capsule": source, "components": [str(p) for p in placed], "compiled": compiled})
+                    return
+                print(f"Built capsule {Path(source)}: {len(placed)} component{'s' * (len(placed) != 1)} "
+                      f"(run it with: mur run -m {Path(source)})", flush=True)
                 return
             path = build_artifact(source, output)
+            compiled = [] if no_compile else operations.compile_archives([Path(path).read_bytes()], StepReporter())
         else:
             from mur.artifacts.skillbuild import build_skill
 
             path = build_skill(source, skill, version=version, summary=summary, output=output)
+            compiled = []  # a skill has no component
+        if json_:
+            _emit({"artifact": path, "compiled": compiled})
+            return
         print(f"Built artifact: {path}", flush=True)
+
+
+def _emit(result: dict) -> None:
+    from mur.artifacts.operations import compiled_json
+    from mur.cli.render import emit_json
+
+    emit_json(dict(result, compiled=compiled_json(result["compiled"])))

@@ -328,9 +328,10 @@ def _guest_settings(prep: Any, session_id: str, url: str, wd: Any, staged: Any) 
 
 
 def _precompile(tools: Any, staged: Any, prep: Any) -> None:
-    """Compile (or load from the cache) every component before the startup line: no first-call stall."""
-    for tool in staged.tools.values():
-        if tool.kind == "wasm" and tool.wasm_path is not None:
-            tools.host.precompile(tool.wasm_path, kind="driver" if tool.role == "driver" else "tool", label=tool.name)
+    """Compile (or load from the cache) every component before the startup line: no first-call stall;
+    the missing ones compile in parallel (mur.wasm.compile)."""
+    wanted = [(tool.wasm_path, "driver" if tool.role == "driver" else "tool", tool.name)
+              for tool in staged.tools.values() if tool.kind == "wasm" and tool.wasm_path is not None]
     if prep.capsule_wasm is not None:
-        tools.host.precompile(prep.capsule_wasm, kind="capsule", label=prep.loaded.capsule.name)
+        wanted.append((prep.capsule_wasm, "capsule", prep.loaded.capsule.name))
+    tools.host.engine.prepare(wanted)

@@ -12,6 +12,8 @@ one that is not owned by us or is group/other-writable is not used (we compile i
 A compile runs on a worker thread while the calling thread waits: wasmtime cannot stop a compile,
 but the wait ends at Ctrl-C (KeyboardInterrupt), the abandoned compile dies with the process, and
 nothing reaches the cache, which is written only by the waiting thread once the compile is done.
+mur.wasm.compile owns those threads and the cache writes; its ensure_compiled fills the cache ahead
+of a run (build, install, publish; several components at once).
 ``WasmEngine.progress`` (set by ``mur run`` to its reporter) hears each compile as it starts.
 """
 
@@ -29,6 +31,7 @@ from typing import Any, Callable, ContextManager
 
 from mur.fsutil import file_sha256, mark_used  # noqa: F401 - file_sha256 is re-exported (wasm.build, tests)
 from mur.paths import cache_root
+from mur.wasm.compile import compiling, run_interruptibly, store  # noqa: F401 - compiling: mur.cli.run
 from mur.wasm.limits import EpochTicker, GuestError
 
 ENGINE_SETTINGS = "component-model,epoch-interruption"
@@ -134,7 +137,7 @@ class WasmEngine:
             except WasmtimeError:
                 cached.unlink(missing_ok=True)  # stale or corrupt: recompile below
         if component is None:
-            who = "capsule" if kind == "capsule" else f"{kind} '{label or path.stem}'"
+            who = _who(path, kind, label)
             try:
                 with self.progress(who) if self.progress is not None else contextlib.nullcontext():
                     component = self._compile(path)
@@ -149,50 +152,46 @@ class WasmEngine:
             self._components[digest] = component
         return component
 
+    def prepare(self, wanted: list[tuple[Path, str, str]]) -> None:
+        """Load every (path, kind, label) before the first call, compiling the missing ones in
+        parallel (mur.wasm.compile) under one `progress` line; a failure is raised by the load."""
+        from mur.wasm.compile import Source, ensure_compiled
+
+        who = [_who(Path(p), kind, label) for p, kind, label in wanted]
+        done = ensure_compiled([Source(w, path=Path(p)) for w, (p, _, _) in zip(who, wanted)], engine=self,
+                               reporter=_ProgressSteps(self.progress))
+        self.stats["compiled"] += len({d.sha256 for d in done if d.status == "compiled"})
+        for path, kind, label in wanted:
+            self.component(Path(path), kind=kind, label=label)
+
     def _compile(self, path: Path) -> Any:
-        """Component.from_file on a worker thread; the wait is interruptible (see the module docstring)."""
+        """Component.from_file on a compile thread; the wait is interruptible (see the module docstring)."""
         from wasmtime.component import Component
 
-        box: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                box["component"] = Component.from_file(self.engine, str(path))
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                box["error"] = exc
-            finally:
-                _compiling.discard(worker)
-
-        worker = threading.Thread(target=work, name="mur-wasm-compile", daemon=True)
-        _compiling.add(worker)
-        worker.start()
-        worker.join()
-        if "error" in box:
-            raise box["error"]
-        return box["component"]
+        return run_interruptibly(lambda: Component.from_file(self.engine, str(path)))
 
     def _store(self, target: Path, component: Any) -> None:
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            data = component.serialize()
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a cache we cannot write is only slower, never wrong
-        except BaseException:  # Ctrl-C mid-write: no half-written file left behind
-            tmp.unlink(missing_ok=True)
-            raise
+        store(target, bytes(component.serialize()))
 
 
-_compiling: set[threading.Thread] = set()
+def _who(path: Path, kind: str, label: str) -> str:
+    return "capsule" if kind == "capsule" else f"{kind} '{label or path.stem}'"
 
 
-def compiling() -> bool:
-    """A compile is still running (one a Ctrl-C abandoned: it ends only with the process)."""
-    return bool(_compiling)
+class _ProgressSteps:
+    """WasmEngine.progress as a mur.progress.Reporter: its step is the progress context (whose
+    caller adds the verb, e.g. mur run's "compiling ..."), notes are dropped."""
+
+    def __init__(self, progress: Callable[[str], ContextManager[None]] | None):
+        self._progress = progress
+
+    def note(self, text: str) -> None:
+        pass
+
+    def step(self, text: str) -> ContextManager[None]:
+        if self._progress is None:
+            return contextlib.nullcontext()
+        return self._progress(text.removeprefix("compiling "))
 
 
 _default: WasmEngine | None = None
