@@ -74,7 +74,7 @@ def test_docker_deploy_redeploy_rollback_destroy(docker_client, base_image, home
     assert c.exec_run(["stat", "-c", "%a %u", "/run/mur/a2a-token", "/run/mur/env", "/run/mur"]).output == \
         b"600 10001\n600 10001\n700 10001\n"
     image_bytes = saved_bytes(docker_client, first["image"], tmp_path)
-    assert tok.encode() not in image_bytes and b"HELLO_GREETING=" not in image_bytes
+    assert tok.encode() not in image_bytes and b'HELLO_GREETING="Hello"' not in image_bytes
     assert tok not in json.dumps(c.attrs["Config"]) and "HELLO_GREETING" not in json.dumps(c.attrs["Config"])
     # the main process dies unexpectedly (kill -9 from the host): the restart policy brings it back
     os.kill(c.attrs["State"]["Pid"], signal.SIGKILL)
