@@ -145,6 +145,23 @@ def test_a_prebuilt_image_and_a_saved_archive_deploy(docker_client, base_image, 
             pass
 
 
+def test_tls_key_and_certificate_reach_the_non_root_container_only(docker_client, base_image, home, runtime_bundle,
+                                                                  hello_capsule, tmp_path):
+    res = mur_json("deploy", "--docker", "-m", str(hello_capsule / "murmur.yaml"), "--tls", "self-signed", home=home)
+    dep = res["deployment_id"]
+    try:
+        assert res["url"].startswith("https://127.0.0.1:") and res["tls_pin"]
+        assert mur("send", dep, "tls", home=home).stdout == "Hello, tls!\n"  # pinned certificate, token from the record
+        c = docker_client.containers.get(f"mur-{dep}")
+        assert c.exec_run(["stat", "-c", "%a %u", "/run/mur/tls.key", "/run/mur/tls.crt"]).output == \
+            b"600 10001\n600 10001\n"
+        key = c.exec_run(["cat", "/run/mur/tls.key"]).output
+        assert b"PRIVATE KEY" in key and key not in saved_bytes(docker_client, res["image"], tmp_path)
+        assert "PRIVATE KEY" not in json.dumps(c.attrs["Config"])
+    finally:
+        mur("deploy", "destroy", dep, home=home)
+
+
 def test_bad_images_and_archives_are_clear_errors(docker_client, base_image, home, runtime_bundle, hello_capsule,
                                                   tmp_path):
     manifest = str(hello_capsule / "murmur.yaml")
