@@ -42,6 +42,7 @@ CATALOGUE: dict[str, str] = {
     "E-DEPLOY-009": "(mur) SSH host key unknown or changed",
     "E-DEPLOY-010": "(mur) Docker engine unavailable or container operation failed",
     "E-DEPLOY-011": "(mur) nothing to roll back to",
+    "E-DEPLOY-012": "(mur) --image / --image-archive: absent, not a mur capsule image, or not this manifest's",
     # export (Kubernetes manifests)
     "E-EXP-001": "(mur) the capsule cannot be exported as asked (bad --image or output directory)",
     # images

@@ -117,6 +117,8 @@ def register(app: typer.Typer) -> None:
         docker: bool = typer.Option(False, "--docker", help="Docker target: a container on the local (or DOCKER_HOST) engine."),
         base_image: str = typer.Option("mur-base:bookworm", "--base-image", help="Docker base image (images/build-base.sh)."),
         seccomp_profile: Optional[Path] = typer.Option(None, "--seccomp-profile", help="Docker seccomp profile JSON."),
+        image: Optional[str] = typer.Option(None, "--image", help="Docker: deploy this prebuilt capsule image (mur image build; its labels must match the manifest)."),
+        image_archive: Optional[Path] = typer.Option(None, "--image-archive", help="Docker: load this `mur image save` archive into the engine, then deploy its image."),
         workdir: Optional[Path] = typer.Option(None, "--workdir", help="Local dir uploaded as the capsule's workdir seed."),
         env: List[str] = typer.Option([], "--env", help="KEY=VALUE for the service (repeatable); satisfies ${KEY} in the manifest."),
         env_file: Optional[Path] = typer.Option(None, "--env-file", help="KEY=VALUE file (default: .env next to the manifest)."),
@@ -172,7 +174,8 @@ def register(app: typer.Typer) -> None:
             start_timeout=start_timeout, base_image=base_image,
             seccomp_profile=str(seccomp_profile) if seccomp_profile else None, keep_lifecycle=keep_lifecycle,
             precompile=not no_precompile, keep_sessions=keep_sessions, no_boot_hook=no_boot_hook, tls=tls,
-            tls_cert=tls_cert.resolve() if tls_cert else None, tls_key=tls_key.resolve() if tls_key else None)
+            tls_cert=tls_cert.resolve() if tls_cert else None, tls_key=tls_key.resolve() if tls_key else None,
+            image=image, image_archive=image_archive.resolve() if image_archive else None)
         reporter = StepReporter()
         if check:
             report = operations.check(req, reporter)

@@ -33,3 +33,15 @@ class DeployRequest:
     tls: str | None = None  # "self-signed"
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    # Docker only: deploy this prebuilt capsule image (its labels must match the manifest), or the image
+    # of an archive written by `mur image save` (loaded into the engine first).
+    image: str | None = None
+    image_archive: Path | None = None
+
+    def __post_init__(self) -> None:
+        from mur.errors import MurError
+
+        if (self.image or self.image_archive) and self.target.provider != "docker":
+            raise MurError("E-DEPLOY-001", "--image and --image-archive deploy to Docker only", "add --docker")
+        if self.image and self.image_archive:
+            raise MurError("E-DEPLOY-001", "give --image TAG or --image-archive FILE, not both")

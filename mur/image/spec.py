@@ -133,7 +133,8 @@ def canonical_json(obj: Any) -> bytes:
 
 
 def serve_script(run_args: tuple[str, ...]) -> bytes:
-    """The entrypoint: `mur run` serving A2A until stopped (MUR_BIND / MUR_PORT / MUR_WORKDIR override)."""
+    """The entrypoint: `mur run` serving A2A until stopped (MUR_BIND / MUR_PORT / MUR_WORKDIR override;
+    MUR_ENV_FILE names an env file loaded first, since mur run is given --no-env-file)."""
     extra = "".join(f" {a}" for a in run_args)
     return (
         "#!/bin/sh\n"
@@ -141,6 +142,9 @@ def serve_script(run_args: tuple[str, ...]) -> bytes:
         "# One JSON line on stdout when it is up; a tool's output never reaches it.\n"
         "# The session records and staged payloads live on the writable volumes (links in the image point there).\n"
         f"mkdir -p {SESSIONS_DIR} && mkdir -p -m 0700 {PAYLOADS_DIR} || exit 1\n"
+        "# MUR_ENV_FILE: KEY=\"value\" lines (as `mur deploy` renders them; sh syntax) exported to mur run, so\n"
+        "# secrets reach the capsule from a file copied into the container, never from the image or its config.\n"
+        'if [ -n "${MUR_ENV_FILE:-}" ]; then set -a; . "$MUR_ENV_FILE" || exit 1; set +a; fi\n'
         f'exec /usr/local/bin/mur run --manifest {CAPSULE_DIR}/murmur.yaml --workdir "${{MUR_WORKDIR:-{TOOLS_WORKDIR}}}" \\\n'
         f'  --json --no-env-file --bind "${{MUR_BIND:-0.0.0.0}}" --port "${{MUR_PORT:-{DEFAULT_PORT}}}"{extra} "$@"\n'
     ).encode()

@@ -1,4 +1,4 @@
-"""Rendered artifacts users and machines read: the systemd unit, the Docker files, the CLI edge."""
+"""Rendered artifacts users and machines read: the systemd unit, the images/ files, the CLI edge."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from pathlib import Path
 
 from mur.deploy.init import init_for
 from mur.deploy.init.systemd import render_unit
-from mur.deploy.providers.docker import materialise
-from mur.deploy.steps import Layout, ServiceConfig, Symlink, Upload, WriteFile
-from mur.deploy.targets.docker import CAPSULE_DOCKERFILE, ENTRYPOINT
+from mur.deploy.steps import Layout, ServiceConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DEP = "dep_0123456789abcdef0123456789abcdef"
@@ -54,9 +52,6 @@ def test_systemd_status_reads_properties_and_the_journal_line():
 
 
 def test_the_docker_files_in_images_are_the_ones_deploy_uses():
-    assert (ROOT / "images" / "capsule" / "Dockerfile").read_text() == CAPSULE_DOCKERFILE
-    assert (ROOT / "images" / "capsule" / "mur-entrypoint").read_text() == ENTRYPOINT
-    assert os.access(ROOT / "images" / "capsule" / "mur-entrypoint", os.X_OK)
     assert os.access(ROOT / "images" / "build-base.sh", os.X_OK)
     profile = json.loads((ROOT / "images" / "seccomp-landlock.json").read_text())
     allowed = {n for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ALLOW" for n in rule["names"]}
@@ -89,21 +84,6 @@ def test_the_single_file_runtime_unpacks_once_and_execs(tmp_path, monkeypatch):
     # byte-identical when rebuilt from the same tree (so an unchanged redeploy uploads nothing)
     again = assemble(onedir, tmp_path / "again", "9.9.9", "linux-x86_64")
     assert again.read_bytes() == out.read_bytes()
-
-
-def test_materialise_writes_a_release_tree(tmp_path):
-    (tmp_path / "f").write_bytes(b"x")
-    steps = [Upload(str(tmp_path / "f"), "/root/.murmur/bin/mur-1", 0o755, "s", 1),
-             WriteFile("/root/.murmur/deployments/d/releases/1/env", b"SECRET=1\n", 0o600),
-             WriteFile("/root/.murmur/deployments/d/releases/1/service.json", b"{}", 0o644),
-             Symlink("/root/.murmur/bin/mur-1", "/root/.murmur/deployments/d/releases/1/mur")]
-    ctx = tmp_path / "ctx"
-    materialise(steps, ctx, skip={"/root/.murmur/deployments/d/releases/1/env"})
-    rel = ctx / "root/.murmur/deployments/d/releases/1"
-    assert not (rel / "env").exists()  # secrets never enter an image layer
-    assert (rel / "service.json").read_bytes() == b"{}"
-    assert os.readlink(rel / "mur") == "/root/.murmur/bin/mur-1"
-    assert os.stat(ctx / "root/.murmur/bin/mur-1").st_mode & 0o777 == 0o755
 
 
 def mur(*args: str, home: Path) -> subprocess.CompletedProcess:

@@ -1,126 +1,201 @@
-"""The Docker engine: the capsule as an image built on the local base image, one supervised
-container per deployment.
+"""The Docker engine: the capsule image of mur.image (the one image builder), one container per deployment.
 
-The same release plan as a host is materialised into an image (`capsule_image`: the one call a
-different image builder replaces), so the container holds exactly the layout a host does; `mur
-supervise run` is its main process (under tini). Secrets (env file, A2A token, TLS key) are copied
-into the created container before it starts, never into an image layer. The previous container is
-kept stopped as `-prev`: a failed start or a rollback brings it back with its own secrets. Restart
-policy `unless-stopped`: it comes back after a crash, an engine restart or a reboot.
+The image is `mur image build`'s (built here with `mur.image.build.build_image`, or a prebuilt one
+given with `--image TAG` / `--image-archive FILE`, checked against the manifest by its labels), tagged
+into the deployment's repository (`image_repo(dep_id)`), so prune and destroy find exactly its images.
+Docker is the supervisor: the image's entrypoint (mur-serve: `mur run` serving A2A) is the container's
+main process and the restart policy `unless-stopped` brings it back after a crash, an engine restart
+or a reboot. There is no `mur supervise` inside.
+
+The container runs as the image's user (the builder's non-root `mur`, 10001): it needs nothing only
+root gives. Shell tools cannot get a session cgroup of their own there, so the container's own cgroup
+is their aggregate bound (mur.sandbox.enclosing): `mem_limit` is the manifest's cgroup_memory_bytes,
+and there is no pids.max (one at cgroup_pids_max would also count the runtime's own threads), so the
+tools' RLIMIT_NPROC bounds their tasks. A capsule without shell tools gets the service limits.
+
+Secrets (env file, A2A token, TLS key and certificate) are copied into each created container under
+/run/mur (0600, owned by the image's user) before it starts, never into an image layer or the
+container's config; the image's entrypoint reads them through MUR_ENV_FILE, MURMUR_A2A_TOKEN_FILE,
+MURMUR_A2A_TLS_CERT/KEY. The previous container is kept stopped as `-prev`: a failed start or a
+rollback brings it back with its own secrets.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-import shutil
-import tempfile
+import time
+from calendar import timegm
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from mur import __version__
-from mur.deploy.plan import (
-    LISTENING_COMMAND, ReleaseInputs, ReleasePlan, choose_port, listening_ports, pick_port, plan_release,
-)
+from mur.deploy.env import render_env_file
+from mur.deploy.plan import LISTENING_COMMAND, choose_port, listening_ports, pick_port
 from mur.deploy.preflight import Report, containment_check, parse_probe, parse_version
 from mur.deploy.providers.base import (
-    Context, DeployJob, Outcome, Service, UndoableDeploy, bundle_ref, credentials, new_record, observed_status,
-    read_token,
+    Context, DeployJob, Outcome, Service, UndoableDeploy, credentials, new_record, observed_status, read_token,
+    wait_ready,
 )
 from mur.deploy.state import Deployment, Release
-from mur.deploy.steps import Layout, Mkdir, ServiceConfig, ServiceState, Step, Symlink, Upload, WriteFile
+from mur.deploy.steps import Layout, ServiceState, Tls
 from mur.deploy.targets.docker import (
-    CAPSULE_DOCKERFILE, ENTRYPOINT, LABEL, ContainerTarget, DockerEngine, container_name, image_repo, image_tag,
+    LABEL, SECRETS_DIR, ContainerTarget, DockerEngine, Secret, container_name, container_options, image_engine,
+    image_repo, image_tag,
 )
 from mur.errors import MurError
 from mur.platform import platform_tag
+from mur.runtime.bundle import Bundle
 
-HOME = "/root"
 RELEASE_LABEL = "dev.mur.release"
+L = "dev.mur."  # mur.image.spec.LABEL_PREFIX
+IMAGE_HINT = "build it with `mur image build -m MANIFEST -t TAG`, pull it, or load one with --image-archive FILE"
 
 
-def materialise(steps: list[Step], root: Path, skip: set[str]) -> None:
-    """Write a release plan into a directory tree (absolute target paths re-rooted at `root`)."""
-    def local(p: str) -> Path:
-        return root / p.lstrip("/")
-
-    for step in steps:
-        if isinstance(step, Mkdir):
-            local(step.path).mkdir(parents=True, exist_ok=True)
-            os.chmod(local(step.path), step.mode)
-        elif isinstance(step, (Upload, WriteFile)) and step.dst not in skip:
-            dst = local(step.dst)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(step, WriteFile):
-                dst.write_bytes(step.content)
-            else:
-                try:
-                    os.link(step.src, dst)
-                except OSError:
-                    shutil.copyfile(step.src, dst)
-            os.chmod(dst, step.mode)
-        elif isinstance(step, Symlink):
-            link = local(step.link)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            os.symlink(step.target, link)
+# --- the plan, as data ---------------------------------------------------------------------------
 
 
-def secrets_of(plan: ReleasePlan) -> dict[str, tuple[bytes, int]]:
-    """Files that never enter an image layer: copied into each created container instead."""
-    lay = plan.layout
-    wanted = {f"{plan.release_dir}/env", lay.token_file, lay.tls_key, lay.tls_cert}
-    out: dict[str, tuple[bytes, int]] = {}
-    for step in plan.prepare:
-        if isinstance(step, WriteFile) and step.dst in wanted:
-            out[step.dst] = (step.content, step.mode)
-        elif isinstance(step, Upload) and step.dst in wanted:
-            out[step.dst] = (Path(step.src).read_bytes(), step.mode)
-    return out
+@dataclass(frozen=True)
+class ImageFacts:
+    """What deploy takes from a capsule image: its tag in the deployment's repository, ID, user, labels."""
+
+    tag: str
+    id: str
+    uid: int
+    gid: int
+    labels: dict[str, str]
+    platform: str
+
+    @property
+    def mur_version(self) -> str:
+        return self.labels.get(f"{L}mur_version", "")
 
 
-def capsule_image(engine: DockerEngine, plan: ReleasePlan, base: str, reporter: Any) -> str:
-    """The capsule image of a release (built once per content; reused when present)."""
-    import hashlib
+@dataclass(frozen=True)
+class ContainerPlan:
+    """One release's container: environment, secrets, engine options, labels, and its digest."""
 
-    key = hashlib.sha256(json.dumps({"capsule": plan.capsule_digest, "bundle": plan.release_meta["bundle_sha256"],
-                                     "spec": plan.service_spec}, sort_keys=True).encode()).hexdigest()
-    tag = image_tag(plan.layout.dep_id, key)
-    if engine.has_image(tag):
-        return tag
-    bundle_src = next(s.src for s in plan.prepare if isinstance(s, Upload) and s.dst.startswith(plan.layout.bin_dir))
-    with reporter.step(f"build image {tag}"), tempfile.TemporaryDirectory(prefix="mur-ctx-",
-                                                                         dir=str(Path(bundle_src).parent)) as tmp:
-        ctx = Path(tmp)
-        materialise([*plan.prepare, Symlink("releases/1", plan.layout.current)], ctx, set(secrets_of(plan)))
-        (ctx / "Dockerfile").write_text(CAPSULE_DOCKERFILE)
-        (ctx / "mur-entrypoint").write_text(ENTRYPOINT)
-        os.chmod(ctx / "mur-entrypoint", 0o755)
-        engine.build(ctx, tag, base, {LABEL: plan.layout.dep_id, "dev.mur.digest": plan.digest})
-    return tag
+    env: dict[str, str]
+    secrets: dict[str, Secret]
+    options: dict[str, Any]
+    digest: str  # what makes a redeploy a change: image, config, secrets, options
+
+    def labels(self, dep_id: str) -> dict[str, str]:
+        return {LABEL: dep_id, RELEASE_LABEL: self.digest}
 
 
-def _command(lay: Layout) -> list[str]:
-    return [f"{lay.current}/mur", "supervise", "run", "--log-stdout", "--spec", f"{lay.current}/service.json"]
+def limits(cap: Any) -> tuple[int, int | None]:
+    """(memory bytes, pids.max or None) of the container: the aggregate bound of shell tools, else the service's."""
+    res = cap.capsule.capabilities.resources
+    if cap.needs_subprocess:
+        return int(res.cgroup_memory_bytes), None
+    return cap.service_memory_bytes, cap.service_tasks_max
+
+
+def container_plan(image: ImageFacts, *, port: int, bind: str, env: dict[str, str], token: bytes,
+                   tls: tuple[bytes, bytes] | None, options: dict[str, Any]) -> ContainerPlan:
+    """The container of a release (pure): secrets under /run/mur, pointed to by the entrypoint's variables."""
+    def secret(data: bytes) -> Secret:
+        return Secret(data, image.uid, image.gid)
+
+    secrets = {f"{SECRETS_DIR}/env": secret(render_env_file(dict(sorted(env.items())))),
+               f"{SECRETS_DIR}/a2a-token": secret(token + b"\n")}
+    cenv = {"MUR_PORT": str(port), "MUR_BIND": bind, "MUR_ENV_FILE": f"{SECRETS_DIR}/env",
+            "MURMUR_A2A_TOKEN_FILE": f"{SECRETS_DIR}/a2a-token"}
+    if tls is not None:
+        secrets[f"{SECRETS_DIR}/tls.crt"], secrets[f"{SECRETS_DIR}/tls.key"] = secret(tls[0]), secret(tls[1])
+        cenv.update({"MURMUR_A2A_TLS_CERT": f"{SECRETS_DIR}/tls.crt", "MURMUR_A2A_TLS_KEY": f"{SECRETS_DIR}/tls.key"})
+    h = hashlib.sha256(json.dumps({"image": image.id, "env": cenv, "options": options}, sort_keys=True).encode())
+    for path, s in sorted(secrets.items()):
+        h.update(path.encode() + b"\0" + hashlib.sha256(s.data).digest())
+    return ContainerPlan(cenv, secrets, options, h.hexdigest())
+
+
+def image_user(config_user: str) -> tuple[int, int]:
+    """The numeric uid:gid of an image's `User` ("" is root); mur's images always give numbers."""
+    uid, _, gid = (config_user or "0").partition(":")
+    try:
+        return int(uid), int(gid or uid)
+    except ValueError as exc:
+        raise MurError("E-DEPLOY-012", f"the image runs as user '{config_user}', not a numeric uid:gid",
+                       "mur capsule images (mur image build) run as 10001:10001") from exc
+
+
+def label_mismatch(labels: dict[str, str], cap: Any) -> list[str]:
+    """Where a prebuilt image's labels disagree with the manifest being deployed (empty: it is this capsule)."""
+    want = {"capsule.name": cap.name, "capsule.version": cap.version, "capsule.digest": cap.digest,
+            "mur_version": cap.mur_version or __version__}
+    return [f"{key} is {labels.get(L + key) or '(none)'}, the manifest's {value}"
+            for key, value in want.items() if labels.get(L + key) != value]
+
+
+def _since(started_at: str) -> int:
+    """RFC 3339 (Docker's StartedAt, nanoseconds) -> unix seconds, rounded down; 0 when unknown."""
+    try:
+        return timegm(time.strptime(started_at[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return 0
+
+
+def _startup(line: str) -> bool:
+    """The runtime's startup JSON line (it carries the url it serves)."""
+    if not line.startswith("{"):
+        return False
+    try:
+        return "url" in json.loads(line)
+    except ValueError:
+        return False
+
+
+# --- the service -----------------------------------------------------------------------------------
 
 
 class ContainerService(Service):
-    """The supervisor inside a container. It is the container's main process, so a state file that
-    says it stopped while the container runs is the previous run's: the container was just
-    (re)started and its supervisor has not written yet."""
+    """A deployment's container, as the engine reports it: running (or restarting) is the service up;
+    ready once the runtime printed its startup JSON line in the current run."""
 
     def __init__(self, engine: DockerEngine, name: str, dep_id: str):
-        super().__init__(ContainerTarget(engine, name), Layout(HOME, dep_id), "supervisor", False)
+        super().__init__(ContainerTarget(engine, name), Layout("/", dep_id), "supervisor", False)
         self.engine, self.name = engine, name
 
     def state(self) -> ServiceState:
-        st = super().state()
-        if st.exited:
+        info = self.engine.container(self.name)
+        if info is None:
+            return ServiceState("absent", exited=True)
+        running = info.status in ("running", "restarting")
+        ready = info.status == "running" and any(
+            _startup(line) for line in self.engine.stdout_since(self.name, _since(info.started_at)).splitlines())
+        return ServiceState(info.status, running=running, ready=ready,
+                            exited=info.status in ("exited", "dead") and info.restart_policy in ("no", ""),
+                            restarts=info.restart_count)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return self.engine.logs(self.name, tail=lines).strip()[-3000:]
+
+    def wait_start(self, port: int, token: bytes | None, pin: str | None, timeout: float) -> dict[str, Any]:
+        """Wait for a freshly created container: a restart or an exit before it answers is a failed start."""
+        first = self.engine.container(self.name)
+        base = first.restart_count if first else 0
+
+        def state() -> ServiceState:
+            st = self.state()
             info = self.engine.container(self.name)
-            if info is not None and info.status == "running":
-                return ServiceState("starting")
-        return st
+            exited = info is None or info.status in ("exited", "dead")
+            return ServiceState(st.state, st.running, st.ready, exited, st.restarts - base)
+
+        return wait_ready(state, lambda w: self._probe(port, token, pin, w), timeout)
+
+    def _probe(self, port: int, token: bytes | None, pin: str | None, wait: float) -> dict[str, Any]:
+        from mur.deploy.providers.base import endpoint_check
+
+        return endpoint_check(self.t, port, token, pin, wait)
+
+    def wait(self, port: int, token: bytes | None, pin: str | None, timeout: float) -> dict[str, Any]:
+        return self.wait_start(port, token, pin, timeout)
+
+
+# --- one deploy --------------------------------------------------------------------------------
 
 
 class DockerDeploy(UndoableDeploy):
@@ -136,50 +211,104 @@ class DockerDeploy(UndoableDeploy):
         self.moved_prev = False
 
     def prepare(self) -> Report:
-        job, engine, req, cap = self.job, self.engine, self.job.req, self.job.capsule
-        info = engine.info()
-        if not engine.has_image(req.base_image):
-            raise MurError("E-DEPLOY-010", f"base image {req.base_image} is not present in the engine",
-                           "build it with images/build-base.sh (no registry is used)")
-        plat = platform_tag(str(info.get("OSType", "linux")), str(info.get("Architecture", "x86_64")))
-        with self.r.step(f"mur {cap.mur_version or __version__} runtime for {plat}"):
-            self.runtime = self.ctx.runtime(req, cap, plat, self.r.note)
-        _status, out = engine.run_once(req.base_image, ["/bin/sh", "-c", LISTENING_COMMAND], {"network_mode": "host"}, 60)
+        job, req, cap = self.job, self.job.req, self.job.capsule
+        info = self.engine.info()
+        self.image, self.runtime = self._image(info)
+        memory, pids = limits(cap)
+        options = container_options(seccomp_profile=req.seccomp_profile, memory_bytes=memory, pids_max=pids)
+        _status, out = self.engine.run_once(self.image.tag, [LISTENING_COMMAND], {"network_mode": "host"}, 60)
         self.busy = listening_ports(out)
         self.port = choose_port(job.dep_id, cap.internal_port, job.existing.service_port if job.existing else None,
                                 self.busy, "the Docker host")
         self.token_file, self.token, self.tls = credentials(job, "127.0.0.1")
         self.pin = self.tls.pin_sha256 if self.tls else None
-        bind = "0.0.0.0" if req.publish else "127.0.0.1"
-        svc = ServiceConfig(port=self.port, bind=bind, restart=cap.restart_policy, init="supervisor",
-                            memory_bytes=cap.service_memory_bytes, tasks_max=cap.service_tasks_max,
-                            env=tuple(sorted(cap.env.items())), run_args=cap.run_args, keep_sessions=req.keep_sessions,
-                            boot="docker", tls=self.tls is not None, tls_pin=self.pin or "")
-        compiled = self.ctx.precompile(req, cap, self.runtime.platform, self.r)
-        self.plan = plan_release(ReleaseInputs(
-            dep_id=job.dep_id, home=HOME, n=1, bundle=bundle_ref(self.runtime), manifest=cap.manifest, files=cap.files,
-            workdir=cap.workdir, artifacts=cap.artifacts, service=svc, precompiled=compiled, capsule_name=cap.name,
-            capsule_version=cap.version, token=self.token, tls=self.tls))
-        self.tag = capsule_image(engine, self.plan, req.base_image, self.r)
-        apparmor = any("apparmor" in str(o) for o in info.get("SecurityOptions") or [])
-        self.kwargs = engine.run_kwargs(seccomp_profile=req.seccomp_profile, apparmor=apparmor)
+        self.bind = "0.0.0.0" if req.publish else "127.0.0.1"
+        self.plan = container_plan(self.image, port=self.port, bind=self.bind, env=dict(cap.env), token=self.token,
+                                   tls=_tls_bytes(self.tls), options=options)
         with self.r.step("preflight (probe container)"):
-            return self._preflight(info, plat)
+            return self._preflight(info)
 
-    def _preflight(self, info: dict[str, Any], plat: str) -> Report:
+    def _image(self, info: dict[str, Any]) -> tuple[ImageFacts, Bundle]:
+        """The capsule image in the deployment's repository: built here, or the prebuilt one checked."""
+        req, cap, dep_id = self.job.req, self.job.capsule, self.job.dep_id
+        images = image_engine(self.engine)
+        if req.image_archive is not None:
+            ref = self._load_archive(images, Path(req.image_archive))
+        elif req.image:
+            ref = req.image
+        else:
+            ref = None
+        if ref is None:
+            from mur.image.build import BuildOptions, build_image
+
+            opts = BuildOptions(base_image=req.base_image, mur_binary=req.mur_binary,
+                                release_source=req.release_source or cap.release_source, precompile=req.precompile)
+            provisional = f"{image_repo(dep_id)}:build"
+            built = build_image(cap, provisional, self.r, opts, images)
+            image_id = built.image.id
+        else:
+            attrs = images.inspect(ref)
+            if attrs is None:
+                raise MurError("E-DEPLOY-012", f"image {ref} is not in the Docker engine", IMAGE_HINT)
+            labels = (attrs.get("Config") or {}).get("Labels") or {}
+            if not labels.get(f"{L}capsule.digest") or not labels.get(f"{L}mur_version"):
+                raise MurError("E-DEPLOY-012", f"image {ref} is not a mur capsule image (no {L}capsule.* labels)",
+                               IMAGE_HINT)
+            wrong = label_mismatch(labels, cap)
+            if wrong:
+                raise MurError("E-DEPLOY-012", f"image {ref} was not built from {cap.manifest_path}: "
+                               + "; ".join(wrong),
+                               f"deploy the manifest it was built from, or rebuild it: mur image build -m "
+                               f"{cap.manifest_path} -t {ref}")
+            image_id, provisional = attrs["Id"], None
+        tag = image_tag(dep_id, image_id.split(":", 1)[-1])
+        images.tag(image_id, tag)
+        if provisional is not None:
+            self.engine.untag(provisional)
+        attrs = images.inspect(image_id) or {}
+        cfg = attrs.get("Config") or {}
+        uid, gid = image_user(str(cfg.get("User") or ""))
+        labels = dict(cfg.get("Labels") or {})
+        plat = platform_tag(str(attrs.get("Os") or info.get("OSType") or "linux"),
+                            str(attrs.get("Architecture") or info.get("Architecture") or "x86_64"))
+        version = labels.get(f"{L}mur_version", "")
+        runtime = Bundle(Path(f"mur-{version}-{plat}"), version, plat, labels.get(f"{L}runtime.sha256", ""), 0, "image")
+        return ImageFacts(tag, image_id, uid, gid, labels, plat), runtime
+
+    def _load_archive(self, images: Any, path: Path) -> str:
+        from mur.image.transfer import load_image
+
+        try:
+            with self.r.step(f"load {path.name} into the engine"):
+                return load_image(path, self.r, images).id
+        except MurError as err:
+            if err.code != "E-IMG-003":
+                raise
+            raise MurError("E-DEPLOY-012", f"cannot deploy from the archive: {err.message}",
+                           "write it with `mur image save TAG -o FILE` (one image, uncompressed layers)") from err
+
+    def _preflight(self, info: dict[str, Any]) -> Report:
+        from mur.sandbox.enclosing import unmet
+
         report = Report(self.engine.label, "docker")
-        report.facts.update({"platform": plat, "init": "supervisor (container main process, tini as PID 1)",
+        uid = f"{self.image.uid}:{self.image.gid}"
+        report.facts.update({"platform": self.image.platform, "image": self.image.tag, "image_id": self.image.id,
+                             "user": uid,
+                             "init": "docker: the image's mur-serve is the container's main process (tini as PID 1)",
+                             "supervisor": "docker (restart policy unless-stopped)",
                              "boot": "docker (restart policy unless-stopped)",
+                             "memory_limit": self.plan.options.get("mem_limit"),
+                             "pids_limit": self.plan.options.get("pids_limit"),
                              "engine_cgroup": f"v{info.get('CgroupVersion', '?')} {info.get('CgroupDriver', '')}".strip(),
-                             "kernel": info.get("KernelVersion"), "base_image": self.job.req.base_image})
-        bundle = Layout(HOME, "probe").bundle(self.runtime.name)
-        status, out = self.engine.run_once(self.tag, ["/bin/sh", "-c", f"{bundle} --version; {bundle} probe --json"],
-                                           self.kwargs, timeout=300)
+                             "kernel": info.get("KernelVersion"), "base_image": self.image.labels.get(
+                                 "org.opencontainers.image.base.name", self.job.req.base_image)})
+        status, out = self.engine.run_once(self.image.tag, ["/usr/local/bin/mur --version; /usr/local/bin/mur probe --json"],
+                                           self.plan.options, timeout=300)
         lines = out.strip().splitlines()
         got = parse_version(lines[0]) if lines else ""
         report.facts["runtime"] = {"version": got, "pinned": self.runtime.version, "sha256": self.runtime.sha256}
         report.add("runtime", got == self.runtime.version,
-                   f"{self.runtime.name} reports {got or '(nothing)'}; pinned {self.runtime.version}")
+                   f"the image's runtime reports {got or '(nothing)'}; its label says {self.runtime.version}")
         if status != 0:
             report.add("probe", False, f"probe container exited {status}: {out.strip()[-400:]}")
             return report
@@ -189,32 +318,39 @@ class DockerDeploy(UndoableDeploy):
         report.add("landlock", True, f"ABI {probe.get('landlock_abi')} inside the container (kernel {probe.get('kernel')})",
                    fatal=False)
         report.add("seccomp", True, "available" if probe.get("seccomp") else "unavailable", fatal=False)
-        delegated = bool(probe.get("cgroup_delegated"))
         cap = self.job.capsule
-        report.facts["cgroup_sessions"] = delegated
-        report.add("cgroup", delegated or not cap.needs_subprocess,
-                   f"{probe.get('cgroup_mode')} in a private cgroup namespace; sub-cgroups "
-                   + ("can be created (remounted rw)" if delegated else "cannot be created"), fatal=cap.needs_subprocess)
+        res = cap.capsule.capabilities.resources
+        sessions = bool(probe.get("cgroup_delegated"))
+        why = None if sessions else unmet(probe.get("enclosing"), int(res.cgroup_memory_bytes), int(res.cgroup_pids_max))
+        report.facts["cgroup_sessions"] = sessions
+        report.facts["aggregate_bound"] = "session-cgroup" if sessions else (
+            "the container's cgroup" if why is None else "none")
+        report.add("shell limits", sessions or why is None or not cap.needs_subprocess,
+                   ("shell tools get a cgroup of their own" if sessions else
+                    f"shell tools share the container's cgroup as their aggregate bound (memory {self.plan.options.get('mem_limit')} "
+                    "bytes, RLIMIT_NPROC for tasks)" if why is None else f"shell tools cannot get aggregate limits: {why}")
+                   + ("" if cap.needs_subprocess else "; the capsule has no shell/spawn grants"),
+                   fatal=cap.needs_subprocess)
         containment_check(report, cap, probe)
         return report
 
-    def service(self, name: str) -> Service:
+    def service(self, name: str) -> ContainerService:
         return ContainerService(self.engine, name, self.job.dep_id)
 
     def _run(self) -> Outcome:
         job, engine = self.job, self.engine
         report = self.prepare()
         report.raise_if_failed()
-        rec = new_record(job, self.runtime, home=HOME, init="supervisor", port=self.port,
-                         bind=self.plan.service_spec["bind"], url=f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}",
-                         boot="docker", token_file=self.token_file, tls=self.tls)
-        rec.container, rec.image = self.name, self.tag
+        rec = new_record(job, self.runtime, home="/", init="docker", port=self.port, bind=self.bind,
+                         url=f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}", boot="docker",
+                         token_file=self.token_file, tls=self.tls)
+        rec.container, rec.image = self.name, self.image.tag
         self.rec = self.ctx.store.save(rec)
         self.phase = "recorded"
         current = engine.container(self.name)
         changed = current is not None and current.labels.get(RELEASE_LABEL) != self.plan.digest
         if current is not None and not changed and current.status == "running":
-            card = self.service(self.name).wait(self.port, self.token, self.pin, 15)
+            card = self.service(self.name).answers(self.port, self.token, self.pin)
             if card.get("ok"):
                 return self._done(rec, card, unchanged=True)
         if changed and current is not None and current.status == "running":
@@ -227,8 +363,8 @@ class DockerDeploy(UndoableDeploy):
                 engine.remove(self.prev_name)
                 engine.stop(self.name)
                 self.moved_prev = engine.rename(self.name, self.prev_name)
-            engine.create(self.tag, self.name, _command(self.plan.layout), self.kwargs,
-                          {LABEL: job.dep_id, RELEASE_LABEL: self.plan.digest}, secrets_of(self.plan))
+            engine.create(self.image.tag, self.name, self.plan.env, self.plan.options, self.plan.labels(job.dep_id),
+                          self.plan.secrets)
             card = self.service(self.name).wait(self.port, self.token, self.pin, job.req.start_timeout)
             if not card.get("ok"):
                 log = engine.logs(self.name, tail=40)
@@ -240,43 +376,52 @@ class DockerDeploy(UndoableDeploy):
         self._prune_images()
         return self._done(rec, card, unchanged=False)
 
+    def _release(self) -> Release:
+        labels = self.image.labels
+        return Release(digest=self.plan.digest, bundle=self.runtime.name, bundle_version=self.runtime.version,
+                       port=self.port, image=self.image.tag,
+                       extra={"image_id": self.image.id, "capsule_digest": labels.get(f"{L}capsule.digest"),
+                              "capsule": {"name": labels.get(f"{L}capsule.name"),
+                                          "version": labels.get(f"{L}capsule.version")}})
+
     def _done(self, rec: Deployment, card: dict[str, Any], unchanged: bool) -> Outcome:
         if not unchanged or rec.release is None:
-            rec.release = Release.from_dict({**self.plan.release_meta, "n": None, "image": self.tag})
+            rec.release = self._release()
         rec.status, self.phase = "running", "done"
         self.ctx.store.save(rec)
         return Outcome(rec, unchanged=unchanged, uploaded=0 if unchanged else None, agent_card=card.get("agent_card"))
 
     def _smoke(self) -> None:
-        lay, rel, timeout = self.plan.layout, self.plan.release_dir, self.job.req.start_timeout
+        """The new release once on a spare port, beside the serving container; removed either way."""
         spare = pick_port(self.job.dep_id, self.busy | {self.port}, salt=1)
         name = container_name(self.job.dep_id, "candidate")
-        self.engine.create(self.tag, name, [f"{rel}/mur", "supervise", "smoke", "--spec", f"{rel}/service.json",
-                                            "--release-dir", rel, "--port", str(spare), "--timeout", str(int(timeout))],
-                           self.kwargs, {LABEL: self.job.dep_id}, secrets_of(self.plan), restart="no")
+        env = {**self.plan.env, "MUR_PORT": str(spare)}
+        self.engine.create(self.image.tag, name, env, self.plan.options, {LABEL: self.job.dep_id}, self.plan.secrets,
+                           restart="no")
         try:
-            _status, out = self.engine.wait(name, timeout + 60)
+            res = self.service(name).wait(spare, self.token, self.pin, self.job.req.start_timeout)
+            log = "" if res.get("ok") else self.engine.logs(name, tail=40)
         finally:
             self.engine.remove(name)
-        try:
-            res = json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            res = {"ok": False, "error": out[-800:]}
         if not res.get("ok"):
-            raise MurError("E-DEPLOY-004", f"the new image did not start: {res.get('error')}\nstderr:\n"
-                           f"{(res.get('stderr') or '').strip()[-1500:]}", "the serving container was not touched")
-        del lay
+            raise MurError("E-DEPLOY-004", f"the new release did not start: {res.get('error')}\nlogs:\n{log[-1500:]}",
+                           "the serving container was not touched")
 
     def _prune_images(self) -> None:
-        keep = {self.tag}
+        """Untag the deployment's images no container of it uses any more (the image goes with its last tag)."""
+        keep = {self.image.tag}
         prev = self.engine.container(self.prev_name)
         keep |= set(prev.image_tags) if prev else set()
-        for image_id, tags in self.engine.images(image_repo(self.job.dep_id)):
-            if not set(tags) & keep:
-                try:
-                    self.engine.remove_image(image_id)
-                except MurError:
-                    pass  # in use by a container being removed: the next deploy prunes it
+        repo = image_repo(self.job.dep_id)
+        for _image_id, tags in self.engine.images(repo):
+            if set(tags) & keep:
+                continue
+            for t in tags:
+                if t.startswith(repo + ":"):
+                    try:
+                        self.engine.untag(t)
+                    except MurError:
+                        pass  # in use by a container being removed: the next deploy prunes it
 
     def _abort(self, exc: BaseException) -> None:
         engine, job = self.engine, self.job
@@ -310,13 +455,26 @@ class DockerDeploy(UndoableDeploy):
                         f"`mur deploy destroy {job.dep_id}` removes it")
 
 
+def _tls_bytes(tls: Tls | None) -> tuple[bytes, bytes] | None:
+    if tls is None:
+        return None
+    try:
+        return Path(tls.cert.src).read_bytes(), Path(tls.key.src).read_bytes()
+    except OSError as exc:
+        raise MurError("E-IO-003", f"cannot read the TLS certificate or key: {exc.strerror or exc}") from exc
+
+
 def destroy_containers(engine: DockerEngine, dep_id: str) -> list[str]:
+    """Remove the deployment's containers (with their volumes) and its tags; a prebuilt image keeps its own."""
     for role in ("", "prev", "candidate", "swap"):
         engine.remove(container_name(dep_id, role))
+    repo = image_repo(dep_id)
     removed = []
-    for image_id, tags in engine.images(image_repo(dep_id)):
-        engine.remove_image(image_id)
-        removed += list(tags)
+    for _image_id, tags in engine.images(repo):
+        for t in tags:
+            if t.startswith(repo + ":"):
+                engine.untag(t)
+                removed.append(t)
     return removed
 
 
@@ -325,15 +483,16 @@ class DockerProvider:
 
     def check(self, job: DeployJob) -> Report:
         d = DockerDeploy(job)
-        report = d.prepare()
-        if job.existing is None:  # the probe image of a deployment that does not exist: leave nothing behind
-            destroy_containers(d.engine, job.dep_id)
-        return report
+        try:
+            return d.prepare()
+        finally:
+            if job.existing is None:  # the image of a deployment that does not exist: leave nothing behind
+                destroy_containers(d.engine, job.dep_id)
 
     def deploy(self, job: DeployJob) -> Outcome:
         return DockerDeploy(job).run()
 
-    def _service(self, engine: DockerEngine, dep: Deployment) -> Service:
+    def _service(self, engine: DockerEngine, dep: Deployment) -> ContainerService:
         return ContainerService(engine, self._name(dep), dep.deployment_id)
 
     @staticmethod
@@ -347,11 +506,7 @@ class DockerProvider:
                                  "restart_policy": info.restart_policy if info else ""}
         card: dict[str, Any] = {"ok": False, "error": "container not running"}
         if info is not None and info.status == "running":
-            svc = self._service(engine, dep)
-            st = svc.state()
-            state["supervisor"] = st.to_dict()
-            if st.running:
-                card = svc.answers(int(dep.service_port or 0), read_token(dep), dep.tls_pin)
+            card = self._service(engine, dep).answers(int(dep.service_port or 0), read_token(dep), dep.tls_pin)
         running = info is not None and info.status == "running"
         dep.status = observed_status(dep, running, bool(card.get("ok")))
         ctx.store.save(dep)

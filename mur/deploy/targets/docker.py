@@ -1,18 +1,20 @@
-"""A Docker engine as a deploy target: a capsule image (base + pinned bundle + capsule files) run as
-one container per deployment, supervised by `mur supervise` inside it.
+"""A Docker engine as a deploy target: the capsule image built by mur.image (or a prebuilt one) run as
+one container per deployment. Docker is the supervisor: the image's own entrypoint (mur-serve, i.e.
+`mur run` serving A2A) is the container's main process, and the restart policy brings it back.
 
 Container settings and why (environment.md section 6):
   * ``network_mode=host`` bound to 127.0.0.1: engines here run with ``--bridge=none``, and a
     loopback-bound service is not exposed unless ``--publish`` asks;
-  * ``cgroupns=private`` + ``cap_add=SYS_ADMIN`` and, in the entrypoint, ``mount -o
-    remount,bind,rw`` of each cgroup controller: the sandbox can then create sub-cgroups, so
-    shell tools get aggregate limits. Never ``--privileged`` (it fails without CAP_SYS_RESOURCE);
+  * the image's non-root user, ``cap_drop=ALL``, ``no-new-privileges``, a private cgroup namespace
+    whose cgroup filesystem stays read-only: nothing inside can create or leave a cgroup, so the
+    container's own cgroup (``mem_limit`` / ``pids_limit``) is the shell tools' aggregate bound
+    (mur.sandbox.enclosing, W-SEC-005). Never ``--privileged`` (it fails without CAP_SYS_RESOURCE);
   * the engine's default seccomp profile, which allows the Landlock syscalls on current engines
     (the preflight proves it by running the probe under the same options); ``--seccomp-profile``
     swaps in another one such as images/seccomp-landlock.json;
   * ``init=True`` (tini) reaps orphans; restart policy ``unless-stopped``: the container comes
     back after a crash of its main process, an engine restart and a reboot, but not after
-    `mur deploy stop`. The supervisor inside does the per-service restarts with backoff.
+    `mur deploy stop`.
 
 The docker SDK is used here only: every SDK, transport and OSError becomes E-DEPLOY-010 in
 `DockerEngine._call` (tests/deploy/test_deploy_errors.py checks the mapping is total), and the
@@ -36,40 +38,17 @@ T = TypeVar("T")
 
 BASE_IMAGE = "mur-base:bookworm"
 LABEL = "dev.mur.deployment"
+SECRETS_DIR = "/run/mur"  # the created container's secrets (env file, token, TLS): never in an image layer
 
-# Kept byte-identical to images/capsule/Dockerfile (a unit test compares them); embedded here so an
-# installed mur without the source tree can build capsule images.
-CAPSULE_DOCKERFILE = """\
-# The capsule image: the locally built base + the pinned mur runtime + the capsule's files.
-# mur deploy --docker generates the build context (bin/, artifacts/, deployments/, entrypoint).
-ARG BASE=mur-base:bookworm
-FROM ${BASE}
-COPY root/ /root/
-COPY mur-entrypoint /usr/local/bin/mur-entrypoint
-ENV HOME=/root MURMUR_A2A_TIMEOUT_SECS=0
-# Unpack the single-file runtime into the image once, so a container start does not.
-RUN for b in /root/.murmur/bin/mur-*; do if [ -x "$b" ]; then "$b" --version; fi; done
-ENTRYPOINT ["/usr/local/bin/mur-entrypoint"]
-"""
 
-ENTRYPOINT = """\
-#!/bin/sh
-# Runs as the container's main process (under tini). With a private cgroup namespace and
-# CAP_SYS_ADMIN the cgroup mounts are still read-only: remount each one read-write so the runtime
-# can create sub-cgroups for shell tools (environment.md section 6). Never --privileged.
-while read -r _src mnt fstype _rest; do
-  case "$fstype" in
-    cgroup) mount -o remount,bind,rw "$mnt" 2>/dev/null || echo "mur-entrypoint: cannot remount $mnt rw" >&2 ;;
-    cgroup2)
-      if [ "$mnt" = /sys/fs/cgroup ]; then
-        mount -o remount,rw "$mnt" 2>/dev/null || echo "mur-entrypoint: cannot remount $mnt rw" >&2
-        # cgroup v2 forbids controllers in a cgroup that holds processes: park ourselves in a leaf.
-        mkdir -p /sys/fs/cgroup/init 2>/dev/null && echo $$ > /sys/fs/cgroup/init/cgroup.procs 2>/dev/null
-      fi ;;
-  esac
-done < /proc/self/mounts
-exec "$@"
-"""
+@dataclass(frozen=True)
+class Secret:
+    """A file copied into a created container before it starts: owned by the image's user, 0600."""
+
+    data: bytes
+    uid: int
+    gid: int
+    mode: int = 0o600
 
 
 def _engine_errors() -> tuple[type[BaseException], ...]:
@@ -95,6 +74,21 @@ def container_name(dep_id: str, role: str = "") -> str:
     return f"mur-{dep_id}" + (f"-{role}" if role else "")
 
 
+def container_options(*, seccomp_profile: str | None, memory_bytes: int, pids_max: int | None) -> dict[str, Any]:
+    """The engine options of every container of a deployment (probe, smoke start, service), as data."""
+    opts = ["no-new-privileges:true"]
+    if seccomp_profile:
+        try:
+            opts.append("seccomp=" + json.dumps(json.loads(Path(seccomp_profile).read_text())))
+        except (OSError, ValueError) as exc:
+            raise MurError("E-DEPLOY-001", f"cannot read seccomp profile {seccomp_profile}: {exc}") from exc
+    out: dict[str, Any] = {"network_mode": "host", "cgroupns": "private", "cap_drop": ["ALL"], "init": True,
+                           "security_opt": opts, "mem_limit": memory_bytes}
+    if pids_max is not None:
+        out["pids_limit"] = pids_max
+    return out
+
+
 @dataclass(frozen=True)
 class ContainerInfo:
     name: str
@@ -103,6 +97,7 @@ class ContainerInfo:
     image_tags: tuple[str, ...]
     restart_count: int = 0
     restart_policy: str = ""
+    started_at: str = ""  # State.StartedAt (RFC 3339): the current run's logs start there
 
 
 class DockerEngine:
@@ -144,42 +139,10 @@ class DockerEngine:
     def info(self) -> dict[str, Any]:
         return self._call("info", self.client.info)
 
-    def has_image(self, tag: str) -> bool:
-        from docker.errors import ImageNotFound
-
-        try:
-            self._call(f"inspect image {tag}", self.client.images.get, tag)
-            return True
-        except MurError as err:
-            if isinstance(err.__cause__, ImageNotFound):
-                return False
-            raise
-
-    def build(self, context: Path, tag: str, base: str, labels: dict[str, str]) -> None:
-        """Build an image from a context directory (tar streamed, symlinks kept)."""
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(str(context), arcname=".")
-        buf.seek(0)
-        self._call(f"build {tag}", self.client.images.build, fileobj=buf, custom_context=True, tag=tag,
-                   buildargs={"BASE": base}, labels=labels, rm=True, forcerm=True, network_mode="none", pull=False)
-
-    def run_kwargs(self, *, seccomp_profile: str | None, apparmor: bool) -> dict[str, Any]:
-        opts: list[str] = []
-        if seccomp_profile:
-            try:
-                opts.append("seccomp=" + json.dumps(json.loads(Path(seccomp_profile).read_text())))
-            except (OSError, ValueError) as exc:
-                raise MurError("E-DEPLOY-001", f"cannot read seccomp profile {seccomp_profile}: {exc}") from exc
-        if apparmor:  # remounting cgroups needs mount(2), which docker-default AppArmor denies
-            opts.append("apparmor=unconfined")
-        return {"network_mode": "host", "cgroupns": "private", "cap_add": ["SYS_ADMIN"], "init": True,
-                "security_opt": opts}
-
     def run_once(self, image: str, command: list[str], kwargs: dict[str, Any], timeout: float = 120) -> tuple[int, str]:
-        """Run a throwaway container to completion; (status, combined output)."""
+        """Run a throwaway shell command in `image` (its entrypoint replaced); (status, combined output)."""
         c = self._call(f"create a container from {image}", self.client.containers.create, image, command=command,
-                       **kwargs)
+                       entrypoint=["/bin/sh", "-c"], **kwargs)
         try:
             self._call("start a probe container", c.start)
             status = self._call("wait for a probe container", c.wait, timeout=timeout).get("StatusCode", 1)
@@ -187,7 +150,7 @@ class DockerEngine:
             return int(status), out.decode("utf-8", "replace")
         finally:
             try:
-                self._call("remove a probe container", c.remove, force=True)
+                self._call("remove a probe container", c.remove, force=True, v=True)
             except MurError:
                 pass  # best effort: the engine is going away anyway
 
@@ -202,17 +165,17 @@ class DockerEngine:
         except MurError:  # the image may be gone (removed under a stopped container)
             tags = ()
         return ContainerInfo(name, c.status, dict(c.labels or {}), tags, int(attrs.get("RestartCount") or 0),
-                             str((host.get("RestartPolicy") or {}).get("Name") or ""))
+                             str((host.get("RestartPolicy") or {}).get("Name") or ""),
+                             str((attrs.get("State") or {}).get("StartedAt") or ""))
 
-    def create(self, image: str, name: str, command: list[str], kwargs: dict[str, Any], labels: dict[str, str],
-               files: dict[str, tuple[bytes, int]], restart: str = "unless-stopped") -> None:
-        """Create a container, copy `files` (path -> (bytes, mode)) into it, start it."""
+    def create(self, image: str, name: str, env: dict[str, str], kwargs: dict[str, Any], labels: dict[str, str],
+               files: dict[str, Secret], restart: str = "unless-stopped") -> None:
+        """Create a container running the image's entrypoint, copy `files` (path -> Secret) into it, start it."""
         self.remove(name)
-        policy = {"Name": restart} if restart != "no" else {"Name": "no"}
-        c = self._call(f"create container {name}", self.client.containers.create, image, command=command, name=name,
-                       labels=labels, restart_policy=policy, **kwargs)
-        for path, (data, mode) in files.items():
-            self._call(f"copy {path} into {name}", c.put_archive, str(Path(path).parent), _tar_one(Path(path).name, data, mode))
+        c = self._call(f"create container {name}", self.client.containers.create, image, name=name, environment=env,
+                       labels=labels, restart_policy={"Name": restart}, **kwargs)
+        if files:
+            self._call(f"copy secrets into {name}", c.put_archive, "/", _secrets_tar(files))
         self._call(f"start container {name}", c.start)
 
     def start(self, name: str) -> bool:
@@ -235,7 +198,7 @@ class DockerEngine:
             return False
         if c.status == "running":
             self._call(f"stop container {name}", c.stop, timeout=timeout)
-        self._call(f"remove container {name}", c.remove, force=True)
+        self._call(f"remove container {name}", c.remove, force=True, v=True)  # v: its anonymous /workdir volume
         return True
 
     def rename(self, old: str, new: str) -> bool:
@@ -244,15 +207,6 @@ class DockerEngine:
             return False
         self._call(f"rename {old} -> {new}", c.rename, new)
         return True
-
-    def wait(self, name: str, timeout: float) -> tuple[int, str]:
-        """Wait for a container to exit; (status, its stdout)."""
-        c = self._get(name)
-        if c is None:
-            return 1, ""
-        status = self._call(f"wait for {name}", c.wait, timeout=timeout).get("StatusCode", 1)
-        out = self._call(f"logs of {name}", c.logs, stdout=True, stderr=False)
-        return int(status), out.decode("utf-8", "replace")
 
     def exec(self, name: str, cmd: list[str]) -> Result:
         c = self._get(name)
@@ -273,8 +227,16 @@ class DockerEngine:
         """(id, tags) of every image of a repository."""
         return [(img.id, tuple(img.tags)) for img in self._call(f"list images {repo}", self.client.images.list, name=repo)]
 
-    def remove_image(self, ref: str) -> None:
-        self._call(f"remove image {ref}", self.client.images.remove, ref, force=True, noprune=False)
+    def untag(self, ref: str) -> None:
+        """Remove one tag (the image goes with its last tag): a prebuilt image keeps the operator's own tags."""
+        self._call(f"remove image {ref}", self.client.images.remove, ref, noprune=False)
+
+    def stdout_since(self, name: str, since: int) -> str:
+        """The container's stdout from `since` (unix seconds) on: the runtime's startup line is there."""
+        c = self._get(name)
+        if c is None:
+            return ""
+        return self._call(f"logs of {name}", c.logs, stdout=True, stderr=False, since=since).decode("utf-8", "replace")
 
     def logs(self, name: str, tail: int = 200, follow: bool = False, sink: Callable[[bytes], None] | None = None) -> str:
         c = self._get(name)
@@ -285,6 +247,13 @@ class DockerEngine:
                 sink(chunk)
             return ""
         return self._call(f"logs of {name}", c.logs, tail=tail).decode("utf-8", "replace")
+
+
+def image_engine(engine: DockerEngine) -> Any:
+    """mur.image's engine (the image builder, load, tag) on the same connection: its errors are E-IMG-*."""
+    from mur.image.engine import Engine
+
+    return Engine(client=engine.client)
 
 
 def _connect() -> Any:
@@ -301,6 +270,23 @@ def _tar_one(name: str, data: bytes, mode: int) -> bytes:
         info = tarfile.TarInfo(name)
         info.size, info.mode, info.mtime = len(data), mode, int(time.time())
         tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _secrets_tar(files: dict[str, Secret]) -> bytes:
+    """One archive extracted at / : each file's directory (0700, the file's owner), then the files."""
+    buf = io.BytesIO()
+    now = int(time.time())
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs = {str(Path(p).parent).lstrip("/"): f for p, f in files.items()}
+        for d, f in sorted(dirs.items()):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode, info.uid, info.gid, info.mtime = tarfile.DIRTYPE, 0o700, f.uid, f.gid, now
+            tar.addfile(info)
+        for path, f in sorted(files.items()):
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.uid, info.gid, info.mtime = len(f.data), f.mode, f.uid, f.gid, now
+            tar.addfile(info, io.BytesIO(f.data))
     return buf.getvalue()
 
 
