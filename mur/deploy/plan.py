@@ -299,11 +299,12 @@ def destroy_steps(lay: Layout, init: str, sudo: bool, bundles: list[str], artifa
                          f"rmdir {' '.join(q(d) for d in empty)} {q(lay.bin_dir)} 2>/dev/null; fi; true",
                          sudo=sudo, check=False, label="remove the runtime cache when unused"))
     if not keep_bundles:
-        # What the runtime compiled itself (a first start without precompiled components) is shared
-        # by every deployment here: it goes with the last one.
+        # What the runtime compiled itself (a first start without precompiled components) and its
+        # kernel-probe cache are shared by every deployment here: they go with the last one.
         deps = q(f"{lay.murmur}/deployments")
-        steps.append(Run(f"if [ -z \"$(ls -A {deps} 2>/dev/null)\" ]; then rm -rf {q(lay.wasm_cache)}; fi; true",
-                         sudo=sudo, check=False, label="remove the compile cache when unused"))
+        steps.append(Run(f"if [ -z \"$(ls -A {deps} 2>/dev/null)\" ]; then rm -rf {q(lay.wasm_cache)} "
+                         f"{q(lay.probe_cache)}; fi; true",
+                         sudo=sudo, check=False, label="remove the compile and probe caches when unused"))
     dirs = [f"{lay.wasm_cache}/.refs", lay.wasm_cache, f"{lay.murmur}/cache/payloads", f"{lay.murmur}/cache", lay.artifacts,
             f"{lay.murmur}/deployments", lay.murmur]
     steps.append(Run(f"for d in {' '.join(q(d) for d in dirs)}; do rmdir \"$d\" 2>/dev/null; done; true",

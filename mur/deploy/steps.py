@@ -145,6 +145,11 @@ class Layout:
         return f"{self.murmur}/cache/wasm"
 
     @property
+    def probe_cache(self) -> str:
+        """The runtime's kernel-probe cache (mur.sandbox.probecache), written by every `mur run` there."""
+        return f"{self.murmur}/cache/probe"
+
+    @property
     def root(self) -> str:
         return f"{self.murmur}/deployments/{self.dep_id}"
 
