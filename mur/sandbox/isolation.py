@@ -73,8 +73,8 @@ def isolate(caps: Any, network_allow: list[Any], probe: HostProbe, *, is_root: b
     the namespaces the tools will join and their holder. Refuses (E-CAP-005) rather than fall back to
     port rules when the probe promised a network namespace and it cannot be made now."""
     linux = probe.os == "linux"
-    names = pol.plan_namespaces(is_root=is_root, private_net=linux and probe.netns, userns=probe.userns,
-                                workdir_exec=caps.filesystem.workdir_exec) if linux else ()
+    names = (pol.plan_namespaces(is_root=is_root, private_net=probe.netns, userns=probe.userns)
+             if linux else ())
     resolves = lambda host: bool(resolve(host)) if linux else False  # noqa: E731
     network = pol.plan_network(network_allow, resolves, private_net=bool(names),
                                landlock_abi=probe.landlock_abi if linux else 0)

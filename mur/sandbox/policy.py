@@ -282,7 +282,7 @@ def proxy_env(plan: NetworkPlan) -> dict[str, str]:
 NAMESPACES = ("user", "net", "ipc", "mnt", "pid")  # the order a tool joins them (user first: it grants the rest)
 
 
-def plan_namespaces(*, is_root: bool, private_net: bool, userns: bool, workdir_exec: bool) -> tuple[str, ...]:
+def plan_namespaces(*, is_root: bool, private_net: bool, userns: bool) -> tuple[str, ...]:
     """The private namespaces a session's tools run in, as far as this host allows.
 
     net + ipc + mnt + pid (mnt: the read-only mount view, and the noexec workdir unless
@@ -530,7 +530,7 @@ def explain_grants(caps: object, workdir: str, abi: int = ll.MAX_KNOWN_ABI) -> l
     return [(g.path, g.rights, g.reason) for g in policy.grants]
 
 
-def explain_isolation(allow: Iterable[object], probe: object, *, workdir_exec: bool) -> tuple[str, str]:
+def explain_isolation(allow: Iterable[object], probe: object) -> tuple[str, str]:
     """(network mechanism, process isolation) shell tools would get on this host, for
     ``--explain-scope``: no DNS (every entry counts as resolving), no namespace created."""
     if getattr(probe, "os", "linux") != "linux" or getattr(probe, "tier", "full") == "environment-only":
@@ -538,6 +538,6 @@ def explain_isolation(allow: Iterable[object], probe: object, *, workdir_exec: b
     abi = getattr(probe, "landlock_abi", 0)
     root = bool(getattr(probe, "root", False))
     names = plan_namespaces(is_root=root, private_net=bool(getattr(probe, "netns", False)),
-                            userns=bool(getattr(probe, "userns", False)), workdir_exec=workdir_exec)
+                            userns=bool(getattr(probe, "userns", False)))
     network = plan_network(allow, lambda _host: True, private_net="net" in names, landlock_abi=abi)
     return network.mechanism, process_isolation((1, 1) if root else None, names, abi)

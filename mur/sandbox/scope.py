@@ -46,8 +46,7 @@ def scope_report(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, 
     short = subprocess_shortfall(caps, probe)
     achieved = achieved_class(probe, workdir_exec, short)
     reason = shortfall_reason(floor.declared, achieved, workdir_exec, short)
-    network, processes = explain_isolation(parse_allow_list(list(caps.network.allow)), probe,
-                                           workdir_exec=workdir_exec)
+    network, processes = explain_isolation(parse_allow_list(list(caps.network.allow)), probe)
     shell = caps.shell
     return {
         "containment": {

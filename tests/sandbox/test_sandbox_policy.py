@@ -295,15 +295,14 @@ def test_pid_targeting_calls_are_confined_unless_the_kernel_already_does_it():
     assert old.processes == "seccomp-only"
 
 
-@pytest.mark.parametrize(("root", "netns", "userns", "exec_", "names"), [
-    (True, True, False, False, ("net", "ipc", "mnt", "pid")),
-    (True, True, False, True, ("net", "ipc", "mnt", "pid")),  # mnt for the read-only view, not noexec
-    (False, True, True, False, ("user", "net", "ipc", "mnt", "pid")),
-    (False, False, False, False, ()),
-    (True, False, False, False, ()),
+@pytest.mark.parametrize(("root", "netns", "userns", "names"), [
+    (True, True, False, ("net", "ipc", "mnt", "pid")),  # mnt for the read-only view, workdir_exec or not
+    (False, True, True, ("user", "net", "ipc", "mnt", "pid")),
+    (False, False, False, ()),
+    (True, False, False, ()),
 ])
-def test_namespaces_per_host(root, netns, userns, exec_, names):
-    assert pol.plan_namespaces(is_root=root, private_net=netns, userns=userns, workdir_exec=exec_) == names
+def test_namespaces_per_host(root, netns, userns, names):
+    assert pol.plan_namespaces(is_root=root, private_net=netns, userns=userns) == names
 
 
 def test_noexec_workdir_follows_the_mount_namespace():
