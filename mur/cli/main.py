@@ -63,8 +63,9 @@ def build_app(lazy: bool = True):
     return app
 
 
-def _fast(args: list[str]) -> bool:
-    """Answer `mur --help` / `mur --version` without typer; False when typer has to."""
+def _fast(args: list[str], launch: dict[str, object]) -> bool:
+    """Answer `mur --help`, `mur --version` and a remembered `mur run --explain-scope` without
+    typer; False when typer has to (what it needs to remember an explanation goes in `launch`)."""
     if os.environ.get(COMPLETE_VAR):
         return False
     if args == ["--help"]:
@@ -75,14 +76,19 @@ def _fast(args: list[str]) -> bool:
     if args in (["--version"], ["-V"]):
         print(f"mur {__version__}")
         return True
+    if args[:1] == ["run"] and "--explain-scope" in args:  # the only command that may be remembered
+        from mur.cli.explain import replay_remembered
+
+        return replay_remembered(args, launch)
     return False
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; MurError -> `error[CODE]` + hint on stderr, exit 1; usage errors exit 2."""
     args = sys.argv[1:] if argv is None else list(argv)
+    launch: dict[str, object] = {}  # the root context's obj: what the fast path found for the command
     try:
-        if _fast(args):
+        if _fast(args, launch):
             _flush()
             sys.exit(0)
     except BrokenPipeError:
@@ -95,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         command = typer.main.get_command(build_app())
-        rv = command.main(args=args, prog_name="mur", standalone_mode=False)
+        rv = command.main(args=args, prog_name="mur", standalone_mode=False, obj=launch)
     except Reported as done:
         _flush()
         sys.exit(done.code)

@@ -86,6 +86,7 @@ def ending_json(e: Ending) -> dict[str, Any]:
 
 
 def run(
+    ctx: typer.Context,
     manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest: a file, or a directory holding murmur.yaml."),
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task: a file path (copied) or literal text."),
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="Override the system prompt."),
@@ -138,14 +139,10 @@ def run(
         tls_key=tls_key,
     )
     if explain_scope:
-        from mur.sandbox.scope import render_scope_report
-        from mur.session.prechecks import explain
+        from mur.cli.explain import explain_and_show
 
-        report = explain(opts)
-        if json_out:
-            emit_json(report)
-        else:
-            print(render_scope_report(report), end="")
+        # mur.cli.main passes the invocation it looked up (a CliRunner or a direct call passes none)
+        explain_and_show(opts, ctx.obj.get("explain_memo") if isinstance(ctx.obj, dict) else None)
         return
     from mur.session.runner import run_session
 

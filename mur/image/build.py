@@ -189,7 +189,7 @@ def _precompiled(inputs: Any, plat: str, opts: BuildOptions, reporter: Reporter)
     if not sources:
         return []
     with reporter.step(f"precompile {len(sources)} component(s) for {plat}"):
-        return [p.file for p in pc.precompile(sources, plat, reporter.note)]
+        return [p.file for p in pc.precompile(sources, plat, reporter)]
 
 
 def _add_runtime(layer: Layer, bundle: Path, scratch: Path) -> str:

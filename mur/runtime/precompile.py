@@ -16,17 +16,17 @@ carries the engine fingerprint, so a runtime with other settings simply compiles
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform as _platform
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mur.resolve.files import FileRef
 from mur.errors import MurError
-from mur.fsutil import file_sha256, write_file
+from mur.fsutil import file_sha256
 from mur.paths import cache_root
+from mur.progress import QUIET, Reporter
 
 EXPECTED_SETTINGS = "component-model,epoch-interruption"
 TARGETS = {
@@ -67,41 +67,59 @@ def supported(plat: str) -> str | None:
     return None
 
 
-def precompile(sources: list[tuple[str, bytes]], plat: str, note: Callable[[str], None] | None = None) -> list[Precompiled]:
-    """Cross-compiled, serialized components (cached here by wasm digest, engine and target)."""
-    from wasmtime import Engine
-    from wasmtime.component import Component
+class _CrossEngine:
+    """What mur.wasm.compile.ensure_compiled needs of an engine, for one target: a wasmtime Engine
+    with the runtime's settings and the target's CPU baseline, and deploy's own cache of its code."""
 
+    def __init__(self, plat: str, cache_dir: Path):
+        from wasmtime import Engine
+
+        from mur.wasm.engine import engine_fingerprint
+
+        self.engine = Engine(_engine_config(plat))
+        self.cache_dir = cache_dir
+        self.suffix = f"{engine_fingerprint()}.{plat}"
+
+    def cache_path(self, digest: str) -> Path:
+        return self.cache_dir / f"{digest}.{self.suffix}.cwasm"
+
+
+def precompile(sources: list[tuple[str, bytes]], plat: str, reporter: Reporter = QUIET) -> list[Precompiled]:
+    """Cross-compiled, serialized components (cached here by wasm digest, engine and target),
+    several at once, through the one compile path (mur.wasm.compile: parallel threads, atomic cache
+    writes, Ctrl-C leaves nothing half-written)."""
+    from mur.wasm.compile import Source, ensure_compiled
     from mur.wasm.engine import engine_fingerprint
 
-    fp = engine_fingerprint()
     cache = cache_root() / "deploy-precompiled"
-    engine = None
+    _make_private(cache)
+    engine = _CrossEngine(plat, cache)
     out: list[Precompiled] = []
     seen: set[str] = set()
-    for label, data in sources:
-        digest = hashlib.sha256(data).hexdigest()
-        if digest in seen:
+    for done in ensure_compiled([Source(label, data=data) for label, data in sources], engine=engine,
+                                reporter=reporter):
+        if done.status not in ("compiled", "cached") or done.cache_file is None:
+            raise MurError("E-RUN-001", f"{done.label} failed to compile for {plat}: {done.detail or done.status}",
+                           "fix the component (the target would fail the same way)")
+        if done.sha256 in seen:
             continue
-        seen.add(digest)
-        local = cache / f"{digest}.{fp}.{plat}.cwasm"
-        if not local.is_file():
-            if note:
-                note(f"precompile {label} for {plat}")
-            if engine is None:
-                engine = Engine(_engine_config(plat))
-            try:
-                blob = Component(engine, data).serialize()
-            except Exception as exc:  # noqa: BLE001 - wasmtime.WasmtimeError and friends
-                first = (str(exc).strip().splitlines() or ["invalid component"])[0]
-                raise MurError("E-RUN-001", f"{label} failed to compile for {plat}: {first}",
-                               "fix the component (the target would fail the same way)") from exc
-            write_file(local, bytes(blob), 0o600)
+        seen.add(done.sha256)
+        local = done.cache_file
         st = local.stat()
-        out.append(Precompiled(label, digest, FileRef(str(local), f"{digest}.{fp}.cwasm", file_sha256(local), st.st_size,
-                                                       0o600)))
+        out.append(Precompiled(done.label, done.sha256, FileRef(str(local), f"{done.sha256}.{engine_fingerprint()}.cwasm",
+                                                              file_sha256(local), st.st_size, 0o600)))
     _prune(cache, keep={Path(p.file.src).name for p in out})
     return out
+
+
+def _make_private(cache: Path) -> None:
+    """The cache holds native code the target will load: 0700 and ours (an older mur made it 0755)."""
+    try:
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if cache.stat().st_uid == os.geteuid():
+            os.chmod(cache, 0o700)
+    except OSError:
+        pass  # ensure_compiled reports a cache it cannot use
 
 
 def _prune(cache: Path, keep: set[str], limit: int = 32) -> None:

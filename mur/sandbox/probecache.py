@@ -22,20 +22,19 @@ raised are picked up by `mur probe --refresh` (or MUR_PROBE_CACHE=off); the sess
 cgroup and reads the enclosing bound again when it starts, so a stale cgroup answer changes only
 an early check's wording, never what a session is held to.
 
-The runtime may be root, so the file is trusted only when nobody else could have written it: the
-directory and the file are opened with O_NOFOLLOW, and both must be owned by the effective uid
-with no group or other write bit (else the file is ignored and not rewritten). Writes are atomic
-(a fresh file renamed over the old one) into a 0700 directory.
+The runtime may be root, so the file is read and written through mur.privatecache: trusted only
+when nobody else could have written it, written atomically into a 0700 directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 from pathlib import Path
 from typing import Any
+
+from mur import privatecache
 
 SCHEMA = 1
 ENV = "MUR_PROBE_CACHE"  # "off" (or "0"): neither read nor write the cache
@@ -106,54 +105,18 @@ def file_name(uid: int) -> str:
 
 def directory() -> Path | None:
     """`<cache root>/probe`, or None when no home is known."""
-    from mur.errors import MurError
-    from mur.paths import cache_root
-
-    try:
-        return cache_root() / DIR_NAME
-    except MurError:
-        return None
-
-
-def _trusted(st: os.stat_result) -> bool:
-    """Owned by us, and nobody else can write it."""
-    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
-def _open_dir(path: Path) -> int | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    if not _trusted(os.fstat(fd)):
-        os.close(fd)
-        return None
-    return fd
+    return privatecache.directory(DIR_NAME)
 
 
 def load(current: dict[str, Any]) -> dict[str, Any] | None:
     """The cached probe fields measured under `current`, or None (absent, other key, untrusted, bad)."""
-    path = directory()
-    if path is None:
-        return None
-    dirfd = _open_dir(path)
-    if dirfd is None:
+    raw = privatecache.read(DIR_NAME, file_name(current["uid"]), READ_LIMIT)
+    if raw is None:
         return None
     try:
-        fd = os.open(file_name(current["uid"]), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
-    except OSError:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError:
         return None
-    finally:
-        os.close(dirfd)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not _trusted(st) or st.st_size > READ_LIMIT:
-            return None
-        data = json.loads(os.read(fd, READ_LIMIT).decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
     if not isinstance(data, dict) or data.get("key") != current or not isinstance(data.get("probe"), dict):
         return None
     return data["probe"]
@@ -161,24 +124,5 @@ def load(current: dict[str, Any]) -> dict[str, Any] | None:
 
 def store(current: dict[str, Any], fields: dict[str, Any]) -> bool:
     """Write the fields under `current`; False (and nothing written) where the directory is not ours."""
-    path = directory()
-    if path is None:
-        return False
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.mkdir(mode=0o700, exist_ok=True)
-    except OSError:
-        return False
-    dirfd = _open_dir(path)
-    if dirfd is None:
-        return False
-    from mur.fsafe import write_atomic_at
-
-    try:
-        data = json.dumps({"key": current, "probe": fields}, sort_keys=True).encode("utf-8")
-        write_atomic_at(dirfd, file_name(current["uid"]), data, mode=0o600, durable=False)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(dirfd)
+    data = json.dumps({"key": current, "probe": fields}, sort_keys=True).encode("utf-8")
+    return privatecache.write(DIR_NAME, file_name(current["uid"]), data)

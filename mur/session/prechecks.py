@@ -96,9 +96,28 @@ def explain(opts: RunOptions) -> dict[str, Any]:
 
     The staging warnings (W-SEC-006..009) are printed here too: they describe the grant set the
     report is about, and this is the one place an operator reads it without launching."""
+    return explain_probed(opts)[0]
+
+
+def explain_probed(opts: RunOptions) -> tuple[dict[str, Any], Any]:
+    """`explain`, and the host probe the report was computed from."""
     loaded, _config, floor, host = load_and_scope(opts)
     loaded.emit_stage_warnings()
-    return scope_report(loaded.capsule, floor, host)
+    return scope_report(loaded.capsule, floor, host), host
+
+
+def explain_inputs(opts: RunOptions) -> list[Path]:
+    """Every file `explain` reads, present or not (besides the host probe's): the manifest, the
+    `.env` beside it, the global and the project config file. A remembered report
+    (mur.session.explain_memo) holds while these, the process and the probe are unchanged: a new
+    input of load_and_scope belongs here too."""
+    from mur.manifest.config import global_config_path, project_config_path
+
+    manifest = manifest_path(opts.manifest)
+    found = [manifest]
+    if not opts.no_env_file:
+        found.append(manifest.parent / ".env")
+    return found + [global_config_path(), project_config_path()]
 
 
 def prepare(opts: RunOptions) -> CheckedRun:

@@ -116,7 +116,7 @@ def test_an_unexpected_exception_becomes_e_internal(workdir, monkeypatch):
     def boom(opts):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(prechecks, "explain", boom)
+    monkeypatch.setattr(prechecks, "explain_probed", boom)
     code, out, err = in_process("run", "--explain-scope")
     assert (code, out) == (1, "")
     assert err == (

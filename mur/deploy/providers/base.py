@@ -58,7 +58,7 @@ def precompiled_components(req: DeployRequest, cap: DeployCapsule, plat: str, re
     if not sources:
         return ()
     with reporter.step(f"precompile {len(sources)} component(s) for {plat}"):
-        return tuple(p.file for p in pc.precompile(sources, plat, reporter.note))
+        return tuple(p.file for p in pc.precompile(sources, plat, reporter))
 
 
 @dataclass
