@@ -53,7 +53,7 @@ def explain_and_show(opts: RunOptions, invocation: Invocation | None) -> None:
         try:
             recorder = invocation.recorder(explain_inputs(opts))
         except MurError:  # no home or no working directory: explain says so itself
-            recorder = None
+            pass
     with _tee_stderr() as seen:
         report, probe = explain_probed(opts)
     show(report, opts.json)

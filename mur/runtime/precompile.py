@@ -78,10 +78,11 @@ class _CrossEngine:
 
         self.engine = Engine(_engine_config(plat))
         self.cache_dir = cache_dir
-        self.suffix = f"{engine_fingerprint()}.{plat}"
+        self.fingerprint = engine_fingerprint()  # the runtime engine's: the name its cache looks for
+        self.plat = plat
 
     def cache_path(self, digest: str) -> Path:
-        return self.cache_dir / f"{digest}.{self.suffix}.cwasm"
+        return self.cache_dir / f"{digest}.{self.fingerprint}.{self.plat}.cwasm"
 
 
 def precompile(sources: list[tuple[str, bytes]], plat: str, reporter: Reporter = QUIET) -> list[Precompiled]:
@@ -89,7 +90,6 @@ def precompile(sources: list[tuple[str, bytes]], plat: str, reporter: Reporter =
     several at once, through the one compile path (mur.wasm.compile: parallel threads, atomic cache
     writes, Ctrl-C leaves nothing half-written)."""
     from mur.wasm.compile import Source, ensure_compiled
-    from mur.wasm.engine import engine_fingerprint
 
     cache = cache_root() / "deploy-precompiled"
     _make_private(cache)
@@ -106,7 +106,7 @@ def precompile(sources: list[tuple[str, bytes]], plat: str, reporter: Reporter =
         seen.add(done.sha256)
         local = done.cache_file
         st = local.stat()
-        out.append(Precompiled(done.label, done.sha256, FileRef(str(local), f"{done.sha256}.{engine_fingerprint()}.cwasm",
+        out.append(Precompiled(done.label, done.sha256, FileRef(str(local), f"{done.sha256}.{engine.fingerprint}.cwasm",
                                                               file_sha256(local), st.st_size, 0o600)))
     _prune(cache, keep={Path(p.file.src).name for p in out})
     return out

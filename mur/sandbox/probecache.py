@@ -103,11 +103,6 @@ def file_name(uid: int) -> str:
     return f"host-{uid}.json"
 
 
-def directory() -> Path | None:
-    """`<cache root>/probe`, or None when no home is known."""
-    return privatecache.directory(DIR_NAME)
-
-
 def load(current: dict[str, Any]) -> dict[str, Any] | None:
     """The cached probe fields measured under `current`, or None (absent, other key, untrusted, bad)."""
     raw = privatecache.read(DIR_NAME, file_name(current["uid"]), READ_LIMIT)

@@ -22,6 +22,7 @@ from mur.sandbox.scope_text import interpreter_lines, render_scope_report
 
 __all__ = ["effective_grants", "render_scope_report", "scope_report"]
 
+
 def scope_report(capsule: Capsule, floor: Floor, probe: ProbeLike) -> dict[str, Any]:
     """The `--explain-scope --json` object: containment + the capsule-wide grant set."""
     caps = capsule.capabilities

@@ -75,4 +75,3 @@ def render_scope_report(report: dict[str, Any]) -> str:
         out.append("")
         out.append("This is a report only — `mur run` without --explain-scope would refuse to launch here.")
     return "\n".join(out) + "\n"
-
