@@ -1,18 +1,17 @@
 """The service environment: `--env KEY=VALUE`, `.env` files, and the env file written on the target.
 
 Upstream's precedence: `--env` flags, else `--env-file`, else `.env` next to the manifest (they are
-alternatives, not merged). The file on the target is rendered for both readers: systemd's
-`EnvironmentFile=` and `mur supervise` (read_env_file is the inverse of render_env_file).
+alternatives, not merged). Files are read with the one grammar of mur.resolve.env (the same as
+`mur run`); the file on the target is rendered for every reader: systemd's `EnvironmentFile=`, sh
+(the image entrypoint) and `mur supervise` (read_env_file is the inverse of render_env_file).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from mur.errors import MurError
-
-ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from mur.resolve import env as dotenv
 
 
 def parse_env_args(entries: list[str]) -> dict[str, str]:
@@ -28,31 +27,16 @@ def parse_env_args(entries: list[str]) -> dict[str, str]:
 
 
 def parse_env_text(text: str, origin: str) -> dict[str, str]:
-    """A .env file: KEY=VALUE lines; blank and # lines skipped; `export ` stripped; quotes removed."""
-    out: dict[str, str] = {}
-    for i, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):].lstrip()
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise MurError("E-DEPLOY-001", f"{origin}:{i}: expected KEY=VALUE, got {raw!r}")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        _check_env(key, value, f"{origin}:{i}")
-        out[key] = value
-    return out
+    """A .env file, in the one grammar every command reads (mur.resolve.env)."""
+    return dotenv.parse(text, origin)
 
 
 def _check_env(key: str, value: str, where: str) -> None:
-    if not ENV_KEY.match(key):
-        raise MurError("E-DEPLOY-001", f"{where}: '{key}' is not a valid environment variable name")
-    if "\n" in value or "\r" in value or "\0" in value:
-        raise MurError("E-DEPLOY-001", f"{where}: the value of {key} contains a newline or NUL, which an env file cannot carry")
+    try:
+        dotenv.check_key(key)
+        dotenv.check_value(key, value)
+    except dotenv.EnvSyntaxError as exc:
+        raise MurError("E-DEPLOY-001", f"{where}: {exc}") from None
 
 
 def resolve_env(env_args: list[str], env_file: Path | None, manifest_dir: Path) -> tuple[dict[str, str], str]:
@@ -70,28 +54,11 @@ def resolve_env(env_args: list[str], env_file: Path | None, manifest_dir: Path) 
     return parse_env_text(text, str(path)), str(path)
 
 
-def _quote_env(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
-    return f'"{escaped}"'
-
-
 def render_env_file(env: dict[str, str] | tuple[tuple[str, str], ...]) -> bytes:
-    """KEY="value" lines readable by systemd's EnvironmentFile= and by `mur supervise`."""
-    items = env.items() if isinstance(env, dict) else env
-    return "".join(f"{k}={_quote_env(v)}\n" for k, v in items).encode()
+    """KEY="value" lines readable by systemd's EnvironmentFile=, sh and `mur supervise`."""
+    return dotenv.render(env)
 
 
 def read_env_file(text: str) -> dict[str, str]:
-    """The inverse of render_env_file (also accepts unquoted values)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        key, _, value = line.partition("=")
-        if len(value) >= 2 and value[0] == value[-1] == '"':
-            value = re.sub(r"\\(.)", r"\1", value[1:-1])
-        elif len(value) >= 2 and value[0] == value[-1] == "'":
-            value = value[1:-1]
-        out[key.strip()] = value
-    return out
+    """The inverse of render_env_file (the same grammar as a user's .env)."""
+    return dotenv.parse(text, "env")

@@ -56,14 +56,14 @@ def load_env_file(manifest: Path) -> None:
             return
     except PermissionError:  # an unsearchable manifest directory: reading the manifest reports it (E-IO-002)
         return
-    from dotenv import dotenv_values
+    from mur.resolve.env import parse
 
     try:
-        values = dotenv_values(path)
+        values = parse(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise MurError("E-IO-003", f"cannot read env file {path}: {exc}") from exc
     for key, value in values.items():
-        if value is not None and key not in os.environ:
+        if key not in os.environ:
             os.environ[key] = value
 
 
