@@ -2,8 +2,9 @@
 deployment's task lines merged in (mur.remote.tasklog), for SSH and local deployments.
 
 A Docker deployment's sessions live inside its container: its log is shown as the engine has it.
-When the sessions cannot be read (the connection dropped, no permission) the service log is still
-shown, with a note saying why the task lines are missing.
+When the sessions cannot be read (no permission, a broken tree) the service log is still shown, with
+a note saying why the task lines are missing; when the host cannot be reached at all, that error is
+the answer (the service log could not be read either).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ def _task_history(dep: Any, note: Callable[[str], None]) -> Iterator[tuple[Any, 
                     found = (sessions, *history(sessions, sessions.list()))
                 except remote_errors() as exc:
                     raise failure(sessions.where, exc) from exc
-            except MurError as err:  # the service log is still worth showing
+            except MurError as err:
+                if err.code in ("E-DEPLOY-003", "E-DEPLOY-009"):  # no connection: no service log either
+                    raise
                 note(f"no task lines: the deployment's sessions could not be read ({err.message})")
         yield found
 

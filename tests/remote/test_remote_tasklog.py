@@ -97,3 +97,26 @@ def test_follow_reports_new_task_events_once_whole(tmp_path):
     sink.data(b"ne two\n")
     sink.flush()
     assert [t for t, r in written[2:]] == ["log line one", "log line two"]
+
+
+def test_deploy_logs_of_a_local_deployment_with_task_lines(home, cli):
+    """The real command over a local deployment's supervisor log and session traces."""
+    from mur.deploy.state import Deployment, DeploymentStore
+    from mur.deploy.targets import TargetSpec
+
+    dep = "dep_0196a0a0a0a07000800000000000abcd"
+    root = home / ".murmur" / "deployments" / dep
+    (root / "logs").mkdir(parents=True)
+    (root / "logs" / "service.log").write_text(SERVICE + "\n")
+    for n in (2, 3):
+        trace(root / "releases", n, failed_task(n))
+    DeploymentStore().save(Deployment(dep, "local", TargetSpec("local"), home=str(home), init="supervisor",
+                                      status="running"))
+    code, out, err = cli("deploy", "logs", dep[:12])
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 9 and lines[2].startswith(f"[mur task ") and lines[-1].endswith("max turns reached")
+    code, out, err = cli("deploy", "logs", dep, "-n", "2", "--json")
+    body = json.loads(out)
+    assert len(body["lines"]) == 2 and [t["event"] for t in body["tasks"]] == ["start", "end"]
+    assert body["tasks"][1]["session_id"] == sid(3)
