@@ -39,7 +39,11 @@ class TooLarge(OSError):
 def read_records(path: Path | str, *, limit: int = MAX_BYTES, tool_writable: bool = False,
                  strict_utf8: bool = False) -> list[tuple[int, Any]]:
     """Every non-blank line of a JSON-lines file, parsed, with its 1-based line number."""
-    data = _read(Path(path), limit, tool_writable)
+    return parse_records(_read(Path(path), limit, tool_writable), path, strict_utf8=strict_utf8)
+
+
+def parse_records(data: bytes, path: Path | str, *, strict_utf8: bool = False) -> list[tuple[int, Any]]:
+    """`read_records` for bytes read elsewhere (a deployment's trace, over SFTP); `path` names them."""
     text = data.decode("utf-8", errors="strict" if strict_utf8 else "replace")
     records = []
     for number, line in enumerate(text.split("\n"), start=1):

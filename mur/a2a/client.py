@@ -141,9 +141,12 @@ class A2AClient:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
         credentials: Credentials | None = None,
+        shown_as: str | None = None,
     ):
         credentials = credentials or Credentials()
         self.url = normalize_url(url, tls=credentials.tls)
+        # what messages call the peer: the deployment id the user gave, not the local end of its SSH forward
+        self.shown = shown_as or self.url
         headers = {"authorization": f"Bearer {credentials.token}"} if credentials.token else {}
         transport = transport or nodelay_transport(ssl_context(credentials))
         self._http = httpx.Client(timeout=timeout, transport=transport, headers=headers)
@@ -159,11 +162,9 @@ class A2AClient:
         self.close()
 
     def _fail(self, what: str) -> MurError:
-        return MurError(
-            "E-A2A-001",
-            f"{self.url}: {what}",
-            hint="is the capsule running? use the url `mur run` printed (murmur: url localhost:<port>)",
-        )
+        hint = ("is the capsule running? use the url `mur run` printed (murmur: url localhost:<port>)"
+                if self.shown == self.url else f"is it running? `mur deploy status {self.shown}` checks it")
+        return MurError("E-A2A-001", f"{self.shown}: {what}", hint=hint)
 
     def _unreachable(self, exc: httpx.HTTPError, what: str) -> MurError:
         cause: BaseException | None = exc
@@ -172,7 +173,7 @@ class A2AClient:
         if isinstance(cause, ssl.SSLCertVerificationError):
             return MurError(
                 "E-A2A-004",
-                f"{self.url}: the server's certificate is not trusted: {cause}",
+                f"{self.shown}: the server's certificate is not trusted: {cause}",
                 hint="pass --cacert FILE (its CA or certificate) or --pin-sha256 HEX (the fingerprint deploy printed)",
             )
         return self._fail(f"{what}: {exc}")
@@ -181,7 +182,7 @@ class A2AClient:
         if response.status_code == 401:
             raise MurError(
                 "E-A2A-002",
-                f"{self.url}: {method} refused: the capsule needs a bearer token"
+                f"{self.shown}: {method} refused: the capsule needs a bearer token"
                 + (" and this one is wrong" if "authorization" in self._http.headers else ""),
                 hint=TOKEN_HINT,
             )
@@ -207,7 +208,7 @@ class A2AClient:
             raise self._fail(f"answered {method} with something that is not a JSON-RPC response")
         if "error" in body:
             err = body["error"] if isinstance(body["error"], dict) else {}
-            raise MurError("E-A2A-001", f"{self.url}: {method} failed: {err.get('code')} {err.get('message')}")
+            raise MurError("E-A2A-001", f"{self.shown}: {method} failed: {err.get('code')} {err.get('message')}")
         return body.get("result")
 
     def send(self, text: str, context_id: str | None = None) -> dict:
@@ -247,7 +248,7 @@ class A2AClient:
                 raise MurError(
                     "E-A2A-001",
                     f"timed out after {timeout:g}s waiting for task {task_id}",
-                    hint=f"follow it with: mur watch {self.url} --task {task_id}",
+                    hint=f"follow it with: mur watch {self.shown} --task {task_id}",
                 )
             time.sleep(poll)
 
@@ -271,7 +272,7 @@ class A2AClient:
                     except ValueError as exc:
                         raise self._fail(f"answered {method} with neither a stream nor JSON") from exc
                     err = body.get("error", {}) if isinstance(body, dict) else {}
-                    raise MurError("E-A2A-001", f"{self.url}: {method} failed: {err.get('code')} {err.get('message')}")
+                    raise MurError("E-A2A-001", f"{self.shown}: {method} failed: {err.get('code')} {err.get('message')}")
                 yield from _parse_sse(response.iter_lines())
         except httpx.HTTPError as exc:
             raise self._unreachable(exc, "stream broke") from exc
@@ -307,12 +308,13 @@ def send_task(
     context_id: str | None = None,
     timeout: float | None = 300.0,
     credentials: Credentials | None = None,
+    shown_as: str | None = None,
 ) -> dict:
     """Send ``text`` and wait for the task to end (or ask for input); returns the task as tasks/get shows it.
 
     A rejected task is returned as message/send answered it.
     """
-    with A2AClient(url, credentials=credentials) as client:
+    with A2AClient(url, credentials=credentials, shown_as=shown_as) as client:
         task = client.send(text, context_id)
         if task.get("status", {}).get("state") not in WAITING_STATES:
             return task

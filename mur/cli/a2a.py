@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Iterator, Optional
 
 import typer
 
 if TYPE_CHECKING:
     from mur.a2a.client import Credentials
+    from mur.remote.reach import Named
 
-URL_HELP = "Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS), or a deployment id."
+URL_HELP = ("Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS), or a deployment id "
+            "(an SSH deployment is reached through its own SSH forward, closed when the command ends).")
 Token = Annotated[Optional[str], typer.Option("--token", help="Bearer token the capsule wants (else MURMUR_A2A_TOKEN).")]
 TokenFile = Annotated[
     Optional[Path], typer.Option("--token-file", help="File holding the bearer token (mode 600).")
@@ -29,24 +32,33 @@ Pin = Annotated[
 def resolve_credentials(
     target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None
 ) -> tuple[str, "Credentials"]:
-    """The URL to call and the credentials to call it with. The token: --token, else --token-file,
+    """The URL to call and the credentials to call it with (see `_resolve`)."""
+    named, credentials = _resolve(target, token, token_file, cacert, pin)
+    return named.url, credentials
+
+
+def _resolve(
+    target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None
+) -> tuple["Named", "Credentials"]:
+    """What `target` names and the credentials to call it with. The token: --token, else --token-file,
     else MURMUR_A2A_TOKEN, else the deployment record's token file; the server check: --cacert or
     --pin-sha256, else the record's pin (an https:// URL without either is verified against the
     system's CAs). `target` may be a URL or a deployment id / unique prefix (`mur deploy ls`)."""
+    from dataclasses import replace
+
     from mur.a2a.auth import read_token_file
     from mur.a2a.client import Credentials, normalize_url, parse_pin
+    from mur.remote.reach import lookup
 
     if token and token_file:
         raise typer.BadParameter("give --token or --token-file, not both", param_hint="--token")
-    from mur.deploy.operations import credentials_for
-
-    recorded = credentials_for(target)  # a deployment id/prefix, or a URL a deployment recorded
-    if recorded is not None:
-        target = recorded[0]
-        if not (token or token_file or os.environ.get("MURMUR_A2A_TOKEN")) and recorded[1]:
-            token_file = Path(recorded[1])
+    named = lookup(target)  # a deployment id/prefix, or a URL a deployment recorded
+    dep = named.deployment
+    if dep is not None:
+        if not (token or token_file or os.environ.get("MURMUR_A2A_TOKEN")) and dep.token_file:
+            token_file = Path(dep.token_file)
         if cacert is None and pin is None:
-            pin = recorded[2]
+            pin = dep.tls_pin
     if token_file is not None:
         token = read_token_file(token_file)
     token = token or os.environ.get("MURMUR_A2A_TOKEN", "").strip() or None
@@ -56,7 +68,21 @@ def resolve_credentials(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--pin-sha256") from exc
     credentials = Credentials(token=token, cacert=cacert, pin_sha256=pin)
-    return normalize_url(target, tls=credentials.tls), credentials
+    return replace(named, url=normalize_url(named.url, tls=credentials.tls)), credentials
+
+
+@contextlib.contextmanager
+def _reached(target: str, token: str | None, token_file: Path | None, cacert: Path | None,
+             pin: str | None) -> Iterator[tuple[str, "Credentials", Optional[str]]]:
+    """(URL, credentials, the name messages use) for the block: an SSH deployment is reached through
+    a forward this command opens over the verified SSH connection and closes when the block ends
+    (mur.remote.reach); messages then name it as the user did, not by the forward's local port."""
+    from mur.cli.render import note
+    from mur.remote.reach import endpoint
+
+    named, credentials = _resolve(target, token, token_file, cacert, pin)
+    with endpoint(named, note=lambda text: note(f"note: {text}")) as url:
+        yield url, credentials, (target if url != named.url else None)
 
 
 def register(app: typer.Typer) -> None:
@@ -77,8 +103,9 @@ def register(app: typer.Typer) -> None:
         from mur.cli.render import emit_json, note, terminal_safe
         from mur.errors import MurError
 
-        base, credentials = resolve_credentials(url, token, token_file, cacert, pin_sha256)
-        task = send_task(base, text, context_id=context, timeout=timeout or None, credentials=credentials)
+        with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown):
+            task = send_task(base, text, context_id=context, timeout=timeout or None, credentials=credentials,
+                             shown_as=shown)
         state = task.get("status", {}).get("state")
         if json_out:
             emit_json(task)
@@ -111,8 +138,8 @@ def register(app: typer.Typer) -> None:
         from mur.a2a.client import A2AClient
         from mur.cli.render import emit_json
 
-        url, credentials = resolve_credentials(url, token, token_file, cacert, pin_sha256)
-        with A2AClient(url, credentials=credentials) as client:
+        with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown), \
+                A2AClient(base, credentials=credentials, shown_as=shown) as client:
             task = client.cancel_task(task_id)
         state = task.get("status", {}).get("state")
         if json_out:
@@ -135,13 +162,13 @@ def register(app: typer.Typer) -> None:
         from mur.a2a.client import A2AClient
         from mur.a2a.render import WatchRenderer
 
-        url, credentials = resolve_credentials(url, token, token_file, cacert, pin_sha256)
         renderer = WatchRenderer()
-        with A2AClient(url, credentials=credentials) as client:
+        with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown), \
+                A2AClient(base, credentials=credentials, shown_as=shown) as client:
             for event in client.watch(task_id=task):
-                shown = renderer.render(event.event, event.data)
-                if shown.stdout:
-                    sys.stdout.write(shown.stdout)
+                drawn = renderer.render(event.event, event.data)
+                if drawn.stdout:
+                    sys.stdout.write(drawn.stdout)
                     sys.stdout.flush()
-                for line in shown.stderr:
+                for line in drawn.stderr:
                     print(line, file=sys.stderr, flush=True)

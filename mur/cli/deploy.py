@@ -35,10 +35,19 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _reach_lines(r: dict) -> list[str]:
+    """An SSH deployment on the host's loopback: `mur send ID` opens its own forward (mur.remote.reach);
+    the printed tunnel is for other clients, which then use the url."""
+    if not r.get("tunnel"):
+        return []
+    return [f"  reach     mur send {r.get('deployment_id')} \"<task>\"   (send, watch and cancel open their own "
+            "SSH forward)",
+            f"  tunnel    {r['tunnel']}   (for other clients: then use the url above)"]
+
+
 def _human_deploy(r: dict) -> str:
     lines = [f"∞ {r.get('name')} {r.get('version')}", f"  url       {r.get('url')}"]
-    if r.get("tunnel"):
-        lines.append(f"  reach     {r['tunnel']}   (then use the url above)")
+    lines += _reach_lines(r)
     lines.append(f"  dep       {r.get('deployment_id')}")
     if r.get("container"):
         lines.append(f"  container {r['container']} ({r.get('image')})")
@@ -61,8 +70,7 @@ def _human_status(r: dict) -> str:
     lines = [f"{r.get('deployment_id')}  {r.get('name')} {r.get('version')}  ({r.get('provider')})",
              f"  status    {r.get('status')}",
              f"  url       {r.get('url')}"]
-    if r.get("tunnel"):
-        lines.append(f"  reach     {r['tunnel']}")
+    lines += _reach_lines(r)
     state = svc.get("state")
     if inner:
         state = f"{state} (supervisor {inner.get('state')})"
@@ -206,27 +214,30 @@ def register(app: typer.Typer) -> None:
              follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
              lines: int = typer.Option(200, "--lines", "-n", help="Lines of history."),
              json_out: bool = typer.Option(False, "--json", help="One JSON line (with -f: one per log line).")) -> None:
-        """Show the service log (journal, supervisor log, or container log)."""
-        from mur.deploy.operations import logs as run
+        """Show the service log (journal, supervisor log, or container log) with a line per task."""
+        from mur.cli.render import note, terminal_safe
+        from mur.remote.logs import deployment_logs, follow_logs
 
-        pending = bytearray()
+        def say(text: str) -> None:
+            note(f"note: {text}")
 
-        def sink(data: bytes) -> None:
-            if not json_out:
-                sys.stdout.buffer.write(data)
+        def write(text: str, record: Optional[dict]) -> None:
+            if json_out:
+                emit_json({"deployment_id": dep, "line": text, **({"task": record} if record else {})})
+            else:
+                sys.stdout.write(terminal_safe(text + "\n"))
                 sys.stdout.flush()
-                return
-            pending.extend(data)
-            *done, rest = bytes(pending).split(b"\n")
-            pending[:] = rest
-            for line in done:
-                emit_json({"deployment_id": dep, "line": line.decode("utf-8", "replace")})
 
-        text = run(dep, lines, follow, sink)
-        if json_out and not follow:
-            emit_json({"deployment_id": dep, "lines": text.splitlines()})
-        elif text:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        if follow:
+            follow_logs(dep, lines, write, say)
+            return
+        shown = deployment_logs(dep, lines, say)
+        if json_out:
+            emit_json({"deployment_id": dep, "lines": [t.text for t in shown],
+                       "tasks": [t.record for t in shown if t.record]})
+        else:
+            for t in shown:
+                write(t.text, None)
 
     @group.command("start")
     def start(dep: str = typer.Argument(..., metavar="ID"),

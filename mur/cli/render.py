@@ -75,7 +75,10 @@ class StepReporter:
     on stderr, so stdout stays for the result or the --json line."""
 
     def __init__(self) -> None:
+        from mur.cli.progress import StepClock
+
         self.console = stderr_console()
+        self.clock = StepClock(self.console, lambda text: self.line(text, "dim"))
 
     def line(self, text: str, style: str | None = None) -> None:
         self.console.print(text, style=style, markup=False)
@@ -85,10 +88,12 @@ class StepReporter:
 
     @contextlib.contextmanager
     def step(self, text: str) -> Iterator[None]:
+        """`· text`, the elapsed time while it runs past 2 s (mur.cli.progress.StepClock), then `✓ text (Ns)`."""
         start = time.monotonic()
         self.line(f"· {text}")
         try:
-            yield
+            with self.clock.running(text):
+                yield
         except BaseException:
             self.line(f"✗ {text}", "red")
             raise

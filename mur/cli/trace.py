@@ -1,7 +1,8 @@
 """`mur trace show|steps|diff|report`: read the trace.jsonl files sessions wrote (docs/observability.md).
 
 SESSION is a session address (full id, 4+ character suffix, `@N` = N-th most recent, or a path to a
-trace.jsonl or a session directory); default `@1`. E-TRC-001: the trace does not parse; E-TRC-002:
+trace.jsonl or a session directory); default `@1`. `show` and `steps` take `--deployment ID` to read
+a deployed session where it runs (mur.remote.traces: SFTP for an SSH host, read-only). E-TRC-001: the trace does not parse; E-TRC-002:
 the address matched no session or several.
 """
 
@@ -21,6 +22,24 @@ def _workdir_option() -> Optional[Path]:
 
 def _manifest_option() -> Optional[Path]:
     return typer.Option(None, "--manifest", "-m", help="Read the sessions of this capsule (its <dir>/workdir).")
+
+
+def _deployment_option() -> Optional[str]:
+    return typer.Option(None, "--deployment", "-d", metavar="ID",
+                        help="Read a deployed session's trace where it runs (SSH: read-only over SFTP).")
+
+
+def _only_deployment(deployment: Optional[str], workdir: Optional[Path], manifest: Optional[Path]) -> None:
+    if deployment is not None and (workdir is not None or manifest is not None):
+        raise typer.BadParameter("give --deployment, or --workdir / --manifest, not both", param_hint="--deployment")
+
+
+def _deployed(deployment: str, session: Optional[str]) -> tuple[list, str]:
+    """(events, where the trace is) of a deployed session (mur.remote.traces)."""
+    from mur.cli.render import note
+    from mur.remote.traces import deployment_trace
+
+    return deployment_trace(deployment, session, note=lambda text: note(f"note: {text}"))
 
 
 def _sessions_dir(workdir: Optional[Path], manifest: Optional[Path]) -> Path:
@@ -60,13 +79,19 @@ def register(app: typer.Typer) -> None:
         session: Optional[str] = typer.Argument(None, help=f"{_ADDRESS} Default @1."),
         workdir: Optional[Path] = _workdir_option(),
         manifest: Optional[Path] = _manifest_option(),
+        deployment: Optional[str] = _deployment_option(),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (summary + timeline)."),
     ) -> None:
         """Summarize one session's trace and list its events as a timeline."""
         from mur.cli.render import emit
-        from mur.trace.timeline import render, show as show_session
+        from mur.trace.timeline import render, show as show_session, summarize
 
-        summary = show_session(session, _sessions_dir(workdir, manifest))
+        _only_deployment(deployment, workdir, manifest)
+        if deployment is not None:
+            events, source = _deployed(deployment, session)
+            summary = {**summarize(events, source), "trace": source}
+        else:
+            summary = show_session(session, _sessions_dir(workdir, manifest))
         emit(summary, json_out, render)
 
     @trace_app.command("steps")
@@ -76,13 +101,19 @@ def register(app: typer.Typer) -> None:
                                      help="Add tool inputs, traced outputs and shell commands."),
         workdir: Optional[Path] = _workdir_option(),
         manifest: Optional[Path] = _manifest_option(),
+        deployment: Optional[str] = _deployment_option(),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (tasks, attempts, turns, calls)."),
     ) -> None:
         """Show one session turn by turn: each turn's decision and tokens, and the calls it made."""
         from mur.cli.render import emit
-        from mur.trace.steps import render, show as show_steps
+        from mur.trace.steps import build_steps, render, show as show_steps
 
-        result = show_steps(session, _sessions_dir(workdir, manifest), verbose)
+        _only_deployment(deployment, workdir, manifest)
+        if deployment is not None:
+            events, source = _deployed(deployment, session)
+            result = {**build_steps(events, source, verbose), "trace": source}
+        else:
+            result = show_steps(session, _sessions_dir(workdir, manifest), verbose)
         emit(result, json_out, render)
 
     @trace_app.command("diff")

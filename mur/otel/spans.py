@@ -202,7 +202,7 @@ def _emit_attempt(tracer: Any, attempt: Attempt, session_id: str, formation_id: 
         span = tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=_clean(child_attrs),
                                  start_time=span_start * _MS)
         if event.get("event_type") == ev.TOOL_CALL and event.get("status") == "error":
-            span.set_status(Status(StatusCode.ERROR, "tool call failed"))
+            span.set_status(Status(StatusCode.ERROR, str(event.get("error") or "tool call failed")))  # mur's reason
         span.end(end_time=span_end * _MS)
     root.end(end_time=last_end * _MS)
 

@@ -11,16 +11,18 @@ The key is everything the answer depends on that a process can read cheaply:
 * the namespaces the process is in (user, mount, cgroup, pid: a container on the same kernel shares
   the boot id, not these) and its seccomp state (a filter inherited from a parent);
 * the cgroup it runs in (/proc/self/cgroup): delegation and the enclosing bound depend on it, and a
-  user who moves to another cgroup (a new login session, a systemd scope) is measured again;
+  user who moves to another cgroup (a new login session, a systemd scope) is measured again; and
+  the limits, owners and modes on that cgroup's path (cgroup_stamp): a container whose memory
+  limit was raised or set (the fix E-RUN-012 asks for) or a cgroup delegated in place is measured
+  again at the next run, without `mur probe --refresh`;
 * the knobs that decide whether unprivileged user namespaces may be made (they change at run time);
 * the interpreter (which libseccomp binding loads) and the mur version, the cache schema, and the
   size and mtime of the modules that measure (so an edited probe does not read an old answer).
 
-What the key cannot see is left to the places that enforce: a cgroup whose permissions changed in
-place, libseccomp installed into the same interpreter mid-boot, or the enclosing cgroup's limits
-raised are picked up by `mur probe --refresh` (or MUR_PROBE_CACHE=off); the session creates its own
-cgroup and reads the enclosing bound again when it starts, so a stale cgroup answer changes only
-an early check's wording, never what a session is held to.
+What the key cannot see is left to the places that enforce: libseccomp installed into the same
+interpreter mid-boot is picked up by `mur probe --refresh` (or MUR_PROBE_CACHE=off); the session
+creates its own cgroup and reads the enclosing bound again when it starts, so a stale cgroup answer
+could only change an early check's wording, never what a session is held to.
 
 The runtime may be root, so the file is read and written through mur.privatecache: trusted only
 when nobody else could have written it, written atomically into a 0700 directory.
@@ -78,6 +80,58 @@ def _code_stamp() -> list[list[Any]]:
     return out
 
 
+STAMP_FILES = ("memory.max", "memory.limit_in_bytes", "pids.max")
+MOUNTINFO_LIMIT = 1 << 20
+
+
+def _owner(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mode, st.st_uid, st.st_gid]
+
+
+def cgroup_stamp() -> list[list[Any]]:
+    """The limits, owners and modes on the path from this process's cgroup up to each cgroup mount's
+    root, and the mounts' read-only flags: what delegation and the enclosing bound (enclosing.py, whose
+    parsing this follows; kept here because this runs on every start, before anything heavy loads)
+    depend on besides the cgroup's path. Tens of small reads."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            mountinfo = fh.read(MOUNTINFO_LIMIT)
+    except OSError:
+        return []
+    own: dict[str, str] = {}
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for name in parts[1].split(",") if parts[1] else [""]:
+                own[name] = parts[2].strip() or "/"
+    out: list[list[Any]] = []
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 6 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+            continue
+        root, mountpoint = fields[3].replace("\\040", " "), fields[4].replace("\\040", " ")
+        readonly = "ro" in fields[5].split(",") or "ro" in tail[2].split(",")
+        keys = [""] if tail[0] == "cgroup2" else [c for c in ("memory", "pids") if c in tail[2].split(",")]
+        for key in keys:
+            path = own.get(key)
+            base = root.rstrip("/")
+            if path is None or (base and path != base and not path.startswith(base + "/")):
+                continue
+            d = os.path.join(mountpoint, path[len(base):].lstrip("/")).rstrip("/") or mountpoint
+            while True:
+                limits = [_read(os.path.join(d, name)) for name in STAMP_FILES]
+                out.append([d, readonly, _owner(d), _owner(os.path.join(d, "cgroup.procs")), limits])
+                if len(d) <= len(mountpoint.rstrip("/")) or d == mountpoint:
+                    break
+                d = os.path.dirname(d)
+    return out
+
+
 def key() -> dict[str, Any] | None:
     """What the probe's answer depends on, as read now; None where there is no boot id (not Linux)."""
     boot = _read(BOOT_ID)
@@ -94,7 +148,8 @@ def key() -> dict[str, Any] | None:
     return {
         "schema": SCHEMA, "mur": __version__, "boot_id": boot, "kernel": os.uname().release,
         "uid": os.geteuid(), "namespaces": namespaces, "seccomp": _seccomp_state(),
-        "cgroup": _read("/proc/self/cgroup"), "userns_knobs": [_read(p) for p in USERNS_KNOBS],
+        "cgroup": _read("/proc/self/cgroup"), "cgroup_path": cgroup_stamp(),
+        "userns_knobs": [_read(p) for p in USERNS_KNOBS],
         "python": sys.executable, "code": _code_stamp(),
     }
 

@@ -19,7 +19,7 @@ from mur.errors import MurError
 from mur.fsafe import LinkRefused, Tree, proc_path
 from mur.session.staging import Staged, StagedTool
 from mur.session.workdir import refused
-from mur.trace import events as ev
+from mur.trace import events as ev, failures
 
 PROC_FD = "/proc/self/fd"
 
@@ -165,7 +165,7 @@ class SessionTools:
         start = time.monotonic()
         if tool is None or tool.role not in ("tool", "shell", "skill"):
             content = json.dumps({"status": "error", "summary": f"unknown tool '{name}'"})
-            self._record_tool(name, tool_input, raw, content, start, "error")
+            self._record_tool(name, tool_input, raw, content, start, "error", reason=f"unknown tool '{name}'")
             return content, True
         if tool.role == "skill":
             text = tool.text or ""
@@ -176,10 +176,10 @@ class SessionTools:
             return text, False
         if tool.kind == "shell":
             return self._call_shell(tool, tool_input, raw, start)
-        result = self._run_wasm(tool, raw)
+        result, reason = self._run_wasm(tool, raw)
         content = json.dumps(_result_json(result), separators=(",", ":"))
         status = "ok" if result.status == "passed" else "error"
-        self._record_tool(name, tool_input, raw, content, start, status, result)
+        self._record_tool(name, tool_input, raw, content, start, status, result, reason=reason)
         return content, result.status != "passed"
 
     def invoke(self, name: str, data: Any) -> Any:
@@ -197,7 +197,7 @@ class SessionTools:
             parsed = {"input": parsed}
         if tool is None or tool.role not in ("tool", "shell", "skill"):
             result = ToolResult("error", summary=f"unknown tool '{name}'")
-            self._record_tool(name, parsed, raw, result.summary or "", start, "error", result)
+            self._record_tool(name, parsed, raw, result.summary or "", start, "error", result, reason=result.summary)
             return result
         if tool.role == "skill":
             content, _ = self.call(name, parsed)
@@ -212,45 +212,50 @@ class SessionTools:
                 data_path=body.get("data_path"),
                 truncated=bool(body.get("truncated")),
             )
-        result = self._run_wasm(tool, raw)
+        result, reason = self._run_wasm(tool, raw)
         status = "ok" if result.status == "passed" else "error"
-        self._record_tool(name, parsed, raw, json.dumps(_result_json(result)), start, status, result)
+        self._record_tool(name, parsed, raw, json.dumps(_result_json(result)), start, status, result, reason=reason)
         return result
 
-    def _run_wasm(self, tool: StagedTool, raw: str) -> Any:
+    def _run_wasm(self, tool: StagedTool, raw: str) -> tuple[Any, str | None]:
+        """(the tool's result, mur's reason when it failed: the guest's own summary is its output)."""
         from mur.wasm.types import ToolInput, ToolResult
 
         if tool.kind != "wasm" or tool.wasm_path is None:
-            return ToolResult("error", summary=f"tool '{tool.name}' has a {tool.kind} implementation, which this runtime does not run")
+            why = f"tool '{tool.name}' has a {tool.kind} implementation, which this runtime does not run"
+            return ToolResult("error", summary=why), why
         try:
-            return self.host.call_tool(self.guest_config(tool), ToolInput(data=raw, log_path=f"logs/tool-{tool.name}.log"))
+            result = self.host.call_tool(self.guest_config(tool), ToolInput(data=raw, log_path=f"logs/tool-{tool.name}.log"))
         except MurError as err:
             if getattr(err, "limit", None) is not None or err.code in ("E-RUN-001", "E-IO-002"):
                 # A guest limit or trap, or a link a tool put where its scope should be, ends this
                 # call, not the session: the model sees the error.
-                return ToolResult("error", summary=err.message)
+                return ToolResult("error", summary=err.message), f"[{err.code}] {err.message}"
             raise
+        return result, None if result.status == "passed" else f"the tool returned status '{result.status}'"
 
     def _call_shell(self, tool: StagedTool, tool_input: dict, raw: str, start: float) -> tuple[str, bool]:
         command = tool_input.get("command") if isinstance(tool_input, dict) else None
         if not isinstance(command, str):
-            content = json.dumps({"status": "error", "summary": "shell tools take {\"command\": \"...\"}"})
-            self._record_tool(tool.name, tool_input, raw, content, start, "error")
+            why = "shell tools take {\"command\": \"...\"}"
+            content = json.dumps({"status": "error", "summary": why})
+            self._record_tool(tool.name, tool_input, raw, content, start, "error", reason=why)
             return content, True
         if self.shell is None:
             content = json.dumps({"status": "error", "summary": "shell capability not granted"})
-            self._record_tool(tool.name, tool_input, raw, content, start, "error")
+            self._record_tool(tool.name, tool_input, raw, content, start, "error", reason="shell capability not granted")
             return content, True
         try:
             res = self.shell.run(tool.name, command=command)
         except MurError as err:
             content = json.dumps({"status": "error", "summary": err.message})
-            self._record_tool(tool.name, tool_input, raw, content, start, "error")
+            self._record_tool(tool.name, tool_input, raw, content, start, "error", reason=f"[{err.code}] {err.message}")
             return content, True
         body = _shell_json(res)
         content = json.dumps(body, separators=(",", ":"))
         failed = res.exit_code != 0
-        self._record_tool(tool.name, tool_input, raw, content, start, "error" if failed else "ok")
+        reason = failures.shell_reason(res.exit_code, body["summary"], bool(res.timed_out)) if failed else None
+        self._record_tool(tool.name, tool_input, raw, content, start, "error" if failed else "ok", reason=reason)
         self._record_shell(res)
         return content, failed
 
@@ -264,7 +269,8 @@ class SessionTools:
 
     # --- trace -----------------------------------------------------------------------------------
 
-    def _record_tool(self, name, tool_input, raw, content, start, status, result=None) -> None:
+    def _record_tool(self, name, tool_input, raw, content, start, status, result=None, reason=None) -> None:
+        """The `tool_call` event; a failed one carries `error`, mur's reason (never the tool's output)."""
         self.tool_calls += 1
         event: dict[str, Any] = {
             "turn": self.turn,
@@ -275,6 +281,8 @@ class SessionTools:
         if self.settings.include_output:
             event["output"] = content
         event.update({"output_bytes": len(content.encode("utf-8")), "duration_ms": _ms(start), "status": status})
+        if status != "ok" and reason:
+            event["error"] = failures.short(reason)
         for key, value in (getattr(result, "metadata", None) or []):
             if key in ("state_effect", "resource_id"):
                 event[key] = value
@@ -293,6 +301,8 @@ class SessionTools:
         }
         if res.resource_limit:
             event["resource_limit"] = res.resource_limit
+        if res.exit_code != 0 and self.settings.include_output and res.stderr:  # stderr is the tool's output
+            event["stderr_tail"] = failures.tail(res.stderr)
         self.trace.emit(ev.SHELL, **event)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
-from mur.jsonl import BadLine, read_records
+from mur.jsonl import BadLine, parse_records, read_records
 
 
 def load_events(path: Path) -> list[dict[str, Any]]:
@@ -23,6 +23,19 @@ def load_events(path: Path) -> list[dict[str, Any]]:
         raise MurError("E-TRC-001", f"{path}: line {exc.number} is {exc.why}") from exc
     except OSError as exc:
         raise MurError("E-IO-003", f"cannot read {path}: {exc.strerror or exc}") from exc
+    return _events(records, path)
+
+
+def parse_events(data: bytes, source: str) -> list[dict[str, Any]]:
+    """`load_events` for a trace read elsewhere (a deployment's, over SFTP); `source` names it."""
+    try:
+        records = parse_records(data, source)
+    except BadLine as exc:
+        raise MurError("E-TRC-001", f"{source}: line {exc.number} is {exc.why}") from exc
+    return _events(records, source)
+
+
+def _events(records: list[tuple[int, Any]], path: Path | str) -> list[dict[str, Any]]:
     events = []
     for number, event in records:
         if not isinstance(event, dict) or not isinstance(event.get("event_type"), str):

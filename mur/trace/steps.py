@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mur.humanize import plain
-from mur.trace import events as ev
+from mur.trace import events as ev, failures
 from mur.trace.timeline import as_int, fmt_input, fmt_ms, require_session
 
 VERBOSE_LIMIT = 120
@@ -94,6 +94,7 @@ def _step(e: dict[str, Any], verbose: bool) -> dict[str, Any]:
                "output_bytes": as_int(e.get("output_bytes"))}
         if e.get("state_effect"):
             row["state_effect"] = _text(e["state_effect"])
+        _failure(row, e)
         if verbose:
             row["input"] = e.get("input")
             if "output" in e:
@@ -108,6 +109,9 @@ def _step(e: dict[str, Any], verbose: bool) -> dict[str, Any]:
                "stderr_bytes": as_int(e.get("stderr_bytes"))}
         if e.get("resource_limit"):
             row["resource_limit"] = _text(e["resource_limit"])
+        if row["exit_code"] != 0:
+            row["meaning"] = failures.exit_meaning(row["exit_code"])
+            row["stderr_tail"] = failures.shell_stderr(e)
         if verbose:
             row["command"] = _command(e.get("command"))
         return row
@@ -120,6 +124,28 @@ def _step(e: dict[str, Any], verbose: bool) -> dict[str, Any]:
                 "output_tokens": as_int(e.get("output_tokens"))}
     fields = {k: v for k, v in e.items() if k not in _SKIP and (v is None or isinstance(v, (str, int, float, bool)))}
     return {"kind": kind, "fields": fields}
+
+
+def _failure(row: dict[str, Any], e: dict[str, Any]) -> None:
+    """A failed call's reason (and, from a trace older than `stderr_tail`, the stderr its output holds)."""
+    if row["status"] == "ok":
+        return
+    row["error"] = failures.tool_error(e)
+    if "error" not in e and failures.output_stderr(e):
+        row["stderr_tail"] = failures.output_stderr(e)
+
+
+def _failure_lines(row: dict[str, Any], pad: str) -> list[str]:
+    lines = []
+    if row.get("error"):
+        lines.append(f"{pad}error:  {row['error']}")
+    elif row.get("meaning"):
+        lines.append(f"{pad}means:  {row['meaning']}")
+    if row.get("stderr_tail"):
+        first, *rest = str(row["stderr_tail"]).split("\n")
+        lines.append(f"{pad}stderr: {first}")
+        lines.extend(f"{pad}        {line}" for line in rest)
+    return lines
 
 
 def render(steps: dict[str, Any]) -> str:
@@ -160,8 +186,12 @@ def _turn_lines(turn: dict[str, Any]) -> list[str]:
     if turn["decision"] is not None:
         head += f"  in {turn['input_tokens']:,}  out {turn['output_tokens']:,}"
     lines = [head]
+    previous: dict[str, Any] = {}
     for row in turn["events"]:
+        if row["kind"] == ev.SHELL and previous.get("error"):  # its tool_call line said why already
+            row = {**row, "meaning": None}
         lines.extend(_row_lines(row))
+        previous = row
     return lines
 
 
@@ -172,6 +202,7 @@ def _row_lines(row: dict[str, Any]) -> list[str]:
         effect = f"  {row['state_effect']}" if row.get("state_effect") else ""
         lines = [f"    tool_call   {plain(row['name'])}  {mark} {plain(row['status'])}  {fmt_ms(row['duration_ms'])}  "
                  f"in {fmt_bytes(row['input_bytes'])}  out {fmt_bytes(row['output_bytes'])}{effect}"]
+        lines.extend(_failure_lines(row, pad))
         if "input" in row:
             lines.append(f"{pad}input:  " + (fmt_input(row["input"], VERBOSE_LIMIT).strip() or "—"))
         if "output" in row:
@@ -185,6 +216,7 @@ def _row_lines(row: dict[str, Any]) -> list[str]:
         limit = f"  limit {row['resource_limit']}" if row.get("resource_limit") else ""
         lines = [f"    shell       {plain(row['binary'] or None)}  exit {plain(row['exit_code'])}  {fmt_ms(row['duration_ms'])}  "
                  f"stdout {fmt_bytes(row['stdout_bytes'])}  stderr {fmt_bytes(row['stderr_bytes'])}{limit}"]
+        lines.extend(_failure_lines(row, pad))
         if "command" in row:
             lines.append(f"{pad}$ {row['command']}")
         return lines

@@ -15,7 +15,7 @@ from typing import Any
 
 from mur.errors import MurError
 from mur.humanize import plain
-from mur.trace import events as ev
+from mur.trace import events as ev, failures
 from mur.trace.reader import load_events
 
 RULE_WIDTH = 49
@@ -58,15 +58,32 @@ def summarize(events: list[dict[str, Any]], source: str = "trace.jsonl") -> dict
         },
         "tool_calls": {**_calls(tools), "calls": [
             {"turn": t.get("turn"), "tool_name": t.get("tool_name"), "duration_ms": t.get("duration_ms"),
-             "status": t.get("status"), "input": t.get("input")} for t in tools]},
+             "status": t.get("status"), "input": t.get("input"), "error": failures.tool_error(t)} for t in tools]},
         "skill_calls": _calls(skills),
-        "shell_calls": {"count": len(shells), "exit_codes": exit_codes, "avg_ms": _avg(shells)},
+        "shell_calls": {"count": len(shells), "exit_codes": exit_codes, "avg_ms": _avg(shells),
+                        "failures": _shell_failures(events)},
         "compaction": _pick(of.get(ev.COMPACTION, []), "turn", "tokens_before", "tokens_after"),
         "hook_failures": _pick(of.get(ev.HOOK_DISPATCH_ERROR, []), "hook_name", "event", "arm"),
         "tasks": _pick(of.get(ev.TASK_END, []), "task_id", "exit_status", "duration_ms", "turns", "input_tokens",
                        "output_tokens", "reopen_count"),
         "timeline": timeline(events),
     }
+
+
+def _shell_failures(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each shell call that exited non-zero: what its status means, and its stderr tail (the `shell`
+    event's, else, from an older trace, what its tool_call's traced output holds)."""
+    out: list[dict[str, Any]] = []
+    previous: dict[str, Any] = {}
+    for e in events:
+        if e["event_type"] == ev.SHELL and as_int(e.get("exit_code")) != 0:
+            stderr = failures.shell_stderr(e)
+            if stderr is None and previous.get("event_type") == ev.TOOL_CALL and "error" not in previous:
+                stderr = failures.output_stderr(previous)
+            out.append({"turn": e.get("turn"), "binary": e.get("binary"), "exit_code": as_int(e.get("exit_code")),
+                        "meaning": failures.exit_meaning(e.get("exit_code")), "stderr_tail": stderr})
+        previous = e
+    return out
 
 
 def require_session(events: list[dict[str, Any]], source: str = "trace.jsonl") -> None:
@@ -132,6 +149,8 @@ def render(summary: dict[str, Any]) -> str:
     for call in tc["calls"]:
         out.append(f"  turn {call['turn']}  {call['tool_name']} {as_int(call['duration_ms'])}ms "
                    f"{'✓' if call['status'] == 'ok' else '✗'}" + fmt_input(call.get("input")))
+        if call.get("error"):
+            out.append(f"      error: {call['error']}")
     section("Skill calls")
     out.append(_calls_line(s["skill_calls"]))
     section("Shell calls")
@@ -142,6 +161,11 @@ def render(summary: dict[str, Any]) -> str:
                           for code, n in sorted(sc["exit_codes"].items()))
         out.append(f"exit codes: {codes}")
         out.append(f"latency:    avg {sc['avg_ms']}ms")
+    for f in sc.get("failures", []):
+        meaning = f": {f['meaning']}" if f.get("meaning") else ""
+        out.append(f"  turn {f['turn']}  {plain(f['binary'])}  exit {f['exit_code']}{meaning}")
+        for line in (f.get("stderr_tail") or "").split("\n") if f.get("stderr_tail") else []:
+            out.append(f"      {line}")
     section("Compaction")
     if not s["compaction"]:
         out.append("fired:      no")
@@ -194,7 +218,9 @@ def _describe(e: dict[str, Any]) -> str:
         return f"{turn}{decision}  in {as_int(e.get('input_tokens'))}  out {as_int(e.get('output_tokens'))}{origin}"
     if kind == ev.TOOL_CALL:
         mark = "✓" if e.get("status") == "ok" else "✗"
-        return f"{turn}{v('tool_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}" + fmt_input(e.get("input"))
+        why = failures.tool_error(e)
+        return (f"{turn}{v('tool_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}" + (f" {why}" if why else "")
+                + fmt_input(e.get("input")))
     if kind == ev.SKILL_CALL:
         mark = "✓" if e.get("status") == "ok" else "✗"
         return f"{turn}{v('skill_name')}  {fmt_ms(e.get('duration_ms'))}  {mark}"

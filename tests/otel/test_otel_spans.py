@@ -177,3 +177,13 @@ def test_on_event_keeps_a_slim_copy_and_ignores_junk():
     assert exporter.pending == 1
     assert "input" in event  # the caller's dict is untouched
     assert "input" not in exporter._events[0]
+
+
+def test_a_failed_tool_calls_span_status_says_why():
+    events = session_events()
+    failed = next(e for e in events if e["event_type"] == "tool_call" and e["status"] == "error")
+    [_, span] = by_name(build_spans(events, "hello", "0.1.0"), "capsule.tool_call")
+    assert span.status.description == "tool call failed"  # a trace from before `error`
+    failed["error"] = "unknown tool 'nope'"
+    [_, span] = by_name(build_spans(events, "hello", "0.1.0"), "capsule.tool_call")
+    assert span.status.status_code is StatusCode.ERROR and span.status.description == "unknown tool 'nope'"

@@ -66,7 +66,9 @@ def test_the_first_probe_writes_a_private_cache_and_the_next_reads_it(home):
 
 
 @pytest.mark.parametrize("change", [{"boot_id": "another-boot"}, {"kernel": "0.0.0"}, {"cgroup": "0::/elsewhere"},
-                                    {"uid": 12345}, {"mur": "0.0.0"}, {"schema": probecache.SCHEMA + 1}])
+                                    {"uid": 12345}, {"mur": "0.0.0"}, {"schema": probecache.SCHEMA + 1},
+                                    # a limit or an owner on the cgroup's path changed in place (E-RUN-012's fix)
+                                    {"cgroup_path": [["/sys/fs/cgroup", False, None, None, ["1048576", None, None]]]}])
 def test_a_cache_measured_under_another_key_is_measured_again(home, change):
     real = probe.probe_host().landlock_abi
     doctor(cache_file(home), **change)

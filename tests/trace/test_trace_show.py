@@ -85,7 +85,7 @@ def test_summary_numbers():
     assert s["tokens"] == {"input": 260, "output": 52, "total": 312}
     assert {k: s["tool_calls"][k] for k in ("count", "ok", "error", "avg_ms")} == {
         "count": 2, "ok": 1, "error": 1, "avg_ms": 35}
-    assert s["shell_calls"] == {"count": 1, "exit_codes": {"0": 1}, "avg_ms": 50}
+    assert s["shell_calls"] == {"count": 1, "exit_codes": {"0": 1}, "avg_ms": 50, "failures": []}
     assert s["compaction"] == [{"turn": 1, "tokens_before": 9000, "tokens_after": 800}]
     assert [t["task_id"] for t in s["tasks"]] == ["tsk_1", "tsk_2"]
     assert [r["offset_ms"] for r in s["timeline"]][:3] == [0, 1, 2]

@@ -232,6 +232,13 @@ class SSHTarget(Target):
             self._sftp = self._client.open_sftp()
         return self._sftp
 
+    def sftp(self):  # noqa: ANN201 - paramiko.SFTPClient
+        """The connection's SFTP client (mur.remote reads session traces through it, read-only)."""
+        try:
+            return self._sftp_client()
+        except _ssh_errors() as exc:
+            raise _ssh_error(self.label, "SFTP", exc) from exc
+
     def _put(self, src: Path | bytes, dst: str) -> None:
         try:
             sftp = self._sftp_client()
