@@ -158,6 +158,7 @@ def instantiate(engine: WasmEngine, component: Any, cfg: GuestConfig, ctx: CallC
         wasi.stdout_custom = write_output
         wasi.stderr_custom = write_output
         store.set_wasi(wasi)
+        store.set_wasi_http()  # wasi:http's context (its handle is mur's: mur.wasm.wasi_http)
         apply_store_limits(store, cfg.limits)
         store.set_epoch_deadline(deadline_ticks(cfg.limits.deadline_seconds))
         try:
@@ -255,6 +256,7 @@ class WasmHost:
             request_input=self.request_input,
             on_chunk=self.on_chunk,
             run_inference=self.run_inference,
+            engine=self.engine.engine,
         )
         output = _Output(Path(cfg.log_path) if cfg.log_path else None)
         failure: BaseException | None = None
