@@ -138,7 +138,7 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
             trace.listeners.append(otel.on_event)
         staged = stage(prep.resolved, capsule.capabilities.shell_allow, wd)
         card_box.update(_card(prep, staged))
-        shell = _start_shell(prep, wd, session_id, loaded)
+        shell = _start_shell(prep, wd, session_id, loaded, staged)
         settings = _guest_settings(prep, session_id, url, wd, staged)
         from mur.wasm.host import WasmHost
 
@@ -266,17 +266,22 @@ def _otel_exporter(capsule: Any, wd: Any) -> Any:
     )
 
 
-def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any) -> Any:
-    """Start the shell sandbox when the capsule can spawn subprocesses (E-RUN-012 inside)."""
+def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any, staged: Any) -> Any:
+    """Start the shell sandbox when the capsule can spawn subprocesses (E-RUN-012 inside); native
+    tools run in it like shell.allow binaries (mur.session.native)."""
     from mur.session.launch_checks import needs_subprocesses
 
     if not needs_subprocesses(prep):
         return None
     from mur.sandbox.shell import ShellSandbox
+    from mur.session import native
 
+    caps = prep.loaded.capsule.capabilities
+    natives = [t.name for t in staged.tools.values() if t.kind == "native" and t.exec_path is not None]
     shell = ShellSandbox(
-        prep.loaded.capsule.capabilities, wd.accessible, session_id, loaded.network_allow, probe=prep.probe,
-        log=_bootstrap_logger(wd), logs_dir=wd.logs,
+        native.SandboxCaps(caps, natives) if natives else caps, wd.accessible, session_id, loaded.network_allow,
+        probe=prep.probe, log=_bootstrap_logger(wd), logs_dir=wd.logs,
+        host_env=native.sandbox_env(wd.session, dict(os.environ)) if natives else None,
     )
     shell.launch_warnings = shell.start()
     return shell

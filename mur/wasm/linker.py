@@ -111,6 +111,8 @@ def _invoke(store: Any, name: str, value: Any) -> Any:
     except MurError as exc:
         return exc.message
     except Exception as exc:  # the guest gets a reason, never a host traceback
+        if getattr(exc, "ends_task", False):  # the task is over (an input wait timed out): trap the capsule
+            raise
         return f"tool '{name}' failed: {type(exc).__name__}: {exc}"
 
 
