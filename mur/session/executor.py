@@ -69,7 +69,7 @@ class TaskExecutor:
             containment_declared=prep.floor.declared,
             containment_achieved=prep.achieved,
             workdir_exec=caps.filesystem.workdir_exec,
-            system_prompt_source=prep.system_prompt_source if prompt is not None else "none",
+            system_prompt_source=prep.system_prompt_source,
             system_prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest() if prompt is not None else None,
             **({"system_prompt": prompt} if capsule.trace.include_tool_output and prompt is not None else {}),
             effective_grants=effective_grants(capsule, prep.floor, prep.probe),

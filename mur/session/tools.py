@@ -62,6 +62,7 @@ class SessionTools:
         self.tool_calls = 0
         self.shell_calls = 0
         self.on_http: Callable[[dict], None] | None = None
+        self.hidden: set[str] = set()  # staged but not offered to the model (a skill bound as the prompt)
         self._scope_fds: dict[str, int] = {}
 
     def close(self) -> None:
@@ -73,7 +74,8 @@ class SessionTools:
     # --- what the model sees -----------------------------------------------------------------
 
     def visible(self) -> list[StagedTool]:
-        return [t for t in self.staged.tools.values() if t.role in ("tool", "shell", "skill")]
+        return [t for t in self.staged.tools.values()
+                if t.role in ("tool", "shell", "skill") and t.name not in self.hidden]
 
     def specs(self) -> list[dict[str, Any]]:
         """Anthropic-style tool specs for every model-visible tool."""
@@ -194,7 +196,7 @@ class SessionTools:
         """A model tool call: returns (tool_result content, is_error)."""
         if turn is not None:
             self.turn = turn
-        tool = self.staged.tools.get(name)
+        tool = self.staged.tools.get(name) if name not in self.hidden else None
         raw = json.dumps(tool_input, separators=(",", ":"))
         start = time.monotonic()
         if tool is None or tool.role not in ("tool", "shell", "skill"):
@@ -221,7 +223,7 @@ class SessionTools:
         from mur.wasm.types import ToolResult
 
         start = time.monotonic()
-        tool = self.staged.tools.get(name)
+        tool = self.staged.tools.get(name) if name not in self.hidden else None
         raw = data.data or ""
         try:
             parsed = json.loads(raw) if raw else {}
