@@ -7,7 +7,7 @@ Records, one JSON object per line, told apart by `record_type`:
                (exactly one, last)
 
 A line that is not such a record is E-EVAL-001 (`<path>:<line>: <why>`). Sessions are addressed like
-`mur trace` (mur.trace.sessions: full id, 4+ char suffix, @N, or a path); a session with no
+`mur trace` (mur.trace.sessions: full id, id suffix, @N, or a path); a session with no
 eval.jsonl is E-EVAL-002. The hook writes eval.jsonl into the directory its grant preopens; with the
 usual grant (`filesystem.scope: .`) that is the tools' workdir: the session directory's work/ by
 default (the session directory itself in older runs), DIR with `mur run --workdir DIR` (name the
