@@ -63,8 +63,9 @@ def register(app: typer.Typer) -> None:
         capsule: Path = typer.Argument(
             Path("."), metavar="CAPSULE_DIR", help="Capsule directory holding murmur.yaml (default: .)."
         ),
-        dataset: Path = typer.Option(
-            ..., "--dataset", help='JSONL file, one case a line: {"case_id", "task_path", "expected"?}.'
+        dataset: Optional[Path] = typer.Option(
+            None, "--dataset", help='JSONL file, one case a line: {"case_id", "task_path", "expected"?}. '
+                                    "Default: ./eval.jsonl."
         ),
         json_out: bool = typer.Option(
             False, "--json", help="Print one JSON line: dataset, dataset_id, cases, pass, total."
@@ -90,6 +91,12 @@ def register(app: typer.Typer) -> None:
                 note(f"    stage failed: {result.error}")
             out(render_case_result(result))
 
+        if dataset is None:  # upstream's default and words
+            dataset = Path("eval.jsonl")
+            if not dataset.is_file():
+                from mur.errors import MurError
+
+                raise MurError("E-IO-001", "no dataset found. Expected ./eval.jsonl or specify with --dataset <path>")
         result = run_eval(capsule, dataset, workdir_root, on_start=lambda count: out(render_start(count)),
                           on_case=lambda case: out(render_case_start(case)),
                           on_result=on_result, note=note)

@@ -38,7 +38,7 @@ def resolve_eval(selector: str | None, workdir: Path) -> Path:
         path = Path(address)
         target = path / EVAL_FILE if path.is_dir() else path
         if not target.is_file():
-            raise MurError("E-EVAL-002", f"no eval file at {target}")
+            raise MurError("E-IO-001", f"eval file not found: {target}")  # upstream's words
         return target
     if not address and not list_sessions(workdir):
         raise MurError("E-EVAL-002", f"no sessions found in workdir at {workdir}",
