@@ -8,7 +8,9 @@ through the task's A2A context (mur.a2a.lifecycle), in upstream's order:
 * ``text`` ``{"text": chunk, "final": false}`` per ``emit-chunk`` (``thinking`` per
   ``emit-thinking-chunk``) while the driver runs; once it returns, after a turn that streamed, one
   ``text`` ``{"text": "", "final": true}`` (the cursor-removal signal);
-* ``artifact`` ``{"tool_name", "content"}`` after every tool call, failed ones included;
+* ``artifact`` ``{"tool_name", "content"}`` after every tool call, failed ones included (content past
+  ARTIFACT_LIMIT bytes is cut, with a note: every frame stays in the replay buffer, and the model
+  chooses how many calls there are);
 * at the end, when no chunk was streamed in the last turn, one ``text`` with the whole answer and
   ``"final": true`` (the non-streaming driver's fallback), before the service's final ``status``.
 """
@@ -16,6 +18,8 @@ through the task's A2A context (mur.a2a.lifecycle), in upstream's order:
 from __future__ import annotations
 
 from typing import Any
+
+ARTIFACT_LIMIT = 64 * 1024  # bytes of a tool result a stream frame carries
 
 
 class TaskStream:
@@ -45,6 +49,10 @@ class TaskStream:
             self._emit("text", {"text": "", "final": True})
 
     def tool_result(self, name: str, content: str, is_error: bool) -> None:
+        raw = content.encode("utf-8", "replace")
+        if len(raw) > ARTIFACT_LIMIT:
+            kept = raw[:ARTIFACT_LIMIT].decode("utf-8", "ignore")
+            content = f"{kept}\n[cut: {len(raw)} bytes in all; the model got the whole result]"
         self._emit("artifact", {"tool_name": name, "content": content})
 
     def finished(self, text: str) -> None:

@@ -66,3 +66,13 @@ def test_a_turn_without_chunks_sends_the_whole_answer_once():
     silent = TaskStream(object())  # a context without emit (no A2A): nothing to send, nothing breaks
     silent.turn_started(0)
     silent.finished("x")
+
+
+def test_a_huge_tool_result_is_cut_in_its_frame():
+    from mur.session.stream import ARTIFACT_LIMIT
+
+    context = Context()
+    TaskStream(context).tool_result("cat", "é" * ARTIFACT_LIMIT, False)
+    [(kind, frame)] = context.frames
+    assert kind == "artifact" and len(frame["content"].encode()) < ARTIFACT_LIMIT + 200
+    assert frame["content"].endswith(f"[cut: {2 * ARTIFACT_LIMIT} bytes in all; the model got the whole result]")
