@@ -72,7 +72,7 @@ def test_round_trip_build_publish_install_list_doctor(tmp_path, registry, author
     assert not (user / ".murmur").exists()  # a project install does not touch the global store
 
     listing = mur(["list"], cwd=project, home=user)
-    assert listing.out == "NAME   VERSION  RUNTIME  PLATFORM\ngreet  0.1.0    skill    \u2014\n"
+    assert listing.out == "NAME   VERSION  RUNTIME  PLATFORMS\ngreet  0.1.0    skill    \u2014\n"
     doctor = mur(["doctor"], cwd=project, home=user)
     assert doctor.code == 0 and "  \u2713  greet@0.1.0   project, lock ok\n" in doctor.out
 

@@ -2,7 +2,7 @@
 loopback model of integration/sandbox/hostile.py, the real sandbox) whose shell tool runs a file it
 may not execute (exit 126) and whose model asks for a tool that does not exist.
 
-The reason (mur's words: `exit code 126: ...`, `unknown tool 'nope'`) is always shown; the shell's
+The reason (mur's words: `exit code 126: ...`, `tool 'nope' is not declared in manifest allowlist`) is always shown; the shell's
 stderr tail (`Permission denied`) only when `trace.include_tool_output` is on, because it is the
 tool's output."""
 
@@ -42,7 +42,7 @@ def test_with_tool_output_the_reason_and_the_stderr_tail_are_shown(tmp_path):
     capsule, run = run_capsule(tmp_path / "cap", include_output=True)
     [call, unknown] = run.events("tool_call")
     assert call["status"] == "error" and call["error"].startswith("exit code 126: found but not executed")
-    assert unknown["error"] == "unknown tool 'nope'"
+    assert unknown["error"] == "tool 'nope' is not declared in manifest allowlist"
     [shell] = run.events("shell")
     assert "Permission denied" in shell["stderr_tail"]
 
@@ -53,22 +53,22 @@ def test_with_tool_output_the_reason_and_the_stderr_tail_are_shown(tmp_path):
     assert lines[at + 1].startswith("      error:  exit code 126: found but not executed (permission denied")
     shell_at = next(i for i, line in enumerate(lines) if line.startswith("    shell ") and "exit 126" in line)
     assert lines[shell_at + 1].startswith("      stderr: ") and "Permission denied" in lines[shell_at + 1]
-    assert "      error:  unknown tool 'nope'" in lines
+    assert "      error:  tool 'nope' is not declared in manifest allowlist" in lines
 
     show = trace_cli("show", str(run.session), "--json", cwd=capsule.root)
     summary = json.loads(show.stdout)
-    assert [c["error"] for c in summary["tool_calls"]["calls"]] == [call["error"], "unknown tool 'nope'"]
+    assert [c["error"] for c in summary["tool_calls"]["calls"]] == [call["error"], "tool 'nope' is not declared in manifest allowlist"]
     [failure] = summary["shell_calls"]["failures"]
     assert failure["exit_code"] == 126 and "Permission denied" in failure["stderr_tail"]
     human = trace_cli("show", str(run.session), cwd=capsule.root).stdout
-    assert "      error: unknown tool 'nope'" in human and "Permission denied" in human
+    assert "      error: tool 'nope' is not declared in manifest allowlist" in human and "Permission denied" in human
 
 
 def test_without_tool_output_the_reason_is_shown_and_stderr_is_not_recorded(tmp_path):
     capsule, run = run_capsule(tmp_path / "cap", include_output=False)
     [call, unknown] = run.events("tool_call")
     assert "output" not in call and call["error"].startswith("exit code 126")
-    assert unknown["error"] == "unknown tool 'nope'"
+    assert unknown["error"] == "tool 'nope' is not declared in manifest allowlist"
     [shell] = run.events("shell")
     assert "stderr_tail" not in shell
     raw = (run.session / "trace.jsonl").read_text()
@@ -78,5 +78,5 @@ def test_without_tool_output_the_reason_is_shown_and_stderr_is_not_recorded(tmp_
     assert steps.returncode == 0, steps.stderr
     assert "      error:  exit code 126: found but not executed (permission denied: not executable, or exec " \
            "refused there)" in steps.stdout.splitlines()
-    assert "      error:  unknown tool 'nope'" in steps.stdout.splitlines()
+    assert "      error:  tool 'nope' is not declared in manifest allowlist" in steps.stdout.splitlines()
     assert "stderr:" not in steps.stdout

@@ -38,7 +38,7 @@ def test_uninstalled_registry_artifact_is_e_run_008(hello, home):
     data["artifacts"].append({"name": "weather", "version": "1.2.0"})
     (hello / "murmur.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     err = _refused(hello, home, "E-RUN-008")
-    assert "weather@1.2.0" in err and "mur install weather@1.2.0" in err
+    assert "missing artifacts: weather@1.2.0" in err and "mur install weather@1.2.0" in err
 
 
 def test_http_inference_without_a_driver_is_e_run_005(hello, home):

@@ -29,7 +29,7 @@ def test_hello_runs_and_lays_out_the_workdir(hello, home):
         assert (wd / rel).exists(), rel
     assert sorted(p.name for p in wd.iterdir()) == ["logs", "out", "trace.jsonl", "work"]
     md = (wd / "work" / "MURMUR.md").read_text()
-    assert "## Installed Tools" in md and "`greet`" in md and wd.name in md and str(wd / "logs") in md
+    assert "## Installed Tools" in md and "**greet**" in md and wd.name in md and str(wd / "logs") in md
 
 
 def test_json_startup_line_is_deploys_contract(hello, home):

@@ -61,6 +61,8 @@ class Task:
 class InputWaitEnded(Exception):
     """A request-input wait ended without a reply (timeout or shutdown); ``reason`` says which."""
 
+    ends_task = True  # raised through a guest call and the agent loop, up to the service
+
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason

@@ -432,8 +432,8 @@ def list_rows(*, global_: bool = False, all_: bool = False, cwd: Path | None = N
 
 
 def render_table(rows: list[ListRow], *, with_scope: bool) -> str:
-    """`NAME  VERSION  RUNTIME  PLATFORM` (with a leading SCOPE column for --all)."""
-    headers = (["SCOPE"] if with_scope else []) + ["NAME", "VERSION", "RUNTIME", "PLATFORM"]
+    """`NAME  VERSION  RUNTIME  PLATFORMS` (upstream's header; a leading SCOPE column for --all)."""
+    headers = (["SCOPE"] if with_scope else []) + ["NAME", "VERSION", "RUNTIME", "PLATFORMS"]
     table = []
     for row in rows:
         platform = ", ".join(row.meta.platform_tags) or "\u2014"

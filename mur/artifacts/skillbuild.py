@@ -255,6 +255,14 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _ManifestDumper.add_representer(str, _represent_str)
 
 
+class _Version(str):
+    """A version string, written single-quoted as upstream writes it (`version: '3.1.4'`)."""
+
+
+_ManifestDumper.add_representer(
+    _Version, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", str(value), style="'"))
+
+
 def _dump_manifest(root: dict) -> str:
     """YAML text for `root` that mur's reader parses back to exactly `root`."""
     return yaml.dump(
@@ -296,7 +304,7 @@ def skill_manifest_text(
     if skill.manifest is None:
         root: dict[str, Any] = {
             "name": name or infer_skill_name(skill.path),
-            "version": version or DEFAULT_VERSION,
+            "version": _Version(version or DEFAULT_VERSION),
             "runtime": "skill",
         }
         if summary is not None:
@@ -318,7 +326,7 @@ def skill_manifest_text(
     changed = False
     for key, value in (("name", name), ("version", version), ("description", summary)):
         if value is not None and root.get(key) != value:
-            root[key] = value
+            root[key] = _Version(value) if key == "version" else value
             changed = True
     declared = _declared_requires(root)
     covered = [SKILL_MD_ENTRY] if declared is None else declared

@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
         all_: bool = typer.Option(False, "--all", help="List the project and the global store (adds SCOPE)."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON line (a list)."),
     ) -> None:
-        """List installed artifacts: NAME VERSION RUNTIME PLATFORM."""
+        """List installed artifacts: NAME VERSION RUNTIME PLATFORMS."""
         from mur.artifacts import operations
 
         if global_ and all_:
@@ -137,14 +137,13 @@ def register(app: typer.Typer) -> None:
 
             emit_json(searching.hits_json(hits))
             return
-        if not hits:
+        if not hits:  # upstream's words on stdout (scripts match them); where mur looked on stderr
             from mur.manifest.yamlio import one_line
 
+            print("No results found.", flush=True)
             if searching.searches_local_only(registry, remote=remote):
-                print(f"No artifacts match '{one_line(query)}' in the local stores.", flush=True)
-                print("  hint: search a remote index with --remote, or --registry URL|PATH", file=sys.stderr)
-            else:
-                print(f"No artifacts match '{one_line(query)}'.", flush=True)
+                print(f"  note: nothing matches '{one_line(query)}' in the local stores; search a remote index "
+                      "with --remote, or --registry URL|PATH", file=sys.stderr)
             return
         print(searching.render_table(hits), flush=True)
 

@@ -17,7 +17,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("new", "mur.cli.new", "Create ./NAME from a template, then print the commands that build and run it."),
     ("publish", "mur.cli.artifacts", "Publish an artifact to the local store (default) or a registry."),
     ("install", "mur.cli.artifacts", "Install artifacts into the project store (pinning murmur.lock) or the global store."),
-    ("list", "mur.cli.artifacts", "List installed artifacts: NAME VERSION RUNTIME PLATFORM."),
+    ("list", "mur.cli.artifacts", "List installed artifacts: NAME VERSION RUNTIME PLATFORMS."),
     ("search", "mur.cli.artifacts", "Search artifacts: NAME VERSION RUNTIME DESCRIPTION (the local stores unless a remote is configured)."),
     ("doctor", "mur.cli.artifacts", "Check every manifest artifact against the stores and murmur.lock (exit 1 on a problem)."),
     ("uninstall", "mur.cli.uninstall", "Remove an installed artifact from the project store (and its murmur.lock pin) or the global one."),

@@ -1,7 +1,7 @@
 """`mur eval show|diff|run`: a session's eval.jsonl (murmur-hook-eval) summarized, or two compared, or a
 capsule run over a dataset of cases and each case scored.
 
-SESSION is a session address as for `mur trace show` (full id, 4+ character suffix, `@N`, or a path
+SESSION is a session address as for `mur trace show` (full id, a suffix of it, `@N`, or a path
 to an eval.jsonl or a session directory); default: the most recent session. Exit 0 even when nothing
 was scored. `mur eval diff [A B]` compares two sessions' pass rates per scorer (default @2 @1).
 E-EVAL-001: a line of the file is not an eval record; E-EVAL-002: no eval file (or no session) for the
@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
     @eval_app.command("show")
     def show(
         session: Optional[str] = typer.Argument(
-            None, help="Session address: full id, 4+ char suffix, @N (N-th most recent), or a path. Default @1."
+            None, help="Session address: full id, id suffix, @N (N-th most recent), or a path. Default @1."
         ),
         workdir: Path = typer.Option(
             Path("workdir"), "--workdir", help="Directory holding the ses_* session directories."
@@ -63,8 +63,9 @@ def register(app: typer.Typer) -> None:
         capsule: Path = typer.Argument(
             Path("."), metavar="CAPSULE_DIR", help="Capsule directory holding murmur.yaml (default: .)."
         ),
-        dataset: Path = typer.Option(
-            ..., "--dataset", help='JSONL file, one case a line: {"case_id", "task_path", "expected"?}.'
+        dataset: Optional[Path] = typer.Option(
+            None, "--dataset", help='JSONL file, one case a line: {"case_id", "task_path", "expected"?}. '
+                                    "Default: ./eval.jsonl."
         ),
         json_out: bool = typer.Option(
             False, "--json", help="Print one JSON line: dataset, dataset_id, cases, pass, total."
@@ -90,6 +91,12 @@ def register(app: typer.Typer) -> None:
                 note(f"    stage failed: {result.error}")
             out(render_case_result(result))
 
+        if dataset is None:  # upstream's default and words
+            dataset = Path("eval.jsonl")
+            if not dataset.is_file():
+                from mur.errors import MurError
+
+                raise MurError("E-IO-001", "no dataset found. Expected ./eval.jsonl or specify with --dataset <path>")
         result = run_eval(capsule, dataset, workdir_root, on_start=lambda count: out(render_start(count)),
                           on_case=lambda case: out(render_case_start(case)),
                           on_result=on_result, note=note)

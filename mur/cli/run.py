@@ -19,8 +19,11 @@ CLASSES = ("advisory", "scoped", "sealed")
 
 
 def _choice(value: Optional[str], allowed: tuple[str, ...], flag: str) -> Optional[str]:
+    """A flag limited to `allowed`: anything else is upstream's E-IO-003 (exit 1, not a usage error)."""
     if value is not None and value not in allowed:
-        raise typer.BadParameter(f"'{value}' is not one of: {', '.join(allowed)}", param_hint=flag)
+        from mur.errors import MurError
+
+        raise MurError("E-IO-003", f"{flag} must be one of: {', '.join(allowed)}; got '{value}'")
     return value
 
 

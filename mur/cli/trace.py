@@ -1,8 +1,9 @@
 """`mur trace show|steps|diff|report`: read the trace.jsonl files sessions wrote (docs/observability.md).
 
-SESSION is a session address (full id, 4+ character suffix, `@N` = N-th most recent, or a path to a
+SESSION is a session address (full id, a suffix of it, `@N` = N-th most recent, or a path to a
 trace.jsonl or a session directory); default `@1`. `show` and `steps` take `--deployment ID` to read
-a deployed session where it runs (mur.remote.traces: SFTP for an SSH host, read-only). E-TRC-001: the trace does not parse; E-TRC-002:
+a deployed session where it runs (mur.remote.traces: SFTP for an SSH host, read-only). E-TRC-001: the
+trace does not parse; E-TRC-002:
 the address matched no session or several.
 """
 
@@ -13,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-_ADDRESS = "Session address: full id, 4+ char suffix, @N (N-th most recent), or a path."
+_ADDRESS = "Session address: full id, id suffix, @N (N-th most recent), or a path."
 
 
 def _workdir_option() -> Optional[Path]:
@@ -146,11 +147,15 @@ def register(app: typer.Typer) -> None:
         from mur.trace.report import render, report as build_report
 
         if sessions and (last is not None or since is not None):
-            raise typer.BadParameter("cannot be combined with session addresses",
-                                     param_hint="--last" if last is not None else "--since")
+            from mur.errors import MurError
+
+            flag = "--since" if since is not None else "--last"
+            raise MurError("E-TRC-002", f"{flag} cannot be combined with explicit session arguments")
         result = build_report(list(sessions or []), _sessions_dir(workdir, manifest), last=last, since=since)
+        if result["skipped"]:
+            note(f"note: skipped {len(result['skipped'])} incomplete session(s)")
         for skipped in result["skipped"]:
-            note(f"note: skipped {skipped['session']}: [{skipped['code']}] {skipped['message']}")
+            note(f"  {skipped['session']}: [{skipped['code']}] {skipped['message']}")
         emit(result, json_out, render)
 
     app.add_typer(trace_app, name="trace")

@@ -7,7 +7,7 @@ Records, one JSON object per line, told apart by `record_type`:
                (exactly one, last)
 
 A line that is not such a record is E-EVAL-001 (`<path>:<line>: <why>`). Sessions are addressed like
-`mur trace` (mur.trace.sessions: full id, 4+ char suffix, @N, or a path); a session with no
+`mur trace` (mur.trace.sessions: full id, id suffix, @N, or a path); a session with no
 eval.jsonl is E-EVAL-002. The hook writes eval.jsonl into the directory its grant preopens; with the
 usual grant (`filesystem.scope: .`) that is the tools' workdir: the session directory's work/ by
 default (the session directory itself in older runs), DIR with `mur run --workdir DIR` (name the
@@ -38,7 +38,7 @@ def resolve_eval(selector: str | None, workdir: Path) -> Path:
         path = Path(address)
         target = path / EVAL_FILE if path.is_dir() else path
         if not target.is_file():
-            raise MurError("E-EVAL-002", f"no eval file at {target}")
+            raise MurError("E-IO-001", f"eval file not found: {target}")  # upstream's words
         return target
     if not address and not list_sessions(workdir):
         raise MurError("E-EVAL-002", f"no sessions found in workdir at {workdir}",

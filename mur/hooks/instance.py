@@ -100,7 +100,8 @@ class HookInstance:
         cfg = self.cfg
         component = self.engine.component(Path(cfg.wasm_path), kind="hook", label=cfg.label)
         self._http = OutboundHttp(list(cfg.http_allow), on_http=cfg.on_http, transport=cfg.http_transport)
-        ctx = CallContext(kind="hook", label=cfg.label, http=self._http, run_inference=self.run_inference)
+        ctx = CallContext(kind="hook", label=cfg.label, http=self._http, run_inference=self.run_inference,
+                          engine=self.engine.engine)
         live = instantiate(self.engine, component, cfg, ctx, self.log.guest)
         funcs = {fn: func for fn in LIFECYCLE_FUNCS if (func := live.func(HOOK_LIFECYCLE, fn)) is not None}
         missing = [fn for fn in REQUIRED if fn not in funcs]

@@ -19,6 +19,7 @@ import json
 import time
 from typing import Any, Callable
 
+from mur.inference.continuation import KEY
 from mur.inference.messages import estimate_tokens, from_driver_reply, to_driver_payload
 from mur.inference.provider import ProviderError, RetryPolicy, parse_retry_after, with_retries
 
@@ -104,21 +105,36 @@ def parse_driver_result(result: Any, payload_json: str) -> dict[str, Any]:
 
 
 class DriverModelClient:
-    """ModelClient over a driver component: `call_driver(payload_json) -> ToolResult`."""
+    """ModelClient over a driver component: `call_driver(payload_json) -> ToolResult`.
+
+    With a `continuation` (mur.inference.continuation) the driver may hold the conversation: the
+    payload then carries only the messages it has not seen, scoped to `context_id`; tokens are still
+    estimated from the full payload."""
 
     def __init__(self, call_driver: Callable[[str], Any], *, policy: RetryPolicy = RetryPolicy(),
                  sleep: Callable[[float], None] = time.sleep,
-                 on_retry: Callable[[int, ProviderError, float], None] | None = None):
+                 on_retry: Callable[[int, ProviderError, float], None] | None = None,
+                 continuation: Any = None, context_id: str | None = None):
         self.call_driver = call_driver
         self.policy = policy
         self.sleep = sleep
         self.on_retry = on_retry
+        self.continuation = continuation
+        self.context_id = context_id
 
     def complete(self, request: dict[str, Any]) -> dict[str, Any]:
         """One inference call through the driver, with retries; E-RUN-016 when it keeps failing."""
-        payload_json = json.dumps(to_driver_payload(request), ensure_ascii=False)
+        payload = to_driver_payload(request)
+        payload_json = json.dumps(payload, ensure_ascii=False)
+        held = self.continuation
+        wire_json = payload_json if held is None else json.dumps(held.wire(payload, self.context_id), ensure_ascii=False)
 
         def once() -> dict[str, Any]:
-            return parse_driver_result(self.call_driver(payload_json), payload_json)
+            result = self.call_driver(wire_json)
+            response = parse_driver_result(result, payload_json)
+            if held is not None:
+                meta = getattr(result, "meta", None)
+                held.record(meta(KEY) if meta is not None else None, payload["messages"], self.context_id)
+            return response
 
         return with_retries(once, self.policy, sleep=self.sleep, on_retry=self.on_retry)

@@ -25,19 +25,15 @@ from typing import Any, Callable, Protocol
 
 from mur.errors import MurError
 from mur.fsutil import atomic_write_text
-from mur.inference.compaction import (
-    CompactionRequest,
-    Compactor,
-    ModelCompactor,
-    dump_summary,
-    should_compact,
-)
+from mur.inference.compaction import CompactionRequest, Compactor, dump_summary, should_compact
 from mur.inference.messages import blocks_of, estimate_tokens, text_of, tool_result_block, tool_uses, user_text, usage_of
 from mur.inference.prompts import ensure_notice
 from mur.trace import events as ev
 
 Trace = Callable[[dict[str, Any]], None]
 END_STOPS = ("end_turn", "stop_sequence", "max_tokens")
+# Upstream's words when the budget is reached and no on-compaction hook replaced the context.
+NO_COMPACTION = "[compaction] threshold reached but no hook returned replace-context; continuing without compaction"
 
 
 class ModelClient(Protocol):
@@ -69,6 +65,10 @@ class LoopConfig:
     # Asked between steps (before each turn, before a turn's tool calls): a reason string stops the
     # loop there (an accepted tasks/cancel); None carries on. A call in flight is never cut short.
     should_stop: Callable[[], str | None] | None = None
+    # Hears the loop's progress (mur.session.stream.TaskStream: A2A frames): turn_started(turn),
+    # replied(turn), tool_result(name, content, is_error), finished(text). None: nobody listens.
+    events: Any = None
+    log: Callable[[str], None] | None = None  # a line for logs/bootstrap.log (the compaction skip)
 
 
 @dataclass
@@ -102,7 +102,7 @@ class _Run:
         self.system = ensure_notice(cfg.system_prompt)
         self.specs = list(tools.specs())
         self.messages: list[dict] = list(history or []) + [user_text(task)]
-        self.compactor = compactor or ModelCompactor(client, cfg.model)
+        self.compactor = compactor  # None: nothing can compact (the spec leaves it to an on-compaction hook)
         self.outcome = LoopOutcome(exit_status="ok", result="")
 
     def request(self) -> dict[str, Any]:
@@ -129,13 +129,25 @@ class _Run:
         threshold = getattr(comp, "threshold", None)
         if not should_compact(tokens, self.cfg.context_max_tokens, threshold):
             return
-        try:
-            result = self._run_compactor(turn, tokens, threshold, comp)
-        except MurError as err:  # no fallback behind a broken compactor: the session fails
-            raise MurError(err.code, f"compaction failed: {err.message}", err.hint) from err
-        if result is None:
-            return
-        self._commit(turn, tokens, result, comp)
+        result = None
+        if self.compactor is not None:
+            try:
+                result = self._run_compactor(turn, tokens, threshold, comp)
+            except MurError as err:  # no fallback behind a broken compactor: the session fails
+                raise MurError(err.code, f"compaction failed: {err.message}", err.hint) from err
+        if result is not None:
+            self._commit(turn, tokens, result, comp)
+        if result is None or result.messages is None:
+            self._log(NO_COMPACTION)
+
+    def _log(self, line: str) -> None:
+        if self.cfg.log is not None:
+            self.cfg.log(line)
+
+    def _hear(self, what: str, *args: Any) -> None:
+        listener = getattr(self.cfg.events, what, None) if self.cfg.events is not None else None
+        if listener is not None:
+            listener(*args)
 
     def _run_compactor(self, turn: int, tokens: int, threshold: float | None, comp: Any) -> Any:
         return self.compactor(CompactionRequest(
@@ -177,12 +189,15 @@ class _Run:
             except MurError as err:  # a refused/broken tool is the model's problem to handle
                 text, is_error = err.render(), True
             self.outcome.tool_calls += 1
+            self._hear("tool_result", name, text, is_error)
             results.append(tool_result_block(str(call.get("id", "")), text, is_error))
         self.messages.append({"role": "assistant", "content": content})
         self.messages.append({"role": "user", "content": results})
 
     def turn(self, turn: int) -> LoopOutcome | None:
+        self._hear("turn_started", turn)
         response = self.client.complete(self.request())
+        self._hear("replied", turn)
         input_tokens, output_tokens = usage_of(response)
         self.outcome.turns += 1
         self.outcome.input_tokens += input_tokens
@@ -205,6 +220,7 @@ class _Run:
             return None
         if stop in END_STOPS:
             self.messages.append({"role": "assistant", "content": content})
+            self._hear("finished", text_of(content))
             return self.finish("ok", text_of(content))
         return self.fail(MurError("E-RUN-007", f"agent loop failed: unsupported stop_reason '{stop}'"))
 
@@ -218,6 +234,8 @@ class _Run:
             except MurError as err:
                 return self.fail(err)
             except Exception as exc:  # noqa: BLE001 - a session ends failed, never with a traceback
+                if getattr(exc, "ends_task", False):  # e.g. an input wait that timed out: the task is over
+                    raise
                 return self.fail(MurError("E-RUN-007", f"agent loop failed: {type(exc).__name__}: {exc}"))
             if done is not None:
                 return done

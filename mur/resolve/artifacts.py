@@ -112,13 +112,12 @@ def resolve_artifacts(loaded: LoadedCapsule) -> dict[str, ResolvedArtifact]:
             continue
         zp = Path(inst.zip_path)
         out[decl.name] = ResolvedArtifact(decl, "store", zp, inst.manifest, inst, inst.sha256, _store_files(zp))
-    if missing:
-        first = missing[0]
+    if missing:  # upstream's words (scripts match on them)
         names = ", ".join(f"{d.name}@{d.version}" for d in missing)
+        first = missing[0]
         raise MurError(
             "E-RUN-008",
-            f"artifact {first.name}@{first.version} is declared in murmur.yaml but not installed"
-            + (f" (missing: {names})" if len(missing) > 1 else ""),
-            f"run `mur install {first.name}@{first.version}` (or `mur doctor` to check every artifact)",
+            f"missing artifacts: {names}",
+            f"run `mur install` to install all manifest dependencies (or `mur install {first.name}@{first.version}`)",
         )
     return out

@@ -7,9 +7,11 @@ import time
 from typing import Any, Callable
 
 
-def driver_client(tools: Any, inference: Any, reporter: Any = None) -> Any:
+def driver_client(tools: Any, inference: Any, reporter: Any = None, continuation: Any = None,
+                  context_id: str | None = None) -> Any:
     """A DriverModelClient over the staged `inference.driver_artifact`, or None when there is none.
-    A provider retry's backoff shows through `reporter.activity` (a SessionReporter)."""
+    A provider retry's backoff shows through `reporter.activity` (a SessionReporter); `continuation`
+    (the session's mur.inference.continuation.Continuation) lets the driver hold the conversation."""
     if inference is None or inference.transport != "http" or not inference.driver_artifact:
         return None
     driver = tools.staged.tools.get(inference.driver_artifact)
@@ -23,7 +25,7 @@ def driver_client(tools: Any, inference: Any, reporter: Any = None) -> Any:
     def call_driver(payload: str) -> Any:
         return tools.host.call_tool(cfg, ToolInput(data=payload), kind="driver")
 
-    client = DriverModelClient(call_driver)
+    client = DriverModelClient(call_driver, continuation=continuation, context_id=context_id)
     if reporter is not None:
         client.on_retry, client.sleep = _shown_backoff(reporter, client.policy.max_retries)
     return client

@@ -38,6 +38,9 @@ class TaskExecutor:
         self.last_error: MurError | None = None
         self.status = "ok"  # ok | failed | trapped | max_turns_reached | interrupted
         self.totals = {"turns": 0, "input_tokens": 0, "output_tokens": 0, "tool_calls": 0, "shell_calls": 0}
+        from mur.inference.continuation import Continuation
+
+        self.continuation = Continuation()  # a driver's continuation_id, kept between turns and tasks
 
     # --- trace ---------------------------------------------------------------------------------
 
@@ -66,7 +69,7 @@ class TaskExecutor:
             containment_declared=prep.floor.declared,
             containment_achieved=prep.achieved,
             workdir_exec=caps.filesystem.workdir_exec,
-            system_prompt_source=prep.system_prompt_source if prompt is not None else "none",
+            system_prompt_source=prep.system_prompt_source,
             system_prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest() if prompt is not None else None,
             **({"system_prompt": prompt} if capsule.trace.include_tool_output and prompt is not None else {}),
             effective_grants=effective_grants(capsule, prep.floor, prep.probe),
@@ -110,6 +113,13 @@ class TaskExecutor:
             self.status = "interrupted"
             self._session_end(self._calls_since(calls_before), "interrupted", started)
             raise
+        except Exception as exc:
+            if not getattr(exc, "ends_task", False):
+                raise
+            # an input wait that timed out (or the session ending under it): the service ends the task
+            self.status = "failed"
+            self._session_end(self._calls_since(calls_before), "failed", started)
+            raise
         stats = {**self._calls_since(calls_before), **stats}
         exit_status = {"completed": "ok"}.get(state, stats.pop("exit_status", "failed"))
         if state == "failed" and _canceled(context):
@@ -133,7 +143,8 @@ class TaskExecutor:
         tools = self.tools
         capsule_tool = _CapsuleTool(self.prep.capsule_wasm)
         cfg = tools.guest_config(capsule_tool)
-        host = WasmHost(shell=tools.guest_shell, request_input=context.request_input, engine=tools.host.engine)
+        host = WasmHost(shell=tools.guest_shell, request_input=context.request_input, engine=tools.host.engine,
+                        catalog=tools.catalog(self.session_id), on_send=self._traced_send)
         result = "/".join(p for p in ((tools.scope_of(capsule_tool) or ""), "out", "result.txt") if p)
         with Tree(self.wd.accessible) as accessible:
             try:
@@ -161,6 +172,7 @@ class TaskExecutor:
         from mur.inference.loop import LoopConfig, run_agent_loop, run_reopenable_task
         from mur.inference.prompts import build_system_prompt
         from mur.session.driver import driver_client
+        from mur.session.stream import TaskStream
 
         prep = self.prep
         capsule = prep.loaded.capsule
@@ -183,28 +195,38 @@ class TaskExecutor:
                 should_stop=getattr(context, "stop_reason", None),
             )
         else:
-            client = driver_client(self.tools, inf, self.reporter)
+            stream = TaskStream(context)
+            client = driver_client(self.tools, inf, self.reporter, self.continuation, request.context_id)
             cfg = LoopConfig(
                 model=inf.model,
                 max_turns=inf.max_turns,
                 max_tokens=inf.effective_max_tokens,
-                system_prompt=build_system_prompt(prep.system_prompt, capsule_name=capsule.name),
+                system_prompt=build_system_prompt(prep.system_prompt, capsule_name=capsule.name,
+                                                  capsule_version=capsule.version),
                 context_max_tokens=capsule.context.max_tokens,
                 compaction=inf.compaction,
                 compaction_system_prompt=prep.compaction_prompt,
                 max_task_reopens=inf.max_task_reopens,
                 should_stop=getattr(context, "stop_reason", None),
+                events=stream,
+                log=self._bootstrap_log,
             )
-            if self.hooks is not None:  # the loop calls the hooks' decisions (compaction, reopening)
-                outcome = run_reopenable_task(
-                    request.text, cfg, client, tools, self.trace.write, history=request.history,
-                    workdir=self.wd.session, compactor=self.hooks.compactor(), on_task_end=self.hooks.on_task_end,
-                    task_id=self.hooks.current_task or "",
-                )
-            else:
-                outcome = run_agent_loop(
-                    request.text, cfg, client, tools, self.trace.write, history=request.history, workdir=self.wd.session
-                )
+            with tools.serving(context, stream.on_chunk):  # tools may ask for input, drivers stream
+                if self.hooks is not None:  # the loop calls the hooks' decisions (compaction, reopening)
+                    outcome = run_reopenable_task(
+                        request.text, cfg, client, tools, self.trace.write, history=request.history,
+                        workdir=self.wd.session, compactor=self.hooks.compactor(), on_task_end=self.hooks.on_task_end,
+                        task_id=self.hooks.current_task or "",
+                    )
+                else:
+                    outcome = run_agent_loop(
+                        request.text, cfg, client, tools, self.trace.write, history=request.history,
+                        workdir=self.wd.session,
+                    )
+            if outcome.exit_status == "ok":
+                from mur.inference.messages import to_wire_messages
+
+                self.continuation.advance(to_wire_messages(outcome.messages), request.context_id)
         stats = {
             "turns": outcome.turns,
             "input_tokens": outcome.input_tokens,
@@ -222,6 +244,21 @@ class TaskExecutor:
             self.status = "max_turns_reached"
         self.last_error = MurError(code, message)
         return "failed", message, stats, None
+
+    def _bootstrap_log(self, line: str) -> None:
+        from mur.fsafe import append_text
+
+        try:
+            append_text(self.wd.bootstrap_log, line.rstrip("\n") + "\n")
+        except OSError:
+            pass
+
+    def _traced_send(self, info: dict) -> None:
+        """A capsule's murmur:message/send that reached its peer: upstream's a2a_send event."""
+        self.trace.emit(ev.A2A_SEND, peer_url=info.get("peer_url"), message_id=info.get("message_id"),
+                        task_id=info.get("task_id"), context_id=info.get("context_id"),
+                        traceparent=info.get("traceparent"))
+
 
 class _CapsuleTool:
     """Adapter so the capsule component gets a GuestConfig like any tool (capsule-wide grants)."""

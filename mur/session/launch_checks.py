@@ -74,15 +74,31 @@ def _read_prompt(path_text: str, base: Path, field: str) -> str:
         ) from exc
 
 
+def check_system_prompt_flag(prep: Any) -> None:
+    """`--system-prompt` needs an agent capsule (upstream: E-IO-003, before anything is staged)."""
+    if prep.options.system_prompt is not None and prep.loaded.capsule.inference is None:
+        raise MurError(
+            "E-IO-003",
+            "--system-prompt requires an agent capsule: this manifest has no inference: block",
+            "add an inference: block to murmur.yaml, or drop --system-prompt",
+        )
+
+
 def read_prompts(prep: Any) -> None:
-    """Read system_prompt_file / the prompt artifact / the compaction prompt file (E-RUN-009)."""
+    """Read system_prompt_file / the prompt artifact / the compaction prompt file (E-RUN-009).
+
+    `--system-prompt` replaces all three manifest forms (none of them is read, so a missing file
+    cannot fail a launch told not to use it); it is trimmed, and an all-whitespace value clears the
+    prompt: still the CLI's choice (source "cli"), with no text. A skill used as the prompt is
+    `bound_skill`: not separately callable, marked so in MURMUR.md."""
     inf = prep.loaded.capsule.inference
     if prep.options.system_prompt is not None:
-        prep.system_prompt, prep.system_prompt_source = prep.options.system_prompt, "cli"
+        prep.system_prompt = prep.options.system_prompt.strip() or None
+        prep.system_prompt_source = "cli"
     if inf is None:
         return
     base = prep.loaded.dir
-    if prep.system_prompt is None:
+    if prep.system_prompt_source != "cli":
         if inf.system_prompt is not None:
             prep.system_prompt, prep.system_prompt_source = inf.system_prompt, "manifest"
         elif inf.system_prompt_file is not None:
@@ -91,6 +107,7 @@ def read_prompts(prep: Any) -> None:
         elif inf.system_prompt_artifact is not None:
             prep.system_prompt = _prompt_artifact_text(prep, inf.system_prompt_artifact)
             prep.system_prompt_source = "manifest"
+            prep.bound_skill = inf.system_prompt_artifact
     comp = inf.compaction
     if comp is not None:
         if comp.system_prompt is not None:

@@ -6,6 +6,7 @@
      nothing created, even when the floor is unmet)
   3. the containment floor: E-CAP-003
   4. declared artifacts present (E-RUN-008, local sources E-IO-001),
+     at the versions murmur.lock pins (E-RUN-003 for a declared artifact it lacks; mur.session.lockpins),
      the inference driver (E-RUN-005/006), `inference.command` on PATH (E-RUN-006), murmur.lock
      (E-RUN-003 / E-REG-002 / E-REG-005), prompt files (E-RUN-009), the capsule component (E-RUN-004),
      an aggregate cgroup bound for subprocess-capable capsules (E-RUN-012)
@@ -46,6 +47,7 @@ class CheckedRun:
     compaction_prompt: str | None = None
     capsule_wasm: Path | None = None
     process_command: str | None = None
+    bound_skill: str | None = None  # the skill artifact used as the system prompt
 
 
 def load_env_file(manifest: Path) -> None:
@@ -124,13 +126,16 @@ def prepare(opts: RunOptions) -> CheckedRun:
     """Run every pre-check; raises MurError on the first failure, before any workdir exists."""
     loaded, config, floor, host = load_and_scope(opts)
     capsule = loaded.capsule
-    achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec,
-                           subprocess_shortfall(capsule.capabilities, host))
-    prep = CheckedRun(loaded, opts, config, floor, host, achieved)
-    from mur.resolve.capsule import resolve_loaded
     from mur.session import launch_checks as checks
 
-    prep.resolved = dict(resolve_loaded(loaded).artifacts)
+    checks.check_system_prompt_flag(CheckedRun(loaded, opts, config, floor, host, ""))
+    achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec,
+                           subprocess_shortfall(capsule.capabilities, host))
+    from mur.resolve.capsule import resolve_loaded
+    from mur.session.lockpins import pinned
+
+    prep = CheckedRun(pinned(loaded), opts, config, floor, host, achieved)  # murmur.lock's versions
+    prep.resolved = dict(resolve_loaded(prep.loaded).artifacts)
     checks.check_inference(prep)
     checks.check_lock(prep)
     checks.read_prompts(prep)

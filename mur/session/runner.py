@@ -138,7 +138,7 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
             trace.listeners.append(otel.on_event)
         staged = stage(prep.resolved, capsule.capabilities.shell_allow, wd)
         card_box.update(_card(prep, staged))
-        shell = _start_shell(prep, wd, session_id, loaded)
+        shell = _start_shell(prep, wd, session_id, loaded, staged)
         settings = _guest_settings(prep, session_id, url, wd, staged)
         from mur.wasm.host import WasmHost
 
@@ -157,18 +157,9 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
 
         executor = TaskExecutor(prep, session_id, wd, tools, trace, url, hooks=hooks, reporter=reporter)
         executor_box["executor"] = executor
-        inventory = murmur_md.Inventory(
-            capsule.name,
-            capsule.version,
-            session_id,
-            url,
-            capsule.inference.model if capsule.inference else None,
-            capsule.context.max_tokens,
-            capsule.inference is not None and capsule.inference.compaction is not None,
-            tools=[murmur_md.ToolEntry(t.name, t.version, t.kind, t.description) for t in tools.visible() if t.role != "skill"],
-            skills=[murmur_md.ToolEntry(t.name, t.version, t.kind) for t in staged.by_role("skill")],
-        )
-        murmur_md.write(wd, inventory)
+        if prep.bound_skill is not None:
+            tools.hidden.add(prep.bound_skill)  # the prompt itself: not separately callable
+        murmur_md.write(wd, _inventory(prep, session_id, url, tools, staged, hooks))
         if shell is not None:
             _launch_warnings(shell.launch_warnings, wd)
         reporter.started(_startup(prep, url, session_id, wd, staged))
@@ -200,6 +191,28 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
         raise KeyboardInterrupt
     if error is not None:
         raise error
+
+
+def _inventory(prep: Any, session_id: str, url: str, tools: Any, staged: Any, hooks: Any) -> Any:
+    """MURMUR.md's facts: identity, model, budget, whether a hook can compact, tools, skills, shell."""
+    from mur.session import murmur_md
+
+    capsule = prep.loaded.capsule
+    skills = []
+    for t in staged.by_role("skill"):
+        first = next((ln.strip() for ln in (t.text or "").splitlines() if ln.strip()), "")
+        skills.append(murmur_md.ToolEntry(t.name, t.version, t.kind, t.description or first))
+    return murmur_md.Inventory(
+        capsule.name, capsule.version, session_id, url,
+        capsule.inference.model if capsule.inference else None,
+        capsule.context.max_tokens,
+        hooks is not None and hooks.compactor() is not None,
+        tools=[murmur_md.ToolEntry(t.name, t.version, t.kind, t.description) for t in tools.visible()
+               if t.role != "skill"],
+        skills=skills,
+        bound_skill=prep.bound_skill,
+        shell_allow=list(capsule.capabilities.shell_allow),
+    )
 
 
 def _teardown(hooks: Any, shell: Any, staged: Any, tools: Any, engine: Any, service: Any, trace: Any,
@@ -266,17 +279,22 @@ def _otel_exporter(capsule: Any, wd: Any) -> Any:
     )
 
 
-def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any) -> Any:
-    """Start the shell sandbox when the capsule can spawn subprocesses (E-RUN-012 inside)."""
+def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any, staged: Any) -> Any:
+    """Start the shell sandbox when the capsule can spawn subprocesses (E-RUN-012 inside); native
+    tools run in it like shell.allow binaries (mur.session.native)."""
     from mur.session.launch_checks import needs_subprocesses
 
     if not needs_subprocesses(prep):
         return None
     from mur.sandbox.shell import ShellSandbox
+    from mur.session import native
 
+    caps = prep.loaded.capsule.capabilities
+    natives = [t.name for t in staged.tools.values() if t.kind == "native" and t.exec_path is not None]
     shell = ShellSandbox(
-        prep.loaded.capsule.capabilities, wd.accessible, session_id, loaded.network_allow, probe=prep.probe,
-        log=_bootstrap_logger(wd), logs_dir=wd.logs,
+        native.SandboxCaps(caps, natives) if natives else caps, wd.accessible, session_id, loaded.network_allow,
+        probe=prep.probe, log=_bootstrap_logger(wd), logs_dir=wd.logs,
+        host_env=native.sandbox_env(wd.session, dict(os.environ)) if natives else None,
     )
     shell.launch_warnings = shell.start()
     return shell

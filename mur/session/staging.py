@@ -47,6 +47,7 @@ class StagedTool:
     description: str = ""
     input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     text: str | None = None  # skill body
+    exec_path: Path | None = None  # native: the runtime's copy the sandbox runs (mur.session.native)
 
 
 @dataclass
@@ -203,6 +204,10 @@ def stage(resolved: dict[str, ResolvedArtifact], shell_allow: list[str], wd: Wor
                 with _fresh(tools, res.name) as dest:
                     stage_one = _stage_store if res.kind == "store" else _stage_local
                     staged.tools[res.name] = stage_one(res, dest, staged.private_dir)
+                    if staged.tools[res.name].kind == "native":
+                        from mur.session import native
+
+                        staged.tools[res.name].exec_path = native.stage(res, dest, wd.session)
             for binary in shell_allow:
                 if binary in staged.tools:
                     raise MurError(

@@ -8,12 +8,13 @@ whoever calls it. Every call writes a `tool_call` event; shell calls add a `shel
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from mur.errors import MurError
 from mur.fsafe import LinkRefused, Tree, proc_path
@@ -22,6 +23,13 @@ from mur.session.workdir import refused
 from mur.trace import events as ev, failures
 
 PROC_FD = "/proc/self/fd"
+# What a shell or native tool sees of the session's identity (upstream: identity env for tools).
+IDENTITY_VARS = ("MURMUR_CAPSULE_NAME", "MURMUR_CAPSULE_VERSION", "MURMUR_SESSION_ID", "MURMUR_CAPSULE_URL")
+
+
+def not_declared(name: str) -> str:
+    """Upstream's words for a call to a tool the manifest does not declare."""
+    return f"tool '{name}' is not declared in manifest allowlist"
 
 
 @dataclass
@@ -54,6 +62,7 @@ class SessionTools:
         self.tool_calls = 0
         self.shell_calls = 0
         self.on_http: Callable[[dict], None] | None = None
+        self.hidden: set[str] = set()  # staged but not offered to the model (a skill bound as the prompt)
         self._scope_fds: dict[str, int] = {}
 
     def close(self) -> None:
@@ -65,7 +74,8 @@ class SessionTools:
     # --- what the model sees -----------------------------------------------------------------
 
     def visible(self) -> list[StagedTool]:
-        return [t for t in self.staged.tools.values() if t.role in ("tool", "shell", "skill")]
+        return [t for t in self.staged.tools.values()
+                if t.role in ("tool", "shell", "skill") and t.name not in self.hidden]
 
     def specs(self) -> list[dict[str, Any]]:
         """Anthropic-style tool specs for every model-visible tool."""
@@ -88,6 +98,32 @@ class SessionTools:
                 }
             )
         return out
+
+    @contextlib.contextmanager
+    def serving(self, context: Any, on_chunk: Callable[[str, str], None] | None) -> Iterator[None]:
+        """While one A2A task runs: its tools may ask for input (murmur:task request-input ->
+        input-required) and the driver's and tools' chunks become stream frames."""
+        from mur.wasm.host import WasmHost
+
+        before = self.host
+        self.host = WasmHost(shell=self.guest_shell, request_input=getattr(context, "request_input", None),
+                             engine=before.engine, on_chunk=on_chunk)
+        try:
+            yield
+        finally:
+            self.host = before
+
+    def catalog(self, session_id: str) -> Any:
+        """What murmur:artifact-manager lists: the model-visible tools and skills, then the shell binaries."""
+        from mur.wasm.peer import Catalog, CatalogEntry
+
+        entries = []
+        for tool in self.visible():
+            runtime = "native" if tool.kind in ("native", "shell") else "wasm"
+            version = "0.0.0" if tool.kind == "shell" else tool.version
+            schema = json.dumps(tool.input_schema) if tool.role != "skill" and tool.input_schema else None
+            entries.append(CatalogEntry(tool.name, version, runtime, tool.description, input_schema=schema))
+        return Catalog(session_id, entries)
 
     # --- guest configuration -----------------------------------------------------------------
 
@@ -160,12 +196,12 @@ class SessionTools:
         """A model tool call: returns (tool_result content, is_error)."""
         if turn is not None:
             self.turn = turn
-        tool = self.staged.tools.get(name)
+        tool = self.staged.tools.get(name) if name not in self.hidden else None
         raw = json.dumps(tool_input, separators=(",", ":"))
         start = time.monotonic()
         if tool is None or tool.role not in ("tool", "shell", "skill"):
-            content = json.dumps({"status": "error", "summary": f"unknown tool '{name}'"})
-            self._record_tool(name, tool_input, raw, content, start, "error", reason=f"unknown tool '{name}'")
+            content = json.dumps({"status": "error", "summary": not_declared(name)})
+            self._record_tool(name, tool_input, raw, content, start, "error", reason=not_declared(name))
             return content, True
         if tool.role == "skill":
             text = tool.text or ""
@@ -176,7 +212,7 @@ class SessionTools:
             return text, False
         if tool.kind == "shell":
             return self._call_shell(tool, tool_input, raw, start)
-        result, reason = self._run_wasm(tool, raw)
+        result, reason = self._run_native(tool, raw) if tool.kind == "native" else self._run_wasm(tool, raw)
         content = json.dumps(_result_json(result), separators=(",", ":"))
         status = "ok" if result.status == "passed" else "error"
         self._record_tool(name, tool_input, raw, content, start, status, result, reason=reason)
@@ -187,7 +223,7 @@ class SessionTools:
         from mur.wasm.types import ToolResult
 
         start = time.monotonic()
-        tool = self.staged.tools.get(name)
+        tool = self.staged.tools.get(name) if name not in self.hidden else None
         raw = data.data or ""
         try:
             parsed = json.loads(raw) if raw else {}
@@ -196,9 +232,9 @@ class SessionTools:
         if not isinstance(parsed, dict):
             parsed = {"input": parsed}
         if tool is None or tool.role not in ("tool", "shell", "skill"):
-            result = ToolResult("error", summary=f"unknown tool '{name}'")
-            self._record_tool(name, parsed, raw, result.summary or "", start, "error", result, reason=result.summary)
-            return result
+            # err(...) to the capsule, as upstream: the call was never made
+            self._record_tool(name, parsed, raw, not_declared(name), start, "error", reason=not_declared(name))
+            raise MurError("E-RUN-015", not_declared(name))
         if tool.role == "skill":
             content, _ = self.call(name, parsed)
             return ToolResult("passed", summary=f"skill {name}", data=content)
@@ -212,17 +248,36 @@ class SessionTools:
                 data_path=body.get("data_path"),
                 truncated=bool(body.get("truncated")),
             )
-        result, reason = self._run_wasm(tool, raw)
+        result, reason = self._run_native(tool, raw) if tool.kind == "native" else self._run_wasm(tool, raw)
         status = "ok" if result.status == "passed" else "error"
         self._record_tool(name, parsed, raw, json.dumps(_result_json(result)), start, status, result, reason=reason)
         return result
+
+    def _run_native(self, tool: StagedTool, raw: str) -> tuple[Any, str | None]:
+        """A native tool: its staged binary inside the shell sandbox (mur.session.native); (result, reason)."""
+        from mur.session import native
+        from mur.wasm.types import ToolResult
+
+        if self.shell is None:
+            why = f"native tool '{tool.name}' cannot run: the shell sandbox is not running"
+            return ToolResult("error", summary=why), why
+        try:
+            res = self.shell.run(tool.name, args=[], env=self._identity(), stdin=native.stdin_for(raw, None))
+        except MurError as err:
+            return ToolResult("error", summary=err.message), f"[{err.code}] {err.message}"
+        result = native.tool_result(tool.name, res)
+        return result, None if result.status == "passed" else result.summary
+
+    def _identity(self) -> list[tuple[str, str]]:
+        """The identity variables a shell or native tool gets on top of the sandbox's environment."""
+        return [(k, self.settings.murmur_vars[k]) for k in IDENTITY_VARS if k in self.settings.murmur_vars]
 
     def _run_wasm(self, tool: StagedTool, raw: str) -> tuple[Any, str | None]:
         """(the tool's result, mur's reason when it failed: the guest's own summary is its output)."""
         from mur.wasm.types import ToolInput, ToolResult
 
         if tool.kind != "wasm" or tool.wasm_path is None:
-            why = f"tool '{tool.name}' has a {tool.kind} implementation, which this runtime does not run"
+            why = f"tool '{tool.name}' has no runnable payload ({tool.kind})"
             return ToolResult("error", summary=why), why
         try:
             result = self.host.call_tool(self.guest_config(tool), ToolInput(data=raw, log_path=f"logs/tool-{tool.name}.log"))
@@ -246,7 +301,7 @@ class SessionTools:
             self._record_tool(tool.name, tool_input, raw, content, start, "error", reason="shell capability not granted")
             return content, True
         try:
-            res = self.shell.run(tool.name, command=command)
+            res = self.shell.run(tool.name, command=command, env=self._identity())
         except MurError as err:
             content = json.dumps({"status": "error", "summary": err.message})
             self._record_tool(tool.name, tool_input, raw, content, start, "error", reason=f"[{err.code}] {err.message}")
@@ -263,7 +318,7 @@ class SessionTools:
         """`murmur:shell/execute` from a guest: same sandbox, same `shell` trace event."""
         if self.shell is None:
             raise MurError("E-RUN-015", "shell capability not granted")
-        res = self.shell.run(binary, args=list(args), env=list(env))
+        res = self.shell.run(binary, args=list(args), env=self._identity() + list(env))
         self._record_shell(res)
         return res
 

@@ -196,15 +196,27 @@ def _delta_text(row: dict[str, Any]) -> str:
     return f"{text} ({verdict})"
 
 
+def _labelled(label: str, address: str, workdir: Path, summarize: Any) -> tuple[Any, MurError | None]:
+    """One side of a diff, or its error prefixed `before: ` / `after: ` (upstream's labels)."""
+    try:
+        return summarize(address, workdir), None
+    except MurError as exc:
+        return None, MurError(exc.code, f"{label}: {exc.message}", exc.hint)
+
+
 def show(before: str | None, after: str | None, workdir: Path) -> dict[str, Any]:
     """Resolve both addresses (default `@2 @1`) and compare the sessions (E-TRC-001/002)."""
     from mur.trace.timeline import show as summarize_session
 
     if (before is None) != (after is None):
-        raise MurError("E-TRC-002", "trace diff takes two session addresses (BEFORE AFTER) or none",
-                       hint="with none it compares @2 (Run A) with @1 (Run B)")
-    a = summarize_session(before or "@2", workdir)
-    b = summarize_session(after or "@1", workdir)
+        raise MurError("E-TRC-002", "mur trace diff expects 0 or 2 arguments, got 1. Usage: mur trace diff "
+                       "[<before> <after>]", hint="with none it compares @2 (Run A) with @1 (Run B)")
+    a, a_err = _labelled("before", before or "@2", workdir, summarize_session)
+    b, b_err = _labelled("after", after or "@1", workdir, summarize_session)
+    if a_err is not None and b_err is not None:  # both named, as upstream does
+        raise MurError("E-TRC-002", f"{a_err.message}\n{b_err.message}", a_err.hint)
+    if a_err is not None or b_err is not None:
+        raise a_err or b_err
     diff = compare(a, b)
     diff["a"] = {"session_id": a["session_id"], "trace": a["trace"], "status": a["status"]}
     diff["b"] = {"session_id": b["session_id"], "trace": b["trace"], "status": b["status"]}

@@ -18,9 +18,9 @@ def load_events(path: Path) -> list[dict[str, Any]]:
     try:
         records = read_records(path)
     except FileNotFoundError as exc:
-        raise MurError("E-IO-001", f"trace not found: {path}") from exc
-    except BadLine as exc:
-        raise MurError("E-TRC-001", f"{path}: line {exc.number} is {exc.why}") from exc
+        raise MurError("E-IO-001", f"trace file not found: {path}") from exc
+    except BadLine as exc:  # upstream's `<path>:<line>: <why>`
+        raise MurError("E-TRC-001", f"{path}:{exc.number}: line {exc.number} is {exc.why}") from exc
     except OSError as exc:
         raise MurError("E-IO-003", f"cannot read {path}: {exc.strerror or exc}") from exc
     return _events(records, path)
@@ -39,6 +39,6 @@ def _events(records: list[tuple[int, Any]], path: Path | str) -> list[dict[str, 
     events = []
     for number, event in records:
         if not isinstance(event, dict) or not isinstance(event.get("event_type"), str):
-            raise MurError("E-TRC-001", f"{path}: line {number} is not a trace event (no event_type)")
+            raise MurError("E-TRC-001", f"{path}:{number}: line {number} is not a trace event (no event_type)")
         events.append(event)
     return events

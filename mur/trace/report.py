@@ -106,9 +106,12 @@ def report(addresses: list[str], workdir: Path, last: int | None = None, since: 
     if addresses:
         paths = list(dict.fromkeys(resolve_trace(a, workdir) for a in addresses))
     else:
+        if not workdir.is_dir():
+            raise MurError("E-IO-001", f"workdir not found: {workdir}",
+                           hint="pass --workdir DIR (the directory holding the ses_* session directories)")
         sessions = list_sessions(workdir)
         if not sessions:
-            raise MurError("E-TRC-002", f"no sessions in {workdir}",
+            raise MurError("E-TRC-002", f"no sessions found in workdir at {workdir}",
                            hint="pass --workdir DIR (the directory holding the ses_* session directories)")
         if last:
             sessions = sessions[-last:]
@@ -129,7 +132,8 @@ def report(addresses: list[str], workdir: Path, last: int | None = None, since: 
             raise MurError("E-TRC-002", f"no session in {workdir} started within the last {since} "
                                         f"({older} older session(s))", hint="widen --since")
         names = ", ".join(f"{s['session']} ({s['code']})" for s in skipped)
-        raise MurError("E-TRC-001", f"none of the {len(skipped)} selected session(s) has a complete trace: {names}")
+        raise MurError("E-TRC-001", "no complete sessions to report — all traces are empty or incomplete",
+                       hint=f"skipped: {names}")
     rows.sort(key=lambda r: (r["started_ms"], r["session_id"]))
     return {"workdir": str(workdir), "since": since, "last": last, **aggregate(rows),
             "sessions": [{k: v for k, v in r.items() if k != "calls"} for r in rows],

@@ -5,11 +5,14 @@ default), of its `.murmur/` (where runs before the session directory left the to
 them with --workdir) and of `~/.murmur/sessions/` (--workdir runs whose manifest is inside the workdir):
 
   full id   ses_<32 hex>              that session
-  suffix    d399 (4+ chars)           the one session whose id ends with it (case-insensitive)
+  suffix    d399                      the one session whose id ends with it (case-insensitive, any length)
   ordinal   @1, @2                    the most recent, the second most recent... (ids sort by creation)
   path      workdir/ses_…/trace.jsonl that file, verbatim (a session directory means its trace.jsonl)
 
-No match, or several, is E-TRC-002.
+No match, or several, is E-TRC-002, in upstream's words (scripts match them): `no sessions found in
+workdir at DIR`, `session ID not found in DIR`, `no session found matching suffix 'X' in DIR`,
+`ambiguous: 'X' matches N sessions — provide more characters` (then the candidates, one a line),
+`@N is out of range — workdir has K sessions`; mur adds a hint.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from mur.paths import MURMUR_DIR
 
 SESSION_ID = re.compile(r"ses_[0-9a-f]{32}")
 TRACE_FILE = "trace.jsonl"
-MIN_SUFFIX = 4
+MIN_SUFFIX = 1  # upstream takes any suffix; a short one is usually ambiguous, which says so
 
 
 def list_sessions(workdir: Path) -> list[Path]:
@@ -66,7 +69,9 @@ def resolve_trace(selector: str | None, workdir: Path) -> Path:
     lowered = address.lower()
     if SESSION_ID.fullmatch(lowered):
         matches = [s for s in list_sessions(workdir) if s.name.lower() == lowered]
-        return _one(matches, address, workdir)
+        if not matches:
+            raise MurError("E-TRC-002", f"session {address} not found in {workdir}", hint=_workdir_hint(workdir))
+        return matches[0] / TRACE_FILE
     if _looks_like_path(address):
         return _path(Path(address))
     if len(address) < MIN_SUFFIX:
@@ -86,7 +91,7 @@ def _looks_like_path(address: str) -> bool:
 def _path(path: Path) -> Path:
     target = path / TRACE_FILE if path.is_dir() else path
     if not target.is_file():
-        raise MurError("E-TRC-002", f"no trace at {target}")
+        raise MurError("E-IO-001", f"trace file not found: {target}")
     return target
 
 
@@ -98,10 +103,12 @@ def _ordinal(address: str, workdir: Path) -> Path:
     if n < 1:
         raise MurError("E-TRC-002", f"bad session address '{address}': @N counts from @1 (the most recent)")
     sessions = list_sessions(workdir)
+    if not sessions:
+        raise MurError("E-TRC-002", f"no sessions found in workdir at {workdir}", hint=_workdir_hint(workdir))
     if n > len(sessions):
         raise MurError(
             "E-TRC-002",
-            f"session address '{address}' matched no session: {workdir} holds {len(sessions)} session(s)",
+            f"@{n} is out of range — workdir has {len(sessions)} session{'' if len(sessions) == 1 else 's'}",
             hint=_workdir_hint(workdir),
         )
     return sessions[-n] / TRACE_FILE
@@ -109,12 +116,12 @@ def _ordinal(address: str, workdir: Path) -> Path:
 
 def _one(matches: list[Path], address: str, workdir: Path) -> Path:
     if not matches:
-        raise MurError("E-TRC-002", f"session address '{address}' matched no session in {workdir}",
+        raise MurError("E-TRC-002", f"no session found matching suffix '{address}' in {workdir}",
                        hint=_workdir_hint(workdir))
     if len(matches) > 1:
-        names = ", ".join(m.name for m in matches)
-        raise MurError("E-TRC-002", f"session address '{address}' matched {len(matches)} sessions: {names}",
-                       hint="use a longer suffix or the full session id")
+        names = "\n".join(f"  {m.name}" for m in sorted(matches, key=lambda m: m.name))
+        raise MurError("E-TRC-002", f"ambiguous: '{address}' matches {len(matches)} sessions — provide more "
+                       f"characters\n{names}", hint="use a longer suffix or the full session id")
     return matches[0] / TRACE_FILE
 
 

@@ -90,7 +90,7 @@ def require_session(events: list[dict[str, Any]], source: str = "trace.jsonl") -
     """E-TRC-001 unless the trace holds a session_start and a session_end (every `mur trace` reader)."""
     kinds = {e["event_type"] for e in events}
     if not events:
-        raise MurError("E-TRC-001", f"{source} holds no events (the session failed before session_start)")
+        raise MurError("E-TRC-001", f"{source}: trace file is empty (incomplete or zero-event session)")
     if ev.SESSION_START not in kinds:
         raise MurError("E-TRC-001", f"{source} has no session_start event")
     if ev.SESSION_END not in kinds:

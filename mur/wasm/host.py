@@ -158,6 +158,7 @@ def instantiate(engine: WasmEngine, component: Any, cfg: GuestConfig, ctx: CallC
         wasi.stdout_custom = write_output
         wasi.stderr_custom = write_output
         store.set_wasi(wasi)
+        store.set_wasi_http()  # wasi:http's context (its handle is mur's: mur.wasm.wasi_http)
         apply_store_limits(store, cfg.limits)
         store.set_epoch_deadline(deadline_ticks(cfg.limits.deadline_seconds))
         try:
@@ -181,12 +182,16 @@ class WasmHost:
         engine: WasmEngine | None = None,
         on_chunk: Callable[[str, str], None] | None = None,
         run_inference: Callable[[Any], Any] | None = None,
+        catalog: Any = None,
+        on_send: Callable[[dict], None] | None = None,
     ):
         self.shell = shell
         self.request_input = request_input
         self.engine = engine or default_engine()
         self.on_chunk = on_chunk
         self.run_inference = run_inference
+        self.catalog = catalog  # mur.wasm.peer.Catalog for murmur:artifact-manager (capsule runs)
+        self.on_send = on_send  # hears each murmur:message/send that reached a peer
         # weak: the engine decides how long a compiled component lives, not its callers
         self._exports: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
         self._exports_lock = threading.Lock()
@@ -255,6 +260,9 @@ class WasmHost:
             request_input=self.request_input,
             on_chunk=self.on_chunk,
             run_inference=self.run_inference,
+            catalog=self.catalog,
+            on_send=self.on_send,
+            engine=self.engine.engine,
         )
         output = _Output(Path(cfg.log_path) if cfg.log_path else None)
         failure: BaseException | None = None
@@ -276,8 +284,11 @@ class WasmHost:
                 except (WasmtimeError, Trap, MurError, GuestInterrupted) as exc:
                     failure = exc
                 except Exception as exc:  # a host import raised something unexpected: still E-RUN-001
-                    failure = MurError("E-RUN-001", f"host import raised {type(exc).__name__}: {exc}")
-                    failure.__cause__ = exc
+                    if getattr(exc, "ends_task", False):  # e.g. an input wait that timed out: not the guest's fault
+                        failure = exc
+                    else:
+                        failure = MurError("E-RUN-001", f"host import raised {type(exc).__name__}: {exc}")
+                        failure.__cause__ = exc
                 else:
                     try:
                         target.post_return(live.store)
@@ -291,6 +302,8 @@ class WasmHost:
         interrupted = interruption(failure)  # Ctrl-C: one KeyboardInterrupt, not a trap (mur.wasm.interrupt)
         if interrupted is not None:
             raise interrupted
+        if getattr(failure, "ends_task", False):
+            raise failure
         if failure is not None:
             raise classify_call_failure(failure, kind=kind, label=cfg.label, limits=cfg.limits,
                                         stderr=output.text()) from failure

@@ -58,7 +58,8 @@ class OutboundHttp:
         self.deadline_at = deadline_at
         self.max_response_bytes = max_response_bytes
 
-    def _trace(self, event: dict) -> None:
+    def report(self, event: dict) -> None:
+        """Tell `on_http` about one attempt (also wasi:http's, mur.wasm.wasi_http)."""
         if self.on_http is not None:
             try:
                 self.on_http(event)
@@ -81,12 +82,12 @@ class OutboundHttp:
         event: dict[str, Any] = {"url": shown, "method": method}
         if method not in METHODS:
             event.update(allowed=False, error=f"unsupported method '{method}'")
-            self._trace(event)
+            self.report(event)
             return f"unsupported method '{method}' (use one of {', '.join(METHODS)})"
         if not url_allowed(self.allow, url):
             reason = f"network policy: '{shown}' not in capabilities.network.allow"
             event.update(allowed=False, error=reason)
-            self._trace(event)
+            self.report(event)
             return reason
         event["allowed"] = True
         send_headers = [(k, v) for k, v in headers if k.lower() not in _HOST_HEADERS]
@@ -108,15 +109,15 @@ class OutboundHttp:
         except _TooLarge:
             error = f"response body exceeds {self.max_response_bytes} bytes"
             event.update(error=error, duration_ms=int((time.monotonic() - started) * 1000))
-            self._trace(event)
+            self.report(event)
             return error
         except (httpx.HTTPError, httpx.InvalidURL, ValueError, TypeError, UnicodeError) as exc:
             error = f"http error: {type(exc).__name__}: {exc}"
             event.update(error=error, duration_ms=int((time.monotonic() - started) * 1000))
-            self._trace(event)
+            self.report(event)
             return error
         event.update(status=response.status_code, duration_ms=int((time.monotonic() - started) * 1000))
-        self._trace(event)
+        self.report(event)
         return {
             "status": response.status_code,
             "headers": [(k, v) for k, v in response.headers.multi_items()],

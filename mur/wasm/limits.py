@@ -173,8 +173,8 @@ def classify_instantiate_failure(exc: BaseException, *, kind: str, label: str, l
     if _MISSING_IMPORT in message:
         return GuestError(
             "E-RUN-002", f"{subject}: {first}", kind="link",
-            hint="mur links WASI p2 (cli, io, clocks, random, filesystem, sockets with no network) and "
-                 "the murmur:* interfaces in docs/wasm.md; wasi:http is not linked — use murmur:http/outbound",
+            hint="mur links WASI p2 (cli, io, clocks, random, filesystem, sockets with no network), "
+                 "wasi:http's outgoing handler and the murmur:* interfaces in docs/wasm.md",
         )
     m = _MIN_MEMORY.search(message)
     if m:

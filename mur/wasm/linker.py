@@ -2,9 +2,9 @@
 
 Linked for every guest: WASI p2 (``Linker.add_wasip2``: cli, io, clocks, random, filesystem, and
 sockets — but the WASI context grants no network, so every socket call is refused with
-access-denied) and the murmur:* interfaces below. ``wasi:http`` is deliberately not linked: it has no
-per-request hook in wasmtime-py, so it could not be held to capabilities.network.allow. A component
-that imports it fails to instantiate with E-RUN-002.
+access-denied), ``wasi:http@0.2.x`` (wasmtime's, with ``outgoing-handler.handle`` shadowed so each
+request is held to capabilities.network.allow: mur.wasm.wasi_http) and the murmur:* interfaces
+below.
 
 | import                                  | host side                                     |
 |-----------------------------------------|-----------------------------------------------|
@@ -14,6 +14,9 @@ that imports it fails to instantiate with E-RUN-002.
 | murmur:task/task@0.1.0                  | ``request_input(prompt)`` (A2A input-required) |
 | murmur:text/chunks@0.1.0                | ``on_chunk(kind, text)`` (SSE stream)          |
 | murmur:runtime/inference@0.2.0          | ``run_inference(request)`` (hooks)             |
+| murmur:message/send@0.1.0               | mur.wasm.peer.send (A2A to a peer, allow-listed) |
+| murmur:artifact-manager/manage@0.1.0    | mur.wasm.peer (the session's ``catalog``)       |
+| wasi:http/outgoing-handler@0.2.x        | mur.wasm.wasi_http.handle (allow-listed)        |
 
 One linker per engine serves every guest call (building one costs about a third of a
 millisecond, and closing one as much again): its host functions close over nothing per call. Each
@@ -65,6 +68,10 @@ class CallContext:
     request_input: Callable[[str], str] | None = None
     on_chunk: Callable[[str, str], None] | None = None
     run_inference: Callable[[Any], Any] | None = None
+    catalog: Any = None  # mur.wasm.peer.Catalog: the session inventory artifact-manager answers from
+    on_send: Callable[[dict], None] | None = None  # each murmur:message/send that reached a peer (trace)
+    engine: Any = None  # the wasmtime Engine of this call's Store (wasi:http's helper is per engine)
+    wasi_http: Any = None  # mur.wasm.wasi_http's helper instance in this Store, made on first use
 
 
 def _record(**fields: Any) -> Any:
@@ -104,6 +111,8 @@ def _invoke(store: Any, name: str, value: Any) -> Any:
     except MurError as exc:
         return exc.message
     except Exception as exc:  # the guest gets a reason, never a host traceback
+        if getattr(exc, "ends_task", False):  # the task is over (an input wait timed out): trap the capsule
+            raise
         return f"tool '{name}' failed: {type(exc).__name__}: {exc}"
 
 
@@ -199,8 +208,11 @@ def build_linker(engine: Any) -> Any:
     CallContext of the Store it is called from, so one linker is shared by every call."""
     from wasmtime.component import Linker
 
+    from mur.wasm import peer, wasi_http
+
     linker = Linker(engine)
     linker.add_wasip2()
+    wasi_http.add_to_linker(linker)
     with linker.root() as root:
         # componentize-py guests import every function of an interface they take types from, so
         # the type-only imports get stubs that answer "not callable here".
@@ -222,6 +234,11 @@ def build_linker(engine: Any) -> Any:
             inst.add_func("emit-thinking-chunk", host_import(_chunk("thinking")))
         with root.add_instance(INFERENCE) as inst:
             inst.add_func("run-inference", host_import(_run_inference))
+        with root.add_instance(peer.MESSAGE_SEND) as inst:
+            inst.add_func("send", host_import(peer.send))
+        with root.add_instance(peer.MANAGE) as inst:
+            for fn, impl in peer.MANAGE_FUNCS.items():
+                inst.add_func(fn, host_import(impl))
     return linker
 
 

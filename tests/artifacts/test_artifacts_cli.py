@@ -150,7 +150,7 @@ def test_install_into_project_pins_the_lock(isolated, mur, published):
     assert lock.artifacts[0].sha256 == (isolated / "home/.murmur/artifacts/greet/0.1.0/greet-0.1.0.sha256").read_text()
 
     listing = mur("list", cwd=project)
-    assert listing.out == "NAME   VERSION  RUNTIME  PLATFORM\ngreet  0.1.0    skill    \u2014\n"
+    assert listing.out == "NAME   VERSION  RUNTIME  PLATFORMS\ngreet  0.1.0    skill    \u2014\n"
     rows = json.loads(mur("list", "--json", cwd=project).out)
     assert rows == [
         {
@@ -165,7 +165,7 @@ def test_install_into_project_pins_the_lock(isolated, mur, published):
     ]
     both = mur("list", "--all", cwd=project).out.splitlines()
     assert both == [
-        "SCOPE    NAME   VERSION  RUNTIME  PLATFORM",
+        "SCOPE    NAME   VERSION  RUNTIME  PLATFORMS",
         "project  greet  0.1.0    skill    \u2014",
         "global   greet  0.1.0    skill    \u2014",
     ]
@@ -295,7 +295,7 @@ def test_doctor_reports_each_problem_with_its_fix(isolated, mur, published):
     assert result.code == 1
     assert result.out == (
         f"Checking {project}/murmur.yaml for " + _platform() + "...\n"
-        "  \u2713  greet@0.1.0    global, not locked yet (`mur run` creates murmur.lock)\n"
+        "  \u2713  greet@0.1.0    global\n"
         "  \u2717  absent@2.0.0   missing   \u2014 not installed in the project or global store\n"
         "\n"
         "1 check passed, 1 error found.\n"

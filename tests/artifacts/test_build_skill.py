@@ -58,7 +58,7 @@ def names(zip_path: Path) -> list[str]:
 
 
 def generated(name: str, version: str = "0.1.0", files: tuple[str, ...] = (), description: str | None = None) -> str:
-    text = f"name: {name}\nversion: {version}\nruntime: skill\n"
+    text = f"name: {name}\nversion: '{version}'\nruntime: skill\n"  # upstream quotes the version
     if description is not None:
         text += f"description: {description}\n"
     return text + "requires_files:\n- skill.md\n" + "".join(f"- {f}\n" for f in files)

@@ -69,7 +69,7 @@ def test_matches_name_description_and_tags_case_insensitively(isolated, mur, ind
 
 def test_no_match_is_a_message_and_exit_0(isolated, mur, index):
     result = mur("search", "kubernetes", "--registry", str(index))
-    assert (result.code, result.out, result.err) == (0, "No artifacts match 'kubernetes'.\n", "")
+    assert (result.code, result.out, result.err) == (0, "No results found.\n", "")  # upstream's words
 
 
 def test_json_is_one_line_list(isolated, mur, index):
@@ -243,8 +243,9 @@ def test_nothing_configured_searches_the_local_stores_only(isolated, mur):
     assert searching.search("greet", transport=httpx.MockTransport(handler), cwd=isolated / "work") == []
     assert seen == []
     result = mur("search", "greet")
-    assert (result.code, result.out) == (0, "No artifacts match 'greet' in the local stores.\n")
-    assert result.err == "  hint: search a remote index with --remote, or --registry URL|PATH\n"
+    assert (result.code, result.out) == (0, "No results found.\n")
+    assert result.err == ("  note: nothing matches 'greet' in the local stores; search a remote index with --remote, "
+                          "or --registry URL|PATH\n")
     Store(global_store()).put(ArtifactMeta("greet", "0.1.0", "static", "skill", description="Greets"), "0" * 64,
                               data=b"zip", overwrite=False)
     assert mur("search", "greet").out.splitlines()[1].split() == ["greet", "0.1.0", "skill", "Greets"]

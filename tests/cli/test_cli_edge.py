@@ -75,7 +75,6 @@ def test_usage_errors_exit_2_without_a_traceback(tmp_path):
     cases = [
         ([], "Usage: mur"),
         (["no-such-command"], "No such command 'no-such-command'"),
-        (["run", "--containment", "strict"], "Invalid value for --containment: 'strict' is not one of: advisory, scoped, sealed"),
         (["run", "--manifest"], "Option '--manifest' requires an argument"),
         (["run", "--no-such-flag"], "No such option: --no-such-flag"),
     ]
@@ -84,6 +83,16 @@ def test_usage_errors_exit_2_without_a_traceback(tmp_path):
         assert run.returncode == 2, (args, run.stderr)
         assert text in run.stdout + run.stderr, (args, run.stdout, run.stderr)
         assert "Traceback" not in run.stderr
+    assert not (tmp_path / "workdir").exists()
+
+
+def test_an_unknown_flag_value_is_upstreams_e_io_003_not_a_usage_error(tmp_path):
+    for flag, value, allowed in (("--containment", "paranoid", "advisory, scoped, sealed"),
+                                 ("--lifecycle-task-acceptance", "many", "none, single, queue"),
+                                 ("--lifecycle-after-task", "nap", "exit, sleep")):
+        run = mur("run", flag, value, cwd=tmp_path)
+        assert (run.returncode, run.stdout) == (1, ""), (flag, run.stderr)
+        assert run.stderr == f"error[E-IO-003]: {flag} must be one of: {allowed}; got '{value}'\n"
     assert not (tmp_path / "workdir").exists()
 
 

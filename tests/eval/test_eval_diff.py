@@ -113,9 +113,9 @@ def test_no_scores_on_either_side(tmp_path: Path):
 
 @pytest.mark.parametrize("args, code, needle", [
     (["@1"], "E-EVAL-002", "takes two session addresses"),
-    (["@1", "@4"], "E-EVAL-002", "matched no session"),
-    (["zzzz", "@1"], "E-EVAL-002", "matched no session"),
-    (["@1", "nowhere/eval.jsonl"], "E-EVAL-002", "no eval file at nowhere/eval.jsonl"),
+    (["@1", "@4"], "E-EVAL-002", "@4 is out of range"),
+    (["zzzz", "@1"], "E-EVAL-002", "no session found matching suffix 'zzzz'"),
+    (["@1", "nowhere/eval.jsonl"], "E-IO-001", "eval file not found: nowhere/eval.jsonl"),
 ])
 def test_bad_addresses(workdir: Path, args: list[str], code: str, needle: str):
     run = mur("eval", "diff", *args, cwd=workdir.parent)

@@ -65,33 +65,45 @@ def compaction_script(second_turn_output: int) -> list[dict]:
         {"tool_use": {"name": "add", "input": {"numbers": [1, 2]}}, "usage": {"input_tokens": 300, "output_tokens": 100}},
         {"tool_use": {"name": "add", "input": {"numbers": [3, 4]}},
          "usage": {"input_tokens": 420, "output_tokens": second_turn_output}},
-        {"text": "SUMMARY-1: added 1+2=3, now adding 3+4", "usage": {"input_tokens": 700, "output_tokens": 50}},
         {"text": "Done: 3 and 7.", "usage": {"input_tokens": 90, "output_tokens": 6}},
     ]
 
 
+class Hook:
+    """An on-compaction hook's decision, as the session's hook dispatch hands it to the loop."""
+
+    def __init__(self, summary: str | None = "SUMMARY-1: added 1+2=3, now adding 3+4"):
+        self.summary = summary
+        self.seen = []
+
+    def __call__(self, request):
+        self.seen.append(request)
+        if self.summary is None:
+            return None  # no hook answered replace-context
+        return CompactionResult([{"role": "user", "content": [{"type": "text", "text": self.summary}]}], self.summary)
+
+
 def test_compaction_fires_exactly_at_threshold(model_server, make_client, toolbox, events, tmp_path):
     server = model_server(compaction_script(second_turn_output=80))  # 420 + 80 = 500 = 0.5 * 1000
+    hook = Hook()
     comp = Compaction(threshold=0.5, model="claude-small", dump_summaries=True)
-    outcome = run(server, make_client, toolbox, events, tmp_path, context_max_tokens=1000, compaction=comp,
-                  compaction_system_prompt="Summarise tersely.")
+    config = LoopConfig(model="claude-main", context_max_tokens=1000, compaction=comp,
+                        compaction_system_prompt="Summarise tersely.")
+    outcome = run_agent_loop(TASK, config, make_client(server), toolbox, events.append, workdir=tmp_path,
+                             compactor=hook)
     assert outcome.exit_status == "ok" and outcome.result == "Done: 3 and 7." and outcome.compactions == 1
+    # the hook gets the spec's inputs verbatim; the runtime itself makes no summarising call
+    (request,) = hook.seen
+    assert (request.turn, request.tokens_before, request.threshold, request.model, request.system_prompt) == (
+        1, 500, 0.5, "claude-small", "Summarise tersely.")
+    assert len(server.requests) == 3
     compactions = [e for e in events if e["event_type"] == "compaction"]
     assert len(compactions) == 1 and compactions[0]["turn"] == 1 and compactions[0]["tokens_before"] == 500
     assert 0 < compactions[0]["tokens_after"] < 500
-    summary_call = server.requests[2].body
-    assert summary_call["model"] == "claude-small" and summary_call["system"] == "Summarise tersely."
-    assert summary_call["max_tokens"] == 8192 and "tools" not in summary_call
-    assert "[user] " + TASK in summary_call["messages"][0]["content"][0]["text"]
-    after = server.requests[3].body["messages"]
+    after = server.requests[2].body["messages"]
     assert [m["role"] for m in after] == ["user", "assistant", "user"]
-    assert TASK in after[0]["content"][0]["text"] and "SUMMARY-1" in after[0]["content"][0]["text"]
+    assert after[0]["content"][0]["text"].startswith("SUMMARY-1")
     assert after[1]["content"][0]["input"] == {"numbers": [3, 4]}  # the compacting turn's own call survives
-    served = server.served_usage()
-    assert (outcome.input_tokens, outcome.output_tokens) == (served["input_tokens"], served["output_tokens"])
-    origin = [e for e in inference_events(events) if e.get("origin") == "compaction"]
-    assert origin == [{"event_type": "inference", "turn": 1, "input_tokens": 700, "output_tokens": 50,
-                       "decision": "end_turn", "tool_name": None, "origin": "compaction", "model": "claude-small"}]
     lines = (tmp_path / "out" / "compaction-summaries.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [{"turn": 1, "tokens_before": 500,
                                                      "tokens_after": compactions[0]["tokens_after"],
@@ -99,43 +111,58 @@ def test_compaction_fires_exactly_at_threshold(model_server, make_client, toolbo
 
 
 def test_compaction_does_not_fire_one_token_below_threshold(model_server, make_client, toolbox, events, tmp_path):
-    script = compaction_script(second_turn_output=79)
-    server = model_server(script[:2] + script[3:])
-    outcome = run(server, make_client, toolbox, events, tmp_path, context_max_tokens=1000,
-                  compaction=Compaction(threshold=0.5, dump_summaries=True))
-    assert outcome.exit_status == "ok" and outcome.compactions == 0
+    server = model_server(compaction_script(second_turn_output=79))
+    hook = Hook()
+    config = LoopConfig(model="m", context_max_tokens=1000, compaction=Compaction(threshold=0.5, dump_summaries=True))
+    outcome = run_agent_loop(TASK, config, make_client(server), toolbox, events.append, workdir=tmp_path,
+                             compactor=hook)
+    assert outcome.exit_status == "ok" and outcome.compactions == 0 and hook.seen == []
     assert not [e for e in events if e["event_type"] == "compaction"]
     assert not (tmp_path / "out" / "compaction-summaries.jsonl").exists()
 
 
-def test_compaction_defaults_and_no_dump(model_server, make_client, toolbox, events, tmp_path):
+@pytest.mark.parametrize("hook", [None, Hook(summary=None)], ids=["no-hook", "hook-declines"])
+def test_without_a_replacing_hook_the_budget_is_only_logged(model_server, make_client, toolbox, events, hook):
+    # The spec and upstream v0.2 leave compaction to the hook: no summarising call of mur's own, the
+    # context stays as it is, and upstream's line goes to the bootstrap log.
     server = model_server([
         {"tool_use": {"name": "add", "input": {"numbers": [1]}}, "usage": {"input_tokens": 980, "output_tokens": 0}},
-        {"text": "summary", "usage": {"input_tokens": 10, "output_tokens": 2}},
         {"text": "done", "usage": {"input_tokens": 10, "output_tokens": 2}},
     ])
-    outcome = run(server, make_client, toolbox, events, tmp_path, context_max_tokens=1000)  # threshold 0.98
-    assert outcome.compactions == 1
-    call = server.requests[1].body
-    assert call["model"] == "claude-main" and "compress" in call["system"]
-    assert not (tmp_path / "out" / "compaction-summaries.jsonl").exists()
+    logged = []
+    config = LoopConfig(model="claude-main", context_max_tokens=1000, log=logged.append)  # threshold 0.98
+    outcome = run_agent_loop(TASK, config, make_client(server), toolbox, events.append, compactor=hook)
+    assert outcome.exit_status == "ok" and outcome.result == "done" and outcome.compactions == 0
+    assert len(server.requests) == 2 and len(server.requests[1].body["messages"]) == 3
+    assert logged == ["[compaction] threshold reached but no hook returned replace-context; continuing without compaction"]
+    assert not [e for e in events if e["event_type"] == "compaction"]
 
 
 def test_no_compaction_without_context_budget(model_server, make_client, toolbox, events):
     server = model_server([{"tool_use": {"name": "add", "input": {"numbers": [1]}},
                             "usage": {"input_tokens": 10**6, "output_tokens": 10}}, {"text": "done"}])
-    outcome = run(server, make_client, toolbox, events, compaction=Compaction(threshold=0.1))
+    hook, logged = Hook(), []
+    config = LoopConfig(model="m", compaction=Compaction(threshold=0.1), log=logged.append)
+    outcome = run_agent_loop(TASK, config, make_client(server), toolbox, events.append, compactor=hook)
     assert outcome.exit_status == "ok" and outcome.compactions == 0 and len(server.requests) == 2
+    assert hook.seen == [] and logged == []
 
 
 def test_failed_compaction_fails_the_session(model_server, make_client, toolbox, events, tmp_path):
     server = model_server([
         {"tool_use": {"name": "add", "input": {"numbers": [1]}}, "usage": {"input_tokens": 990, "output_tokens": 10}},
-        {"error": {"status": 400, "message": "prompt is too long"}},
+        {"text": "never asked"},
     ])
-    outcome = run(server, make_client, toolbox, events, tmp_path, context_max_tokens=1000)
-    assert outcome.exit_status == "failed" and outcome.error_code == "E-RUN-016"
-    assert outcome.error == "compaction failed: inference provider failed: HTTP 400: invalid_request_error: prompt is too long"
+
+    def broken(request):
+        raise MurError("E-RUN-007", "on-compaction hook 'squash' failed: boom")
+
+    config = LoopConfig(model="m", context_max_tokens=1000)
+    outcome = run_agent_loop(TASK, config, make_client(server), toolbox, events.append, workdir=tmp_path,
+                             compactor=broken)
+    assert outcome.exit_status == "failed" and outcome.error_code == "E-RUN-007"
+    assert outcome.error == "compaction failed: on-compaction hook 'squash' failed: boom"
+    assert len(server.requests) == 1
 
 
 def test_custom_compactor_replaces_the_model_summariser(model_server, make_client, toolbox, events):

@@ -133,3 +133,34 @@ def test_command_not_on_path_is_e_run_006_and_found_is_resolved(tmp_path, monkey
     run = checked(tmp_path, process)
     checks.check_inference(run)
     assert run.process_command == str(exe)
+
+
+# --- --system-prompt (upstream's rules) --------------------------------------------------------
+
+
+def test_cli_prompt_is_trimmed_and_a_blank_one_clears_the_manifest_prompt(tmp_path):
+    run = prompts(tmp_path, HTTP + "  system_prompt: Manifest prompt\n", system_prompt="  \n CLI prompt \n\n ")
+    assert (run.system_prompt, run.system_prompt_source) == ("CLI prompt", "cli")
+    run = prompts(tmp_path, HTTP + "  system_prompt: Manifest prompt\n", system_prompt="   ")
+    assert (run.system_prompt, run.system_prompt_source) == (None, "cli")
+
+
+def test_cli_prompt_replaces_a_file_that_does_not_exist_without_reading_it(tmp_path):
+    run = prompts(tmp_path, HTTP + "  system_prompt_file: missing.md\n", system_prompt="CLI prompt")
+    assert (run.system_prompt, run.bound_skill) == ("CLI prompt", None)
+
+
+def test_a_skill_used_as_the_prompt_is_bound_unless_the_cli_overrides_it(tmp_path):
+    (tmp_path / "style.md").write_text("Always answer in haiku.")
+    skill = "artifacts:\n  - name: style\n    runtime: skill\n    source: style.md\n    local_source: true\n"
+    run = prompts(tmp_path, skill + HTTP + "  system_prompt_artifact: style\n")
+    assert (run.system_prompt, run.bound_skill) == ("Always answer in haiku.", "style")
+    run = prompts(tmp_path, skill + HTTP + "  system_prompt_artifact: style\n", system_prompt="CLI prompt")
+    assert (run.system_prompt, run.bound_skill) == ("CLI prompt", None)
+
+
+def test_system_prompt_flag_needs_an_inference_block(tmp_path):
+    err = error_of(checks.check_system_prompt_flag, checked(tmp_path, "", system_prompt="CLI prompt"))
+    assert err.code == "E-IO-003"
+    assert err.message == "--system-prompt requires an agent capsule: this manifest has no inference: block"
+    checks.check_system_prompt_flag(checked(tmp_path, HTTP, system_prompt="CLI prompt"))  # fine with one

@@ -114,10 +114,10 @@ def test_json_is_one_line(workdir: Path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["@1"], "takes two session addresses"),
-    (["@1", "@4"], "matched no session"),
-    (["@1", "aaaa"], "matched no session"),
-    (["ses_" + "f" * 32, "@1"], "matched no session"),
+    (["@1"], "mur trace diff expects 0 or 2 arguments, got 1"),  # upstream's words
+    (["@1", "@4"], "after: @4 is out of range — workdir has 3 sessions"),
+    (["@1", "aaaa"], "after: no session found matching suffix 'aaaa'"),
+    (["ses_" + "f" * 32, "@1"], f"before: session ses_{'f' * 32} not found"),
 ])
 def test_bad_addresses_are_e_trc_002(workdir: Path, args: list[str], needle: str):
     run = mur("trace", "diff", *args, cwd=workdir.parent)
@@ -129,7 +129,7 @@ def test_one_session_is_not_enough_for_the_default(tmp_path: Path):
     write_trace(tmp_path / "workdir", sid(1), agent_session(sid(1), T0, []))
     run = mur("trace", "diff", cwd=tmp_path)
     assert run.code == 1
-    assert run.err.startswith("error[E-TRC-002]: session address '@2' matched no session")
+    assert run.err.startswith("error[E-TRC-002]: before: @2 is out of range — workdir has 1 session\n")
 
 
 def test_malformed_traces_are_e_trc_001(workdir: Path):

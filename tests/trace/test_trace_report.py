@@ -45,7 +45,8 @@ def ids(doc: dict) -> list[str]:
 def test_all_sessions_by_default_and_the_broken_one_is_skipped(workdir: Path):
     doc, err = report(workdir)
     assert ids(doc) == [sid(1), sid(2), sid(3), sid(4)] and doc["count"] == 4
-    assert err.startswith(f"note: skipped {sid(5)}: [E-TRC-001] ") and "line 3 is not valid JSON" in err
+    assert err.startswith(f"note: skipped 1 incomplete session(s)\n  {sid(5)}: [E-TRC-001] ")  # upstream's note
+    assert "line 3 is not valid JSON" in err
     assert [s["session"] for s in doc["skipped"]] == [sid(5)]
     assert list(doc["status"].items()) == [("ok", 2), ("failed", 1), ("max_turns_reached", 1)]
     m = doc["metrics"]
@@ -115,19 +116,25 @@ def test_nothing_left_is_an_error(workdir: Path, tmp_path: Path):
     assert run.err.splitlines()[-2].startswith("error[E-TRC-002]: no session in workdir started within the last 5m")
     run = mur("trace", "report", "@1", cwd=workdir.parent)
     assert run.code == 1
-    assert "error[E-TRC-001]: none of the 1 selected session(s) has a complete trace" in run.err
+    assert "error[E-TRC-001]: no complete sessions to report — all traces are empty or incomplete" in run.err
     (tmp_path / "empty").mkdir()
-    for wd in ("empty", "missing"):
-        run = mur("trace", "report", "--workdir", wd, cwd=tmp_path)
-        assert run.code == 1 and run.err.startswith(f"error[E-TRC-002]: no sessions in {wd}")
+    run = mur("trace", "report", "--workdir", "empty", cwd=tmp_path)
+    assert run.code == 1 and run.err.startswith("error[E-TRC-002]: no sessions found in workdir at empty")
+    run = mur("trace", "report", "--workdir", "missing", cwd=tmp_path)
+    assert run.code == 1 and run.err.startswith("error[E-IO-001]: workdir not found: missing")
     run = mur("trace", "report", "zzzz", cwd=workdir.parent)
-    assert run.code == 1 and run.err.startswith("error[E-TRC-002]: session address 'zzzz' matched no session")
+    assert run.code == 1 and run.err.startswith("error[E-TRC-002]: no session found matching suffix 'zzzz'")
     assert "Traceback" not in run.err
 
 
+@pytest.mark.parametrize("flag, args", [("--last", ["@1", "--last", "2"]), ("--since", ["0001", "--since", "1h"])])
+def test_a_filter_with_explicit_sessions_is_upstreams_e_trc_002(workdir: Path, flag: str, args: list[str]):
+    run = mur("trace", "report", *args, cwd=workdir.parent)
+    assert (run.code, run.out) == (1, "")
+    assert run.err == f"error[E-TRC-002]: {flag} cannot be combined with explicit session arguments\n"
+
+
 @pytest.mark.parametrize("args, needle", [
-    (["@1", "--last", "2"], "--last"),
-    (["0001", "--since", "1h"], "--since"),
     (["--last", "0"], "--last"),
     (["--since", "2 hours"], "is not a duration"),
     (["--since", "0h"], "is not a duration"),

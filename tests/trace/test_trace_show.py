@@ -59,9 +59,15 @@ def test_addresses(workdir: Path):
     assert resolve_trace(str(workdir / IDS[1]), workdir) == workdir / IDS[1] / "trace.jsonl"
 
 
-@pytest.mark.parametrize("address", ["aaaa", "zzzz", "@4", "@0", "@x", "abc", "ses_" + "f" * 32, "nope/trace.jsonl"])
+@pytest.mark.parametrize("address", ["aaaa", "zzzz", "@4", "@0", "@x", "abc", "ses_" + "f" * 32])
 def test_addresses_matching_none_or_several_are_refused(workdir: Path, address: str):
     assert code_of(resolve_trace, address, workdir) == "E-TRC-002"
+
+
+def test_a_path_to_no_trace_is_upstreams_file_not_found(workdir: Path):
+    with pytest.raises(MurError) as err:
+        resolve_trace("nope/trace.jsonl", workdir)
+    assert (err.value.code, err.value.message) == ("E-IO-001", "trace file not found: nope/trace.jsonl")
 
 
 def test_ambiguous_suffix_lists_the_matches(workdir: Path):
@@ -170,7 +176,8 @@ def test_cli_show_human_and_json(workdir: Path, capsys):
 
 def test_cli_errors_render_codes(workdir: Path, capsys):
     code, out, err = run_cli(["trace", "show", "aaaa", "--workdir", str(workdir)], capsys)
-    assert (code, out) == (1, "") and err.startswith("error[E-TRC-002]: session address 'aaaa' matched 2 sessions")
+    assert (code, out) == (1, "") and err.startswith(
+        "error[E-TRC-002]: ambiguous: 'aaaa' matches 2 sessions — provide more characters\n  ses_")
     (workdir / IDS[0] / "trace.jsonl").write_text("garbage\n")
     code, _, err = run_cli(["trace", "show", "@3", "--workdir", str(workdir)], capsys)
     assert code == 1 and err.startswith("error[E-TRC-001]:") and "line 1" in err

@@ -140,16 +140,16 @@ def _wat_component(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_unlinked_import_is_e_run_002(host, make_cfg, tmp_path):
-    # A component importing raw wasi:http, which mur deliberately does not link.
-    wasm = _wat_component(tmp_path, "http.wasm", """
+    # A component importing an interface mur does not link (wasi:keyvalue).
+    wasm = _wat_component(tmp_path, "kv.wasm", """
         (component
-          (import "wasi:http/outgoing-handler@0.2.0" (instance (export "handle" (func))))
+          (import "wasi:keyvalue/store@0.2.0" (instance (export "open" (func))))
         )""")
     with pytest.raises(GuestError) as info:
         host.run_capsule(make_cfg(wasm), lambda n, d: None)
     err = info.value
     assert err.code == "E-RUN-002" and err.kind == "link"
-    assert "wasi:http/outgoing-handler@0.2.0" in err.message
+    assert "wasi:keyvalue/store@0.2.0" in err.message
     assert "matching implementation was not found in the linker" in err.message
 
 

@@ -1,0 +1,120 @@
+;; A hand-written `tool`-world component calling upstream's capsule-side host interfaces,
+;; murmur:artifact-manager/manage@0.1.0 and murmur:message/send@0.1.0 (what components built against
+;; upstream's WIT import). input.data's first byte picks the call, the rest is its argument;
+;; result.summary is what came back:
+;;   "l"        list()                 -> "<count> <first name>"
+;;   "d<name>"  describe(name)         -> ok: its description; err: the error text
+;;   "p<name>"  pull(name, "1.0.0")    -> the error text (ok: "pulled")
+;;   "r<name>"  remove(name)           -> the error text (ok: "removed")
+;;   "s<peer>"  send(peer, {message-id "m1", context-id none, text "hello"}) -> ok: the peer's task
+;;              state; err: the error text
+(component
+  (import "murmur:artifact-manager/manage@0.1.0" (instance $manage
+    (type $rt' (enum "wasm" "native"))
+    (export "runtime-type" (type $rt (eq $rt')))
+    (type $summary' (record (field "name" string) (field "version" string) (field "runtime" $rt)))
+    (export "artifact-summary" (type $summary (eq $summary')))
+    (type $info' (record (field "name" string) (field "version" string) (field "description" string)
+                         (field "tags" (list string)) (field "runtime" $rt) (field "input-schema" (option string))
+                         (field "output-schema" (option string))))
+    (export "artifact-info" (type $info (eq $info')))
+    (export "list" (func (result (list $summary))))
+    (export "describe" (func (param "name" string) (result (result $info (error string)))))
+    (export "pull" (func (param "name" string) (param "version" string) (result (result $summary (error string)))))
+    (export "remove" (func (param "name" string) (result (result bool (error string)))))))
+  (import "murmur:message/send@0.1.0" (instance $message
+    (type $msg' (record (field "message-id" string) (field "context-id" (option string)) (field "text" string)))
+    (export "message" (type $msg (eq $msg')))
+    (type $task' (record (field "task-id" string) (field "context-id" string) (field "state" string)))
+    (export "task-result" (type $task (eq $task')))
+    (export "send" (func (param "peer-url" string) (param "message" $msg) (result (result $task (error string)))))))
+
+  (core module $mem
+    (memory (export "mem") 1)
+    (global $bump (mut i32) (i32.const 4096))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32)
+      (local.set $p (i32.and (i32.add (global.get $bump) (i32.sub (local.get 2) (i32.const 1)))
+                             (i32.sub (i32.const 0) (local.get 2))))
+      (global.set $bump (i32.add (local.get $p) (local.get 3)))
+      (local.get $p)))
+  (core instance $mi (instantiate $mem))
+  (alias core export $mi "mem" (core memory $memory))
+  (alias core export $mi "realloc" (core func $realloc))
+  (core func $list (canon lower (func $manage "list") (memory $memory) (realloc $realloc)))
+  (core func $describe (canon lower (func $manage "describe") (memory $memory) (realloc $realloc)))
+  (core func $pull (canon lower (func $manage "pull") (memory $memory) (realloc $realloc)))
+  (core func $remove (canon lower (func $manage "remove") (memory $memory) (realloc $realloc)))
+  (core func $send (canon lower (func $message "send") (memory $memory) (realloc $realloc)))
+  (core module $m
+    (import "m" "mem" (memory 1))
+    (import "h" "list" (func $list (param i32)))
+    (import "h" "describe" (func $describe (param i32 i32 i32)))
+    (import "h" "pull" (func $pull (param i32 i32 i32 i32 i32)))
+    (import "h" "remove" (func $remove (param i32 i32 i32)))
+    (import "h" "send" (func $send (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32)))
+    (data (i32.const 64) "1.0.0")
+    (data (i32.const 72) "m1")
+    (data (i32.const 80) "hello")
+    (data (i32.const 88) "pulled")
+    (data (i32.const 96) "removed")
+    ;; the tool-result at 256 (size 52): status passed, summary (ptr, len)
+    (func $result (param $ptr i32) (param $len i32) (result i32)
+      (memory.fill (i32.const 256) (i32.const 0) (i32.const 52))
+      (i32.store8 offset=4 (i32.const 256) (i32.const 1))
+      (i32.store offset=8 (i32.const 256) (local.get $ptr))
+      (i32.store offset=12 (i32.const 256) (local.get $len))
+      (i32.const 256))
+    ;; a result<_, string> at 512: ok -> (okptr, oklen); err -> the string at +4
+    (func $either (param $okptr i32) (param $oklen i32) (result i32)
+      (if (result i32) (i32.load8_u (i32.const 512))
+        (then (call $result (i32.load offset=4 (i32.const 512)) (i32.load offset=8 (i32.const 512))))
+        (else (call $result (local.get $okptr) (local.get $oklen)))))
+    (func (export "run") (param $dd i32) (param $dp i32) (param $dl i32) (param i32 i32 i32) (result i32)
+      (local $op i32) (local $n i32)
+      (local.set $op (i32.load8_u (local.get $dp)))
+      (if (i32.eq (local.get $op) (i32.const 108)) ;; 'l': "<count> <first name>" at 160
+        (then
+          (call $list (i32.const 512))
+          (local.set $n (i32.load offset=4 (i32.const 512)))
+          (i32.store8 (i32.const 160) (i32.add (i32.const 48) (local.get $n)))
+          (i32.store8 (i32.const 161) (i32.const 32))
+          (if (i32.eqz (local.get $n)) (then (return (call $result (i32.const 160) (i32.const 1)))))
+          (memory.copy (i32.const 162) (i32.load (i32.load (i32.const 512))) (i32.load offset=4 (i32.load (i32.const 512))))
+          (return (call $result (i32.const 160) (i32.add (i32.const 2) (i32.load offset=4 (i32.load (i32.const 512))))))))
+      (if (i32.eq (local.get $op) (i32.const 100)) ;; 'd': the description (info at +4, description at +20)
+        (then
+          (call $describe (i32.add (local.get $dp) (i32.const 1)) (i32.sub (local.get $dl) (i32.const 1)) (i32.const 512))
+          (return (call $either (i32.load offset=20 (i32.const 512)) (i32.load offset=24 (i32.const 512))))))
+      (if (i32.eq (local.get $op) (i32.const 112)) ;; 'p'
+        (then
+          (call $pull (i32.add (local.get $dp) (i32.const 1)) (i32.sub (local.get $dl) (i32.const 1))
+                      (i32.const 64) (i32.const 5) (i32.const 512))
+          (return (call $either (i32.const 88) (i32.const 6)))))
+      (if (i32.eq (local.get $op) (i32.const 114)) ;; 'r'
+        (then
+          (call $remove (i32.add (local.get $dp) (i32.const 1)) (i32.sub (local.get $dl) (i32.const 1)) (i32.const 512))
+          (return (call $either (i32.const 96) (i32.const 7)))))
+      ;; 's': the peer's task state (task-result at +4, state at +20)
+      (call $send (i32.add (local.get $dp) (i32.const 1)) (i32.sub (local.get $dl) (i32.const 1))
+                  (i32.const 72) (i32.const 2) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 80) (i32.const 5)
+                  (i32.const 512))
+      (call $either (i32.load offset=20 (i32.const 512)) (i32.load offset=24 (i32.const 512)))))
+  (core instance $i (instantiate $m
+    (with "m" (instance $mi))
+    (with "h" (instance (export "list" (func $list)) (export "describe" (func $describe)) (export "pull" (func $pull))
+                        (export "remove" (func $remove)) (export "send" (func $send))))))
+  (type $status (enum "passed" "failed" "error"))
+  (export $status_e "status" (type $status))
+  (type $input (record (field "data" (option string)) (field "log-path" (option string))))
+  (export $input_e "tool-input" (type $input))
+  (type $result (record (field "status" $status_e) (field "summary" (option string)) (field "data" (option string))
+                 (field "data-path" (option string)) (field "truncated" bool)
+                 (field "metadata" (list (tuple string string)))))
+  (export $result_e "tool-result" (type $result))
+  (func $run (param "input" $input_e) (result $result_e)
+    (canon lift (core func $i "run") (memory $memory) (realloc $realloc)))
+  (instance $ri (export "status" (type $status_e)) (export "tool-input" (type $input_e))
+                (export "tool-result" (type $result_e)) (export "run" (func $run)))
+  (export "murmur:tool/run@0.1.0" (instance $ri))
+)
