@@ -85,7 +85,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Summarize one session's trace and list its events as a timeline."""
         from mur.cli.render import emit
-        from mur.trace.timeline import render, show as show_session, summarize
+        from mur.trace.show import render
+        from mur.trace.summary import show as show_session, summarize
 
         _only_deployment(deployment, workdir, manifest)
         if deployment is not None:
@@ -135,16 +136,17 @@ def register(app: typer.Typer) -> None:
     @trace_app.command("report")
     def report(
         sessions: Optional[List[str]] = typer.Argument(None, help=f"Sessions to include. {_ADDRESS} Default: all."),
-        last: Optional[int] = typer.Option(None, "--last", min=1, help="Only the N most recently created sessions."),
+        last: Optional[int] = typer.Option(None, "--last", help="Only the N most recently created sessions."),
         since: Optional[str] = typer.Option(None, "--since", callback=_since,
-                                            help="Only sessions started within this long: 30m, 2h, 1d."),
+                                            help="Only sessions created within this long: 30m, 2h, 1d."),
         workdir: Optional[Path] = _workdir_option(),
         manifest: Optional[Path] = _manifest_option(),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON line (sessions, totals, tools)."),
     ) -> None:
         """Aggregate several sessions: status breakdown, totals and averages, most used tools."""
         from mur.cli.render import emit, note
-        from mur.trace.report import render, report as build_report
+        from mur.trace.report import report as build_report
+        from mur.trace.report_view import render
 
         if sessions and (last is not None or since is not None):
             from mur.errors import MurError

@@ -2,8 +2,10 @@
 
 Run A is BEFORE (default `@2`), run B is AFTER (default `@1`); both addresses or neither (one alone is
 E-TRC-002, as upstream). Each trace is summarized exactly as `mur trace show` does, so the numbers
-agree with it. Lower is better for turns, tokens, calls and latencies; higher is better for the
-tool success rate; exit status and compaction have no direction (`=` or `changed`). Below the
+agree with it. The table is upstream's (its rows, values and deltas: `+3 (A better)`, `-1.3s (B
+better)`, `=`), plus a `tool errors` row. Lower is better for turns, tokens, calls and latencies;
+higher is better for the tool success rate; exit status and compaction have no direction (`=` or
+`changed`). Below the
 metrics, the tool calls: how often each tool was called in A and in B, the tools B added or dropped,
 and the two call sequences aligned (difflib's longest matching blocks): `=` kept, `-` only in A,
 `+` only in B.
@@ -17,15 +19,15 @@ from typing import Any
 
 from mur.errors import MurError
 from mur.humanize import plain
-from mur.trace.timeline import fmt_ms, heading
+from mur.trace.fmt import NOTHING, fmt_ms, heading
 
 _LOWER, _HIGHER, _NONE = "lower", "higher", None
 # (label, key, format, which value is better)
 METRICS = (
     ("turns", "turns", "int", _LOWER),
     ("duration", "duration_ms", "ms", _LOWER),
-    ("input tokens", "input_tokens", "int", _LOWER),
-    ("output tokens", "output_tokens", "int", _LOWER),
+    ("input tokens", "input_tokens", "tokens", _LOWER),
+    ("output tokens", "output_tokens", "tokens", _LOWER),
     ("input/turn (avg)", "input_per_turn", "avg", _LOWER),
     ("output/turn (avg)", "output_per_turn", "avg", _LOWER),
     ("tool calls", "tool_calls", "int", _LOWER),
@@ -51,11 +53,11 @@ def metrics(summary: dict[str, Any]) -> dict[str, Any]:
         "duration_ms": summary["duration_ms"],
         "input_tokens": summary["tokens"]["input"],
         "output_tokens": summary["tokens"]["output"],
-        "input_per_turn": round(summary["tokens"]["input"] / turns, 1) if turns else None,
-        "output_per_turn": round(summary["tokens"]["output"] / turns, 1) if turns else None,
+        "input_per_turn": summary["tokens"]["avg_input_per_turn"],
+        "output_per_turn": summary["tokens"]["avg_output_per_turn"],
         "tool_calls": tools["count"],
         "tool_errors": tools["error"],
-        "tool_success_pct": round(100.0 * tools["ok"] / tools["count"], 1) if tools["count"] else None,
+        "tool_success_pct": 100.0 * tools["ok"] / tools["count"] if tools["count"] else None,
         "tool_avg_ms": tools["avg_ms"] if tools["count"] else None,
         "skill_calls": summary["skill_calls"]["count"],
         "shell_calls": shells["count"],
@@ -108,8 +110,8 @@ def _delta(va: Any, vb: Any, fmt: str, better: str | None) -> tuple[Any, str | N
         return None, None
     if fmt == "text":
         return None, "=" if va == vb else "changed"
-    delta = round(vb - va, 1) if isinstance(vb - va, float) else vb - va
-    if delta == 0:
+    delta = round(vb - va, 4) if isinstance(vb - va, float) else vb - va
+    if delta == 0 or (isinstance(delta, float) and abs(delta) < 0.05):  # what rounds to 0.0 is equal
         return delta, "="
     b_wins = (delta < 0) == (better == _LOWER)
     return delta, "B better" if b_wins else "A better"
@@ -166,33 +168,33 @@ def _line(*cells: str) -> str:
 
 
 def _value(value: Any, fmt: str) -> str:
+    """A cell as upstream writes it: counts with separators, averages whole, rates with one decimal."""
     if value is None:
-        return "—"
+        return NOTHING
     if fmt == "ms":
         return fmt_ms(value)
     if fmt == "pct":
         return f"{value:.1f}%"
     if fmt == "avg":
-        return f"{value:,.1f}"
-    if fmt == "int":
+        return f"{value:.0f}"
+    if fmt == "tokens":
         return f"{value:,}"
     return str(value)
 
 
 def _delta_text(row: dict[str, Any]) -> str:
+    """`+3 (A better)`, `-1.3s (B better)`, `+33.3 (B better)` (no separators, as upstream), `=`."""
     verdict, delta, fmt = row["verdict"], row["delta"], row["format"]
     if verdict is None:
-        return "—"
+        return NOTHING
     if verdict in ("=", "changed"):
         return verdict
     if fmt == "ms":
         text = ("+" if delta > 0 else "-") + fmt_ms(abs(delta))
-    elif fmt == "pct":
-        text = f"{delta:+.1f}pp"
-    elif fmt == "avg":
-        text = f"{delta:+,.1f}"
+    elif fmt in ("pct", "avg"):
+        text = f"{delta:+.1f}"
     else:
-        text = f"{delta:+,}"
+        text = f"{delta:+d}"
     return f"{text} ({verdict})"
 
 
@@ -206,7 +208,7 @@ def _labelled(label: str, address: str, workdir: Path, summarize: Any) -> tuple[
 
 def show(before: str | None, after: str | None, workdir: Path) -> dict[str, Any]:
     """Resolve both addresses (default `@2 @1`) and compare the sessions (E-TRC-001/002)."""
-    from mur.trace.timeline import show as summarize_session
+    from mur.trace.summary import show as summarize_session
 
     if (before is None) != (after is None):
         raise MurError("E-TRC-002", "mur trace diff expects 0 or 2 arguments, got 1. Usage: mur trace diff "

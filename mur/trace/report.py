@@ -1,39 +1,54 @@
 """`mur trace report`: aggregate statistics over several sessions (upstream cli.md "mur trace report").
 
-The set: the sessions named (any session address, each counted once), else every session in the
-workdir, narrowed by `--last N` (the N most recently created session directories) and then by
-`--since D` (sessions whose first `session_start` timestamp, Unix ms, lies within D of now; D is
-`<n>s`, `<n>m`, `<n>h` or `<n>d`). Each session is summarized as `mur trace show` does. A session
-whose trace does not parse or is incomplete (still running, killed) is skipped and reported in
-`skipped` (the CLI prints a note on stderr) rather than failing the whole report; when nothing is
-left, E-TRC-001 (nothing readable) or E-TRC-002 (nothing in the window, or no sessions at all).
+The set: the sessions named (any session address, each counted once, in the order given), else every
+session in the workdir (oldest first), narrowed by `--since D` (sessions created within D of now, by
+the Unix-ms timestamp a session id starts with, as upstream; D is `<n>s`, `<n>m`, `<n>h` or `<n>d`)
+and then by `--last N` (the N most recent of those). Each session is summarized as `mur trace show`
+does. A session whose trace does not parse or is incomplete (still running, killed) is skipped and
+reported in `skipped` (the CLI prints a note on stderr) rather than failing the whole report; when
+nothing is left, E-TRC-001 (nothing readable) or E-TRC-002 (no sessions, or none in the window).
+
+The statistics (mean, population standard deviation, min, max) are upstream's rows; mur adds the
+totals (`--json`), tool errors and skill calls, and the most used tools. Sessions that ran more than
+one task also feed the per-task averages (each task's `task_end` totals). The text is in
+mur.trace.report_view.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from mur.errors import MurError
 from mur.trace import events as ev
-from mur.trace.timeline import as_int, fmt_ms, heading
+from mur.trace.fmt import as_int
 
 _DURATION = re.compile(r"\s*(\d+)\s*([smhd])\s*")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+# (key, label, format): upstream's rows in its order, then mur's. Formats: "n" one decimal, "k" a whole
+# number with separators (cut, as upstream).
 METRICS = (
-    ("turns", "turns"),
-    ("input tokens", "input_tokens"),
-    ("output tokens", "output_tokens"),
-    ("tool calls", "tool_calls"),
-    ("tool errors", "tool_errors"),
-    ("skill calls", "skill_calls"),
-    ("shell calls", "shell_calls"),
-    ("duration (ms)", "duration_ms"),
+    ("turns", "turns", "n"),
+    ("duration_ms", "duration (ms)", "k"),
+    ("input_tokens", "input tokens", "k"),
+    ("output_tokens", "output tokens", "k"),
+    ("tool_calls", "tool calls", "n"),
+    ("tool_success_pct", "tool success (%)", "n"),  # sessions with tool calls only; no row without any
+    ("shell_calls", "shell calls", "n"),
+    ("redundant_calls", "redundant calls", "n"),
+    ("tool_errors", "tool errors", "n"),
+    ("skill_calls", "skill calls", "n"),
 )
-TOP_TOOLS = 10
+TASK_METRICS = (
+    ("turns", "task turns", "n"),
+    ("input_tokens", "task input tokens", "k"),
+    ("output_tokens", "task output tokens", "k"),
+    ("duration_ms", "task duration (ms)", "k"),
+)
+_ID_CLOCK = 12  # a session id's first 12 hex digits are its creation time in Unix ms (UUIDv7)
 
 
 def parse_duration(text: str) -> int:
@@ -44,12 +59,22 @@ def parse_duration(text: str) -> int:
     return int(match.group(1)) * _UNIT_MS[match.group(2)]
 
 
+def created_ms(session_id: str) -> int | None:
+    """When a session was created, from its id (`ses_` + UUIDv7 hex); None for an id that does not say."""
+    digits = session_id[len("ses_"):len("ses_") + _ID_CLOCK]
+    try:
+        return int(digits, 16) if len(digits) == _ID_CLOCK else None
+    except ValueError:
+        return None
+
+
 def session_row(events: list[dict[str, Any]], path: Path) -> dict[str, Any]:
-    """One session's line in the report (E-TRC-001 when its trace is incomplete)."""
-    from mur.trace.timeline import summarize
+    """One session's numbers in the report (E-TRC-001 when its trace is incomplete)."""
+    from mur.trace.summary import summarize
 
     s = summarize(events, str(path))
     start = next(e for e in events if e["event_type"] == ev.SESSION_START)
+    tools, shells = s["tool_calls"], s["shell_calls"]
     return {
         "session_id": str(s["session_id"] or path.parent.name),
         "trace": str(path),
@@ -58,26 +83,40 @@ def session_row(events: list[dict[str, Any]], path: Path) -> dict[str, Any]:
         "turns": s["turns"]["count"],
         "input_tokens": s["tokens"]["input"],
         "output_tokens": s["tokens"]["output"],
-        "tool_calls": s["tool_calls"]["count"],
-        "tool_errors": s["tool_calls"]["error"],
+        "tool_calls": tools["count"],
+        "tool_ok": tools["ok"],
+        "tool_errors": tools["error"],
+        "tool_success_pct": tools["success_pct"],
+        "tool_avg_ms": tools["avg_ms"] if tools["count"] else None,
         "skill_calls": s["skill_calls"]["count"],
-        "shell_calls": s["shell_calls"]["count"],
+        "shell_calls": shells["count"],
+        "shell_exit_codes": shells["exit_codes"],
+        "shell_avg_ms": shells["avg_ms"] if shells["count"] else None,
+        "redundant_calls": len(s["redundant_calls"]),
         "duration_ms": s["duration_ms"],
+        "tasks": s["tasks"] if len(s["tasks"]) > 1 else [],
         "calls": [(str(c["tool_name"]), c["status"] == "ok", as_int(c["duration_ms"]))
                   for c in s["tool_calls"]["calls"]],
     }
 
 
+def stats(values: list[float]) -> dict[str, Any]:
+    """total, mean, population standard deviation (0 for one value), min, max; None for no values."""
+    if not values:
+        return {"total": 0, "mean": None, "stddev": None, "min": None, "max": None}
+    average = sum(values) / len(values)
+    spread = math.sqrt(sum((v - average) ** 2 for v in values) / len(values)) if len(values) > 1 else 0.0
+    return {"total": sum(values), "mean": average, "stddev": spread, "min": min(values), "max": max(values)}
+
+
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Status breakdown, per-metric total/mean/min/max, and per-tool usage over the session rows."""
+    """Status breakdown, per-metric statistics, per-task statistics and per-tool usage over the rows."""
     statuses: dict[str, int] = {}
     for row in rows:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
-    metrics = {}
-    for _, key in METRICS:
-        values = [row[key] for row in rows]
-        metrics[key] = {"total": sum(values), "mean": round(sum(values) / len(values), 1),
-                        "min": min(values), "max": max(values)}
+    metrics = {key: stats([row[key] for row in rows if row[key] is not None]) for key, _, _ in METRICS}
+    tasks = [t for row in rows for t in row["tasks"]]
+    task_metrics = {key: stats([as_int(t.get(key)) for t in tasks]) for key, _, _ in TASK_METRICS}
     tools: dict[str, dict[str, Any]] = {}
     for row in rows:
         for name, ok, ms in row["calls"]:
@@ -89,8 +128,9 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ranked = sorted(tools.values(), key=lambda t: (-t["calls"], t["tool"]))
     return {
         "count": len(rows),
-        "status": dict(sorted(statuses.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "status": dict(sorted(statuses.items())),
         "metrics": metrics,
+        "tasks": {"count": len(tasks), "metrics": task_metrics},
         "tools": [{"tool": t["tool"], "calls": t["calls"], "errors": t["errors"],
                    "error_rate": round(t["errors"] / t["calls"], 4), "avg_ms": t["total_ms"] // t["calls"],
                    "sessions": len(t["sessions"])} for t in ranked],
@@ -100,80 +140,50 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def report(addresses: list[str], workdir: Path, last: int | None = None, since: str | None = None,
            now_ms: int | None = None) -> dict[str, Any]:
     """Select, read and aggregate sessions (what `--json` emits)."""
-    from mur.trace.sessions import TRACE_FILE, list_sessions, resolve_trace
     from mur.trace.reader import load_events
+    from mur.trace.sessions import resolve_trace
 
+    if last is not None and last < 1:
+        raise MurError("E-TRC-002", "--last must be at least 1")
+    older = 0
     if addresses:
         paths = list(dict.fromkeys(resolve_trace(a, workdir) for a in addresses))
     else:
-        if not workdir.is_dir():
-            raise MurError("E-IO-001", f"workdir not found: {workdir}",
-                           hint="pass --workdir DIR (the directory holding the ses_* session directories)")
-        sessions = list_sessions(workdir)
-        if not sessions:
-            raise MurError("E-TRC-002", f"no sessions found in workdir at {workdir}",
-                           hint="pass --workdir DIR (the directory holding the ses_* session directories)")
-        if last:
-            sessions = sessions[-last:]
-        paths = [s / TRACE_FILE for s in sessions]
+        paths, older = _select(workdir, last, since, now_ms)
     rows, skipped = [], []
     for path in paths:
         try:
             rows.append(session_row(load_events(path), path))
         except MurError as exc:
             skipped.append({"session": path.parent.name, "trace": str(path), "code": exc.code, "message": exc.message})
-    older = 0
-    if since is not None:
-        cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - parse_duration(since)
-        kept = [r for r in rows if r["started_ms"] >= cutoff]
-        older, rows = len(rows) - len(kept), kept
     if not rows:
-        if older:
-            raise MurError("E-TRC-002", f"no session in {workdir} started within the last {since} "
-                                        f"({older} older session(s))", hint="widen --since")
         names = ", ".join(f"{s['session']} ({s['code']})" for s in skipped)
         raise MurError("E-TRC-001", "no complete sessions to report — all traces are empty or incomplete",
                        hint=f"skipped: {names}")
-    rows.sort(key=lambda r: (r["started_ms"], r["session_id"]))
     return {"workdir": str(workdir), "since": since, "last": last, **aggregate(rows),
             "sessions": [{k: v for k, v in r.items() if k != "calls"} for r in rows],
             "excluded_older": older, "skipped": skipped}
 
 
-def render(rep: dict[str, Any]) -> str:
-    """Sessions, the metric table, the exit status breakdown, and the most used tools."""
-    n = rep["count"]
-    window = (f"  last {rep['last']}" if rep["last"] else "") + (f"  since {rep['since']}" if rep["since"] else "")
-    out = [f"Sessions: {n}  ({rep['workdir']}){window}", ""]
-    out.append(f"{'Session':<37} {'Started (UTC)':<20} {'Status':<18} {'Turns':>5} {'In':>9} {'Out':>8} "
-               f"{'Tools':>5} {'Shell':>5} {'Duration':>9}")
-    for s in rep["sessions"]:
-        out.append(f"{s['session_id']:<37} {_when(s['started_ms']):<20} {s['status']:<18} {s['turns']:>5} "
-                   f"{s['input_tokens']:>9,} {s['output_tokens']:>8,} {s['tool_calls']:>5} {s['shell_calls']:>5} "
-                   f"{fmt_ms(s['duration_ms']):>9}")
-    out += ["", f"{'Metric':<22} {'Total':<14} {'Mean':<14} {'Min':<14} {'Max':<14}".rstrip()]
-    out.append(" ".join(["─" * 22] + ["─" * 14] * 4))
-    for label, key in METRICS:
-        m = rep["metrics"][key]
-        out.append(f"{label:<22} {m['total']:<14,} {m['mean']:<14,.1f} {m['min']:<14,} {m['max']:,}")
-    out += ["", "Exit status:"]
-    for status, count in rep["status"].items():
-        out.append(f"  {status:<24} {count}  ({100.0 * count / n:.1f}%)")
-    out += ["", heading("Tools (most used first)")]
-    if not rep["tools"]:
-        out.append("no tool calls")
-    else:
-        out.append(f"{'Tool':<22} {'Calls':>6} {'Errors':>7} {'Error rate':>11} {'Avg latency':>12} {'Sessions':>9}")
-        for t in rep["tools"][:TOP_TOOLS]:
-            out.append(f"{t['tool']:<22} {t['calls']:>6} {t['errors']:>7} {100.0 * t['error_rate']:>10.1f}% "
-                       f"{fmt_ms(t['avg_ms']):>12} {t['sessions']:>9}")
-        if len(rep["tools"]) > TOP_TOOLS:
-            out.append(f"({len(rep['tools']) - TOP_TOOLS} more in --json)")
-    return "\n".join(out) + "\n"
+def _select(workdir: Path, last: int | None, since: str | None, now_ms: int | None) -> tuple[list[Path], int]:
+    """The traces of the workdir's sessions, oldest first, within `since` then the `last` N; and how
+    many `since` left out."""
+    from mur.trace.sessions import TRACE_FILE, list_sessions
 
-
-def _when(ms: int) -> str:
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    except (OverflowError, OSError, ValueError):
-        return "—"
+    hint = "pass --workdir DIR (the directory holding the ses_* session directories)"
+    if not workdir.is_dir():
+        raise MurError("E-IO-001", f"workdir not found: {workdir}", hint=hint)
+    sessions = list_sessions(workdir)
+    if not sessions:
+        raise MurError("E-TRC-002", f"no sessions found in workdir at {workdir}", hint=hint)
+    older = 0
+    if since is not None:
+        cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - parse_duration(since)
+        kept = [s for s in sessions if (created_ms(s.name) or -1) >= cutoff]
+        older, sessions = len(sessions) - len(kept), kept
+        if not sessions:
+            raise MurError("E-TRC-002", f"no sessions matched --since {since} in workdir at {workdir}",
+                           hint=f"{older} older session(s) there; widen --since")
+    if last:
+        sessions = sessions[-last:]
+    return [s / TRACE_FILE for s in sessions], older

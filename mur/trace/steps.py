@@ -1,12 +1,20 @@
 """`mur trace steps`: a session turn by turn (upstream cli.md "mur trace steps").
 
-The trace (upstream.md 3.3) is cut into attempts, one per `session_start`..`session_end` pair, each
-under the task (`task_start`) it ran for. Inside an attempt every turn-level event is filed under its
-`turn`: the agent loop's `inference` line is the turn itself (decision, tool asked for, tokens); the
-`tool_call`, `skill_call`, `shell` and `compaction` lines, a hook's `run-inference` (`origin`), and
-any unknown event type carrying a `turn` are listed under it in file order. `--verbose` adds what a
-call was given: tool inputs, tool outputs (present only under `trace.include_tool_output`) and shell
-commands. The trace must parse and hold a session_start and a session_end (E-TRC-001, as
+One row per agent turn, upstream's columns (scripts read them): the turn, its decision, the tool it
+asked for (`—` for none) and how long the turn's first call took (`—` without a call):
+
+  Session ses_…  (2 turns)  ok  500ms
+
+    1  tool_call    bash        100ms
+    2  end_turn     —           —
+
+`--verbose` adds the first string of the call's input, quoted and cut to 60 characters. Under a row,
+mur lists what the row does not say: a failed call with its reason (`error:`) and stderr tail, a
+shell exit's meaning, any call after the first, a compaction, a hook's `run-inference` (`origin`)
+and any unknown event type carrying that `turn`; with `--verbose` every call, with its input, traced
+output and shell command. The trace is cut into attempts, one per `session_start`..`session_end`
+pair; when it names tasks (`task_start`) or holds several attempts, each attempt gets a `task` line
+and an `end` line. The trace must parse and hold a session_start and a session_end (E-TRC-001, as
 `mur trace show`).
 """
 
@@ -17,9 +25,13 @@ from typing import Any
 
 from mur.humanize import plain
 from mur.trace import events as ev, failures
-from mur.trace.timeline import as_int, fmt_input, fmt_ms, require_session
+from mur.trace.fmt import as_int, cut, fmt_input, fmt_ms, plural, text as _text
+from mur.trace.summary import require_session
 
-VERBOSE_LIMIT = 120
+VERBOSE_LIMIT = 60  # upstream's cut for the input summary; the detail lines keep to it too
+TOOL_WIDTH = 12  # the tool column is at least this wide (upstream)
+PAD, SUB = " " * 5, " " * 7  # detail lines sit under the decision column, their failure lines deeper
+_CALLS = (ev.TOOL_CALL, ev.SKILL_CALL)
 _TURN_EVENTS = (ev.INFERENCE, ev.TOOL_CALL, ev.SKILL_CALL, ev.SHELL, ev.COMPACTION)
 _SKIP = ("session_id", "timestamp", "event_type", "turn")
 
@@ -47,14 +59,14 @@ def build_steps(events: list[dict[str, Any]], source: str = "trace.jsonl", verbo
         elif current is not None and (kind in _TURN_EVENTS or "turn" in event):
             _file(current, event, verbose)
     for attempt in attempts:
-        attempt["turns"] = [attempt["turns"][n] for n in sorted(attempt["turns"])]
+        attempt["turns"] = [_finish(attempt["turns"][n], verbose) for n in sorted(attempt["turns"])]
     starts = [e for e in events if e["event_type"] == ev.SESSION_START]
     ends = [e for e in events if e["event_type"] == ev.SESSION_END]
     tasks = {a["task_id"] for a in attempts if a["task_id"] is not None}
     return {
         "session_id": _text(starts[0].get("session_id")),
         "status": _text(ends[-1].get("exit_status")),
-        "turns": as_int(ends[-1].get("total_turns")),
+        "turns": sum(1 for a in attempts for t in a["turns"] if t["decision"] is not None),
         "tasks": len(tasks),
         "verbose": verbose,
         "attempts": attempts,
@@ -77,13 +89,39 @@ def _attempt(start: dict[str, Any], task: dict[str, Any] | None) -> dict[str, An
 def _file(attempt: dict[str, Any], event: dict[str, Any], verbose: bool) -> None:
     number = as_int(event.get("turn"))
     turn = attempt["turns"].setdefault(number, {
-        "turn": number, "decision": None, "tool_name": None, "input_tokens": 0, "output_tokens": 0, "events": []})
+        "turn": number, "decision": None, "tool_name": None, "input_tokens": 0, "output_tokens": 0, "events": [],
+        "_inputs": []})
     kind = event["event_type"]
     if kind == ev.INFERENCE and not event.get("origin") and turn["decision"] is None:
         turn.update(decision=_text(event.get("decision")) or "—", tool_name=_text(event.get("tool_name")),
                     input_tokens=as_int(event.get("input_tokens")), output_tokens=as_int(event.get("output_tokens")))
         return
+    if kind == ev.TOOL_CALL:
+        turn["_inputs"].append(event.get("input"))
     turn["events"].append(_step(event, verbose))
+
+
+def _finish(turn: dict[str, Any], verbose: bool) -> dict[str, Any]:
+    """The turn's row values: its first call's duration and, verbose, the first input summary."""
+    first = next((row for row in turn["events"] if row["kind"] in _CALLS), None)
+    turn["duration_ms"] = first["duration_ms"] if first is not None else None
+    inputs = turn.pop("_inputs")
+    if verbose:
+        turn["input_summary"] = next((s for s in map(input_summary, inputs) if s), None)
+    return turn
+
+
+def input_summary(value: Any) -> str:
+    """The first string in a call's input (keys in sorted order, depth first, as upstream), quoted and cut
+    to VERBOSE_LIMIT characters with `…`; "" when it holds none."""
+    def first(v: Any) -> str | None:
+        if isinstance(v, str):
+            return v
+        items = [v[k] for k in sorted(v, key=str)] if isinstance(v, dict) else v if isinstance(v, list) else []
+        return next((s for s in map(first, items) if s is not None), None)
+
+    found = first(value)
+    return "" if found is None else f'"{cut(found, VERBOSE_LIMIT)}"'
 
 
 def _step(e: dict[str, Any], verbose: bool) -> dict[str, Any]:
@@ -149,85 +187,94 @@ def _failure_lines(row: dict[str, Any], pad: str) -> list[str]:
 
 
 def render(steps: dict[str, Any]) -> str:
-    """The human form: a header, then per task/attempt its turns and their calls."""
+    """The human form: the header, then the turn rows (per attempt when there are tasks or several)."""
     s = steps
-    counts = [f"{s['tasks']} task{'s' if s['tasks'] != 1 else ''}"] if s["tasks"] else []
-    counts.append(f"{s['turns']} turn{'s' if s['turns'] != 1 else ''}")
-    duration = sum(as_int(a["duration_ms"]) for a in s["attempts"])
-    out = [f"Session {s['session_id']}  ({', '.join(counts)})  {s['status'] or '—'}  {fmt_ms(duration)}"]
     attempts = s["attempts"]
+    duration = sum(as_int(a["duration_ms"]) for a in attempts)
+    out = [f"Session {s['session_id']}  ({plural(s['turns'], 'turn')})  {s['status'] or '—'}  {fmt_ms(duration)}"]
+    width = max([TOOL_WIDTH] + [len(t["tool_name"] or "—") for a in attempts for t in a["turns"]])
+    grouped = len(attempts) > 1 or any(a["task_id"] is not None for a in attempts)
     seen: dict[str | None, int] = {}
     for attempt in attempts:
-        out.append("")
-        n = seen[attempt["task_id"]] = seen.get(attempt["task_id"], 0) + 1
-        if attempt["task_id"] is not None:
+        if grouped or attempt is attempts[0]:
+            out.append("")
+        if grouped:
+            n = seen[attempt["task_id"]] = seen.get(attempt["task_id"], 0) + 1
             again = f"  attempt {n}" if n > 1 else ""
-            out.append(f"task {attempt['task_id']}  ({attempt['source'] or '—'}){again}")
-        elif len(attempts) > 1:
-            out.append(f"attempt {n}")
-        if not attempt["turns"]:
-            out.append("  (no turns)")
+            out.append(f"task {attempt['task_id']}  ({attempt['source'] or '—'}){again}" if attempt["task_id"]
+                       else f"attempt {n}")
+            if not attempt["turns"]:
+                out.append("  (no turns)")
         for turn in attempt["turns"]:
-            out.extend(_turn_lines(turn))
-        agent_turns = sum(1 for t in attempt["turns"] if t["decision"] is not None)
-        if attempt["status"] is None:
-            out.append("  end  —  (no session_end)")
-        else:
-            out.append(f"  end  {attempt['status']}  {agent_turns} turn{'s' if agent_turns != 1 else ''}  "
-                       f"{fmt_ms(attempt['duration_ms'])}")
+            out.extend(_turn_lines(turn, width, s["verbose"]))
+        if grouped:
+            agent_turns = sum(1 for t in attempt["turns"] if t["decision"] is not None)
+            out.append("  end  —  (no session_end)" if attempt["status"] is None else
+                       f"  end  {attempt['status']}  {plural(agent_turns, 'turn')}  {fmt_ms(attempt['duration_ms'])}")
     return "\n".join(out) + "\n"
 
 
-def _turn_lines(turn: dict[str, Any]) -> list[str]:
-    decision = turn["decision"] or "—"
-    if turn["tool_name"]:
-        decision += f" → {turn['tool_name']}"
-    head = f"  turn {turn['turn']}  {decision}"
-    if turn["decision"] is not None:
-        head += f"  in {turn['input_tokens']:,}  out {turn['output_tokens']:,}"
-    lines = [head]
+def _turn_lines(turn: dict[str, Any], width: int, verbose: bool) -> list[str]:
+    """Upstream's row (`  1  tool_call    bash        100ms`), then what it does not say."""
+    ms = turn["duration_ms"]
+    cells = f"  {turn['turn']:<3}{turn['decision'] or '—':<13}{turn['tool_name'] or '—':<{width}}"
+    summary = turn.get("input_summary") if verbose else None
+    duration = fmt_ms(ms) if ms is not None else "—"
+    lines = [f"{cells}{duration:<5}   {summary}" if summary else f"{cells}{duration}"]
+    calls = [row for row in turn["events"] if row["kind"] in _CALLS]
     previous: dict[str, Any] = {}
     for row in turn["events"]:
         if row["kind"] == ev.SHELL and previous.get("error"):  # its tool_call line said why already
             row = {**row, "meaning": None}
-        lines.extend(_row_lines(row))
         previous = row
+        if verbose or _unsaid(row, calls):
+            lines.extend(_row_lines(row))
     return lines
 
 
+def _unsaid(row: dict[str, Any], calls: list[dict[str, Any]]) -> bool:
+    """Whether a turn's row leaves this event out: a failure, a call after the first, anything not a call."""
+    if row["kind"] in _CALLS:
+        return row["status"] != "ok" or row is not calls[0]
+    if row["kind"] == ev.SHELL:
+        return row["exit_code"] != 0
+    return True
+
+
 def _row_lines(row: dict[str, Any]) -> list[str]:
-    kind, pad = row["kind"], "      "
+    kind = row["kind"]
     if kind == ev.TOOL_CALL:
         mark = "✓" if row["status"] == "ok" else "✗"
         effect = f"  {row['state_effect']}" if row.get("state_effect") else ""
-        lines = [f"    tool_call   {plain(row['name'])}  {mark} {plain(row['status'])}  {fmt_ms(row['duration_ms'])}  "
+        lines = [f"{PAD}tool_call   {plain(row['name'])}  {mark} {plain(row['status'])}  {fmt_ms(row['duration_ms'])}  "
                  f"in {fmt_bytes(row['input_bytes'])}  out {fmt_bytes(row['output_bytes'])}{effect}"]
-        lines.extend(_failure_lines(row, pad))
+        lines.extend(_failure_lines(row, SUB))
         if "input" in row:
-            lines.append(f"{pad}input:  " + (fmt_input(row["input"], VERBOSE_LIMIT).strip() or "—"))
+            lines.append(f"{SUB}input:  " + (fmt_input(row["input"], VERBOSE_LIMIT).strip() or "—"))
         if "output" in row:
-            lines.append(f"{pad}output: " + (fmt_input(row["output"], VERBOSE_LIMIT).strip() or "—"))
+            lines.append(f"{SUB}output: " + (fmt_input(row["output"], VERBOSE_LIMIT).strip() or "—"))
         return lines
     if kind == ev.SKILL_CALL:
         mark = "✓" if row["status"] == "ok" else "✗"
-        return [f"    skill_call  {plain(row['name'])}  {mark} {plain(row['status'])}  {fmt_ms(row['duration_ms'])}  "
+        return [f"{PAD}skill_call  {plain(row['name'])}  {mark} {plain(row['status'])}  {fmt_ms(row['duration_ms'])}  "
                 f"out {fmt_bytes(row['output_bytes'])}"]
     if kind == ev.SHELL:
         limit = f"  limit {row['resource_limit']}" if row.get("resource_limit") else ""
-        lines = [f"    shell       {plain(row['binary'] or None)}  exit {plain(row['exit_code'])}  {fmt_ms(row['duration_ms'])}  "
-                 f"stdout {fmt_bytes(row['stdout_bytes'])}  stderr {fmt_bytes(row['stderr_bytes'])}{limit}"]
-        lines.extend(_failure_lines(row, pad))
+        lines = [f"{PAD}shell       {plain(row['binary'] or None)}  exit {plain(row['exit_code'])}  "
+                 f"{fmt_ms(row['duration_ms'])}  stdout {fmt_bytes(row['stdout_bytes'])}  "
+                 f"stderr {fmt_bytes(row['stderr_bytes'])}{limit}"]
+        lines.extend(_failure_lines(row, SUB))
         if "command" in row:
-            lines.append(f"{pad}$ {row['command']}")
+            lines.append(f"{SUB}$ {row['command']}")
         return lines
     if kind == ev.COMPACTION:
-        return [f"    compaction  {row['tokens_before']:,} → {row['tokens_after']:,} tokens"]
+        return [f"{PAD}compaction  {row['tokens_before']:,} → {row['tokens_after']:,} tokens"]
     if kind == ev.INFERENCE:
         decision = (row["decision"] or "—") + (f" → {row['tool_name']}" if row["tool_name"] else "")
         origin = f"  ({row['origin']})" if row["origin"] else ""
-        return [f"    inference   {decision}  in {row['input_tokens']:,}  out {row['output_tokens']:,}{origin}"]
+        return [f"{PAD}inference   {decision}  in {row['input_tokens']:,}  out {row['output_tokens']:,}{origin}"]
     fields = "  ".join(f"{k}={plain(v)}" for k, v in row["fields"].items() if v is not None)
-    return [f"    {kind:<11} {fields}".rstrip()]
+    return [f"{PAD}{kind:<11} {fields}".rstrip()]
 
 
 def fmt_bytes(n: int) -> str:
@@ -240,16 +287,8 @@ def fmt_bytes(n: int) -> str:
 
 
 def _command(value: Any) -> str:
-    text = " ".join(str(v) for v in value) if isinstance(value, list) else str(value or "")
-    text = text.replace("\n", "⏎ ")
-    return text if len(text) <= VERBOSE_LIMIT else text[: VERBOSE_LIMIT - 1] + "…"
-
-
-def _text(value: Any) -> str | None:
-    """A trace field as a string (None stays None): a malformed field never breaks rendering."""
-    if value is None or isinstance(value, str):
-        return value
-    return str(value)
+    return cut((" ".join(str(v) for v in value) if isinstance(value, list) else str(value or "")).replace("\n", "⏎ "),
+               VERBOSE_LIMIT)
 
 
 def show(selector: str | None, workdir: Path, verbose: bool = False) -> dict[str, Any]:

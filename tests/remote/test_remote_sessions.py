@@ -85,7 +85,7 @@ def test_addresses_as_for_local_sessions():
 def test_trace_show_and_steps_with_deployment(deployed, cli):
     code, out, err = cli("trace", "steps", "--deployment", DEP[:12], "@2")
     assert code == 0, err
-    assert out.startswith(f"Session {sid(2)}  (1 task, 2 turns)")
+    assert out.startswith(f"Session {sid(2)}  (2 turns)")
     code, out, err = cli("trace", "show", "-d", DEP, "--json")
     summary = json.loads(out)
     assert summary["session_id"] == sid(3)

@@ -55,6 +55,11 @@ def sid(n: int) -> str:
     return f"ses_019f01a940ce7761854e768ecbe3{n:04x}"
 
 
+def sid_at(created_ms: int, n: int) -> str:
+    """A session id created at `created_ms` (Unix ms), as mur's UUIDv7 ids are: `--since` reads it."""
+    return f"ses_{created_ms:012x}7aaa8aaa0000{n:08x}"
+
+
 def agent_session(session_id: str, t0: int, turns: list[list[tuple[str, str, int]]], exit_status: str = "ok",
                   duration_ms: int = 1000, compaction_turn: int | None = None) -> list[dict]:
     """One task_md task, one attempt: each entry of `turns` is a turn whose inference asks for tools, then

@@ -19,13 +19,13 @@ Metric                 Run A            Run B            Delta
 ────────────────────── ──────────────── ──────────────── ──────────────────────────
 turns                  4                3                -1 (B better)
 duration               2.5s             1.2s             -1.3s (B better)
-input tokens           4,600            3,300            -1,300 (B better)
+input tokens           4,600            3,300            -1300 (B better)
 output tokens          260              180              -80 (B better)
-input/turn (avg)       1,150.0          1,100.0          -50.0 (B better)
-output/turn (avg)      65.0             60.0             -5.0 (B better)
+input/turn (avg)       1150             1100             -50.0 (B better)
+output/turn (avg)      65               60               -5.0 (B better)
 tool calls             3                2                -1 (B better)
 tool errors            1                0                -1 (B better)
-tool success rate      66.7%            100.0%           +33.3pp (B better)
+tool success rate      66.7%            100.0%           +33.3 (B better)
 avg tool latency       26ms             35ms             +9ms (A better)
 skill calls            0                0                =
 shell calls            2                0                -2 (B better)
@@ -81,7 +81,7 @@ def test_explicit_addresses_swap_the_direction(workdir: Path):
     assert run.code == 0, run.err
     lines = run.out.splitlines()
     assert "turns                  3                4                +1 (A better)" in lines
-    assert "tool success rate      100.0%           66.7%            -33.3pp (A better)" in lines
+    assert "tool success rate      100.0%           66.7%            -33.3 (A better)" in lines
     assert "bash                   0                2                +2  (added)" in lines
     assert lines[-2:] == ["  - write_file", "  + bash ×2"]
 

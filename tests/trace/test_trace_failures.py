@@ -49,21 +49,22 @@ REASON = "exit code 126: found but not executed (permission denied: not executab
 def test_reason_and_stderr_tail_under_the_calls(tmp_path):
     lines = steps(tmp_path, events({"error": REASON},
                                    {"exit_code": 126, "stderr_tail": "bash: ./x: Permission denied\nsecond line"}))
-    at = lines.index("    tool_call   bash  ✗ error  4ms  in 17 B  out 90 B")
-    assert lines[at + 1: at + 6] == [
-        f"      error:  {REASON}",
-        "    shell       /usr/bin/bash  exit 126  3ms  stdout 0 B  stderr 40 B",
-        "      stderr: bash: ./x: Permission denied",
-        "              second line",
-        "  turn 1  end_turn  in 12  out 3",
+    at = lines.index("  0  tool_call    bash        4ms")  # upstream's row, then what it does not say
+    assert lines[at + 1: at + 7] == [
+        "     tool_call   bash  ✗ error  4ms  in 17 B  out 90 B",
+        f"       error:  {REASON}",
+        "     shell       /usr/bin/bash  exit 126  3ms  stdout 0 B  stderr 40 B",
+        "       stderr: bash: ./x: Permission denied",
+        "               second line",
+        "  1  end_turn     —           —",
     ]
 
 
 def test_without_tool_output_the_exit_code_still_says_what_it_means(tmp_path):
     """A guest's own shell call (no tool_call before it) or an older trace: the exit status's meaning."""
     lines = steps(tmp_path, events({}, {"exit_code": 127}))
-    at = lines.index("    shell       /usr/bin/bash  exit 127  3ms  stdout 0 B  stderr 40 B")
-    assert lines[at + 1] == "      means:  command not found"
+    at = lines.index("     shell       /usr/bin/bash  exit 127  3ms  stdout 0 B  stderr 40 B")
+    assert lines[at + 1] == "       means:  command not found"
     assert not any("stderr:" in line for line in lines)
 
 
@@ -72,8 +73,8 @@ def test_an_older_trace_with_tool_output_shows_its_summary_and_stderr(tmp_path):
                          "data": "out\n[stderr]\nbash: ./x: Permission denied\n"})
     trace = events({"output": output}, {"exit_code": 126})
     lines = steps(tmp_path, trace)
-    at = lines.index("    tool_call   bash  ✗ error  4ms  in 17 B  out 90 B")
-    assert lines[at + 1: at + 3] == ["      error:  exit code 126", "      stderr: bash: ./x: Permission denied"]
+    at = lines.index("     tool_call   bash  ✗ error  4ms  in 17 B  out 90 B")
+    assert lines[at + 1: at + 3] == ["       error:  exit code 126", "       stderr: bash: ./x: Permission denied"]
 
     run = mur("trace", "show", "--json", cwd=tmp_path)
     summary = json.loads(run.out)

@@ -11,7 +11,8 @@ from mur.cli.main import main
 from mur.errors import MurError
 from mur.trace.reader import load_events
 from mur.trace.sessions import list_sessions, resolve_trace
-from mur.trace.timeline import render, summarize
+from mur.trace.show import render
+from mur.trace.summary import summarize
 
 from trace_events import session_events
 
@@ -87,10 +88,15 @@ def test_summary_numbers():
     assert (s["capsule"], s["version"], s["model"], s["status"], s["attempts"]) == ("hello", "0.1.0", "claude-x",
                                                                                       "failed", 2)
     assert s["duration_ms"] == 408 + 149
-    assert s["turns"] == {"count": 3, "max": 5}
-    assert s["tokens"] == {"input": 260, "output": 52, "total": 312}
-    assert {k: s["tool_calls"][k] for k in ("count", "ok", "error", "avg_ms")} == {
-        "count": 2, "ok": 1, "error": 1, "avg_ms": 35}
+    assert (s["turns"]["count"], s["turns"]["max"]) == (3, 5)
+    assert s["turns"]["decisions"] == [{"part": 1, "turn": 0, "decision": "tool_call"},
+                                       {"part": 1, "turn": 1, "decision": "end_turn"},
+                                       {"part": 2, "turn": 0, "decision": "tool_call"}]
+    assert s["tokens"] == {"input": 260, "output": 52, "total": 312, "avg_input_per_turn": 260 / 3,
+                           "avg_output_per_turn": 52 / 3}
+    assert {k: s["tool_calls"][k] for k in ("count", "ok", "error", "avg_ms", "success_pct")} == {
+        "count": 2, "ok": 1, "error": 1, "avg_ms": 35, "success_pct": 50.0}
+    assert s["redundant_calls"] == [] and s["reopens"] == []
     assert s["shell_calls"] == {"count": 1, "exit_codes": {"0": 1}, "avg_ms": 50, "failures": []}
     assert s["compaction"] == [{"turn": 1, "tokens_before": 9000, "tokens_after": 800}]
     assert [t["task_id"] for t in s["tasks"]] == ["tsk_1", "tsk_2"]
@@ -100,10 +106,17 @@ def test_summary_numbers():
 
 def test_render_has_sections_and_a_timeline():
     text = render(summarize(session_events()))
-    for title in ("Session", "Turns", "Tokens", "Tool calls", "Shell calls", "Compaction", "Tasks", "Timeline"):
-        assert f"── {title} " in text
-    assert "containment:   advisory → scoped" in text and "workdir exec:  no" in text
-    assert "fired:      turn 1  9,000 → 800 tokens" in text
+    titles = [line.split("── ")[1].rstrip("─ ") for line in text.splitlines() if line.startswith("── ")]
+    assert titles == ["Session", "Turns", "Tokens", "Tool calls", "Redundant calls", "Skill calls", "Shell calls",
+                      "Compaction", "Tasks", "Timeline"]  # upstream's order, then mur's Timeline
+    assert "containment: advisory → scoped" in text and "workdir exec: no" in text
+    assert "input:      260  (avg 87/turn)" in text and "output:     52  (avg 17/turn)" in text
+    assert "fired:      yes  at turn 1  (9,000 → 800 tokens)" in text
+    # per turn, per task: the calls, or the decision of a turn without one
+    assert "\n  task 1\n  turn 0  bash 70ms ✓  {\"command\":\"ls -la xxx" in text
+    assert "\n  turn 1  end_turn\n  task 2\n  turn 0  nope 1ms ✗  {}\n" in text
+    assert "task 1  tsk_1  turns: 2  in: 250  out: 50  ok  410ms" in text
+    assert "task 2  tsk_2  turns: 1  in: 10  out: 2  failed  151ms" in text
     lines = text.splitlines()
     timeline = lines[lines.index(next(l for l in lines if l.startswith("── Timeline"))) + 1:]
     assert len(timeline) == 16
@@ -166,7 +179,7 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
 def test_cli_show_human_and_json(workdir: Path, capsys):
     code, out, err = run_cli(["trace", "show", "--workdir", str(workdir)], capsys)
     assert code == 0, err
-    assert f"session:       {IDS[2]}" in out and "── Timeline " in out
+    assert f"session:    {IDS[2]}" in out and "── Timeline " in out
     code, out, _ = run_cli(["trace", "show", "0001", "--workdir", str(workdir), "--json"], capsys)
     assert code == 0 and len(out.splitlines()) == 1
     doc = json.loads(out)
