@@ -132,8 +132,8 @@ def render(summary: dict[str, Any], scores: list[dict[str, Any]], path: Path) ->
     if not scores and run is None:
         out.append("  (no scored events)")
         return "\n".join(out) + "\n"
+    out += ["", f"── Scorers {RULE}"]  # upstream prints the heading even when only a dataset_run was written
     if summary["scorers"]:
-        out += ["", f"── Scorers {RULE}"]
         for name, entry in summary["scorers"].items():
             out.append(f"  {name:<24} {entry['pass']}/{entry['total']} pass  ({100.0 * entry['pass_rate']:.1f}%)")
     out += ["", f"── Overall {RULE}", f"  result:  {summary['overall']}"]

@@ -359,5 +359,5 @@ def render_summary(run: EvalRun) -> str:
     out = ["", f"── Summary {SUMMARY_RULE}", f"pass: {run.passed}/{len(run.cases)}", ""]
     for case in run.cases:
         scores = " ".join(f"{name}={value:.2f}" for name, value in sorted(case.scores.items()))
-        out.append(f"  {case.case_id:<24} {case.result}  " + (f"{scores}  " if scores else "") + f"({case.workdir})")
+        out.append(f"  {case.case_id:<24} {case.result}  {scores}  ({case.workdir})")  # upstream's row, scores or not
     return "\n".join(out) + "\n"

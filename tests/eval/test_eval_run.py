@@ -162,7 +162,7 @@ def test_the_case_lines_and_the_summary():
         "",
         "  greets                   pass  ok=1.00 seq=1.00  (/w/greets)",
         "  broken                   fail  ok=0.00 seq=0.50  (/w/broken)",
-        "  nostart                  stage_failed  (/w/nostart)",
+        "  nostart                  stage_failed    (/w/nostart)",
     ]
     assert run.as_json() == {
         "dataset": "/d/smoke.jsonl", "dataset_id": "smoke", "pass": 1, "total": 3,
