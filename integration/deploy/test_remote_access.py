@@ -145,8 +145,8 @@ def test_send_logs_and_traces_of_an_ssh_deployment(sshd_vm, home, runtime_bundle
     assert show["session_id"] == json.loads(logs[startup])["session_id"]
     assert [c["tool_name"] for c in show["tool_calls"]["calls"]] == ["greet"] * 4
     assert show["trace"].startswith(f"deployer@127.0.0.1:{vm.port}:/home/deployer/.murmur/deployments/{dep}/releases/")
-    steps = mur("trace", "steps", "-d", dep, show["session_id"][-6:], home=home, env=env).stdout
-    assert steps.count("    tool_call   greet  ✓ ok") == 4
+    steps = mur("trace", "steps", "-v", "-d", dep, show["session_id"][-6:], home=home, env=env).stdout
+    assert steps.count("     tool_call   greet  ✓ ok") == 4
 
     # links planted in the session tree are never followed (the runtime's own tree; a tool cannot
     # write it, but the reader does not rely on that)

@@ -49,11 +49,12 @@ def test_with_tool_output_the_reason_and_the_stderr_tail_are_shown(tmp_path):
     steps = trace_cli("steps", str(run.session), cwd=capsule.root)
     assert steps.returncode == 0, steps.stderr
     lines = steps.stdout.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("    tool_call   bash  ✗ error"))
-    assert lines[at + 1].startswith("      error:  exit code 126: found but not executed (permission denied")
-    shell_at = next(i for i, line in enumerate(lines) if line.startswith("    shell ") and "exit 126" in line)
-    assert lines[shell_at + 1].startswith("      stderr: ") and "Permission denied" in lines[shell_at + 1]
-    assert "      error:  tool 'nope' is not declared in manifest allowlist" in lines
+    assert any(line.startswith("  0  tool_call    bash        ") for line in lines)  # upstream's row, then more
+    at = next(i for i, line in enumerate(lines) if line.startswith("     tool_call   bash  ✗ error"))
+    assert lines[at + 1].startswith("       error:  exit code 126: found but not executed (permission denied")
+    shell_at = next(i for i, line in enumerate(lines) if line.startswith("     shell ") and "exit 126" in line)
+    assert lines[shell_at + 1].startswith("       stderr: ") and "Permission denied" in lines[shell_at + 1]
+    assert "       error:  tool 'nope' is not declared in manifest allowlist" in lines
 
     show = trace_cli("show", str(run.session), "--json", cwd=capsule.root)
     summary = json.loads(show.stdout)
@@ -62,6 +63,19 @@ def test_with_tool_output_the_reason_and_the_stderr_tail_are_shown(tmp_path):
     assert failure["exit_code"] == 126 and "Permission denied" in failure["stderr_tail"]
     human = trace_cli("show", str(run.session), cwd=capsule.root).stdout
     assert "      error: tool 'nope' is not declared in manifest allowlist" in human and "Permission denied" in human
+    assert "count:      2  (0 ok, 2 error)  success 0.0%" in human.splitlines()
+    assert "exit codes: 1 failed (exit 126)" in human.splitlines()
+
+    # upstream's report block and diff rows hold on a real session's trace
+    report = trace_cli("report", str(run.session), cwd=capsule.root)
+    assert report.returncode == 0, report.stderr
+    lines = report.stdout.splitlines()
+    assert lines[0].startswith(f"Session {run.session.name[:12]}...  ")
+    assert "  Tool calls:    2  (0 ok, 2 error)" in lines and "  Shell calls:   1  exit codes: 1 failed (exit 126)" in lines
+    assert "tool success (%)       0.0            0.0            0.0            0.0" in lines
+    diff = trace_cli("diff", str(run.session), str(run.session), cwd=capsule.root)
+    assert diff.returncode == 0, diff.stderr
+    assert "tool calls             2                2                =" in diff.stdout.splitlines()
 
 
 def test_without_tool_output_the_reason_is_shown_and_stderr_is_not_recorded(tmp_path):
@@ -76,7 +90,7 @@ def test_without_tool_output_the_reason_is_shown_and_stderr_is_not_recorded(tmp_
 
     steps = trace_cli("steps", str(run.session), cwd=capsule.root)
     assert steps.returncode == 0, steps.stderr
-    assert "      error:  exit code 126: found but not executed (permission denied: not executable, or exec " \
+    assert "       error:  exit code 126: found but not executed (permission denied: not executable, or exec " \
            "refused there)" in steps.stdout.splitlines()
-    assert "      error:  tool 'nope' is not declared in manifest allowlist" in steps.stdout.splitlines()
+    assert "       error:  tool 'nope' is not declared in manifest allowlist" in steps.stdout.splitlines()
     assert "stderr:" not in steps.stdout
