@@ -2,7 +2,8 @@
 
 A session is named four ways, resolved against the `ses_*` directories of a workdir (`./workdir` by
 default), of its `.murmur/` (where runs before the session directory left the tools' reach kept
-them with --workdir) and of `~/.murmur/sessions/` (--workdir runs whose manifest is inside the workdir):
+them with --workdir) and, for a capsule's own workdir (a murmur.yaml beside it), of `~/.murmur/sessions/`
+(where runs with `--workdir <manifest dir>/workdir` keep them):
 
   full id   ses_<32 hex>              that session
   suffix    d399                      the one session whose id ends with it (case-insensitive, any length)
@@ -32,14 +33,10 @@ MIN_SUFFIX = 1  # upstream takes any suffix; a short one is usually ambiguous, w
 
 
 def list_sessions(workdir: Path) -> list[Path]:
-    """Session directories under `workdir`, `workdir/.murmur` and `~/.murmur/sessions`, oldest first."""
-    from mur.paths import sessions_dir
-
+    """Session directories under `workdir`, `workdir/.murmur` and, for a capsule's own workdir,
+    `~/.murmur/sessions`; oldest first."""
     found: dict[str, Path] = {}
-    try:
-        shared = [sessions_dir()]
-    except MurError:  # no home directory: nothing kept there
-        shared = []
+    shared = _shared(workdir)
     for root in (workdir, workdir / MURMUR_DIR, *shared):
         try:
             children = list(root.iterdir())
@@ -49,6 +46,22 @@ def list_sessions(workdir: Path) -> list[Path]:
             if SESSION_ID.fullmatch(child.name.lower()) and _made_by_mur(child):
                 found.setdefault(child.name.lower(), child)
     return [found[name] for name in sorted(found)]
+
+
+def _shared(workdir: Path) -> list[Path]:
+    """`~/.murmur/sessions` when `workdir` is a capsule's own (a murmur.yaml beside it): only runs with
+    `--workdir <manifest dir>/workdir` (or a read-only capsule directory) keep their sessions there. Any
+    other workdir lists only what it holds, as upstream: a `--workdir` elsewhere never shows another
+    capsule's sessions."""
+    from mur.manifest.yamlio import MANIFEST_FILENAME
+    from mur.paths import sessions_dir
+
+    try:
+        if not (workdir.absolute().parent / MANIFEST_FILENAME).is_file():
+            return []
+        return [sessions_dir()]
+    except (MurError, OSError):  # no home directory: nothing kept there
+        return []
 
 
 def _made_by_mur(path: Path) -> bool:

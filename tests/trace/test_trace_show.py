@@ -219,3 +219,25 @@ def test_session_directories_a_tool_could_have_planted_are_not_listed(tmp_path, 
     planted.mkdir(parents=True)
     os.chown(planted, SESSION_UID_RANGES[0][0] + 7, SESSION_UID_RANGES[0][0] + 7)
     assert list_sessions(tmp_path) == [real]
+
+
+def test_shared_sessions_belong_to_a_capsules_own_workdir_only(tmp_path, home, monkeypatch):
+    """`~/.murmur/sessions` holds the sessions of `mur run --workdir <manifest dir>/workdir`: reading that
+    capsule's workdir lists them; any other workdir lists only what it holds (upstream's tests count on
+    an empty one being empty, whatever ran before)."""
+    from mur.trace.sessions import list_sessions
+
+    shared = home / ".murmur" / "sessions" / IDS[0]
+    shared.mkdir(parents=True)
+    (shared / "trace.jsonl").write_text("".join(json.dumps(e) + "\n" for e in session_events()))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert list_sessions(elsewhere) == []
+    assert code_of(resolve_trace, None, elsewhere) == "E-TRC-002"
+    capsule = tmp_path / "capsule"
+    (capsule / "workdir").mkdir(parents=True)
+    (capsule / "murmur.yaml").write_text("name: c\nversion: 0.1.0\n")
+    assert list_sessions(capsule / "workdir") == [shared]
+    monkeypatch.chdir(capsule)  # `mur trace show` in the capsule directory: ./workdir
+    assert list_sessions(Path("workdir")) == [shared]
+    assert resolve_trace(None, Path("workdir")) == shared / "trace.jsonl"
