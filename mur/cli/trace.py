@@ -67,8 +67,11 @@ def _since(value: Optional[str]) -> Optional[str]:
 
     try:
         parse_duration(value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--since") from exc
+    except ValueError as exc:  # upstream's words and code (scripts match them)
+        from mur.errors import MurError
+
+        raise MurError("E-TRC-002", f"unrecognised --since format '{value}' — expected <N>m, <N>h, or <N>d",
+                       hint="also <N>s; e.g. 30m, 2h, 1d") from exc
     return value
 
 
