@@ -22,7 +22,7 @@ def load_events(path: Path) -> list[dict[str, Any]]:
     except BadLine as exc:  # upstream's `<path>:<line>: <why>`
         raise MurError("E-TRC-001", f"{path}:{exc.number}: line {exc.number} is {exc.why}") from exc
     except OSError as exc:
-        raise MurError("E-IO-003", f"cannot read {path}: {exc.strerror or exc}") from exc
+        raise MurError("E-IO-003", f"failed to read {path}: {exc.strerror or exc}") from exc
     return _events(records, path)
 
 

@@ -13,7 +13,8 @@ them with --workdir) and, for a capsule's own workdir (a murmur.yaml beside it),
 No match, or several, is E-TRC-002, in upstream's words (scripts match them): `no sessions found in
 workdir at DIR`, `session ID not found in DIR`, `no session found matching suffix 'X' in DIR`,
 `ambiguous: 'X' matches N sessions — provide more characters` (then the candidates, one a line),
-`@N is out of range — workdir has K sessions`; mur adds a hint.
+`@N is out of range — workdir has K sessions`, `invalid ordinal '@x' — expected @1, @2, ...`, `ordinal
+must be @1 or higher`; mur adds a hint.
 """
 
 from __future__ import annotations
@@ -109,12 +110,13 @@ def _path(path: Path) -> Path:
 
 
 def _ordinal(address: str, workdir: Path) -> Path:
-    try:
-        n = int(address[1:])
-    except ValueError:
-        n = 0
+    digits = address[1:]
+    if not digits.isdigit():  # upstream's words for both
+        raise MurError("E-TRC-002", f"invalid ordinal '{address}' — expected @1, @2, ...",
+                       hint="@1 is the most recent session, @2 the one before it")
+    n = int(digits)
     if n < 1:
-        raise MurError("E-TRC-002", f"bad session address '{address}': @N counts from @1 (the most recent)")
+        raise MurError("E-TRC-002", "ordinal must be @1 or higher", hint="@1 is the most recent session")
     sessions = list_sessions(workdir)
     if not sessions:
         raise MurError("E-TRC-002", f"no sessions found in workdir at {workdir}", hint=_workdir_hint(workdir))

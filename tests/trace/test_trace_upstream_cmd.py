@@ -215,6 +215,10 @@ def test_diff_address_errors(wd: Path, tmp_path: Path):
     assert err.startswith("error[E-TRC-002]: before: ambiguous: 'abc' matches 2 sessions")
     err = fails("trace", "diff", "--workdir", str(wd), "@1", "@5", cwd=tmp_path)
     assert err.startswith("error[E-TRC-002]: after: @5 is out of range — workdir has 4 sessions")
+    err = fails("trace", "diff", "--workdir", str(wd), "@0", "@1", cwd=tmp_path)
+    assert err.startswith("error[E-TRC-002]: before: ordinal must be @1 or higher\n")
+    err = fails("trace", "diff", "--workdir", str(wd), "@2", "@x", cwd=tmp_path)
+    assert err.startswith("error[E-TRC-002]: after: invalid ordinal '@x' — expected @1, @2, ...\n")
     err = fails("trace", "diff", "--workdir", str(wd), "f00d", "beef", cwd=tmp_path)
     assert err.startswith("error[E-TRC-002]: before: no session found matching suffix 'f00d'")
     assert "\nafter: no session found matching suffix 'beef'" in err
