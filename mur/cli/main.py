@@ -68,6 +68,10 @@ def _fast(args: list[str], launch: dict[str, object]) -> bool:
     typer; False when typer has to (what it needs to remember an explanation goes in `launch`)."""
     if os.environ.get(COMPLETE_VAR):
         return False
+    if args[:1] == ["__tier-up"]:  # the runtime bundle's background compile (mur.wasm.tierup.command)
+        from mur.wasm.tierup import main as tier_up
+
+        sys.exit(tier_up(args[1:]))
     if args == ["--help"]:
         from mur.cli.roothelp import render
 
