@@ -40,7 +40,7 @@ from mur.a2a.auth import DoorAuth, bearer_matches, token_in_query
 from mur.a2a.guard import GuardedH11Protocol
 from mur.a2a.listen import DoorLimits, bind_socket, capsule_url  # noqa: F401 - bind_socket, capsule_url: re-exported
 from mur.a2a.sse import CLOSED, HEARTBEAT, LAGGED, EventHub, Frame, format_frame
-from mur.a2a.tasks import SUBMITTED, Task, TaskRegistry
+from mur.a2a.tasks import INPUT_REQUIRED, SUBMITTED, Task, TaskRegistry
 from mur.errors import MurError
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -145,7 +145,7 @@ class Door:
             if method_name is None:
                 raise rpc.RpcError(rpc.METHOD_NOT_FOUND, "Method not found", req.id)
             if method_name == "message/send":
-                return json_response(rpc.ok(req.id, self._message_send(req, request)))
+                return json_response(rpc.ok(req.id, await self._message_send(req, request)))
             if method_name == "tasks/get":
                 return json_response(rpc.ok(req.id, self._tasks_get(req)))
             if method_name == "tasks/cancel":
@@ -198,9 +198,9 @@ class Door:
 
     # --- methods ------------------------------------------------------------------------------
 
-    def _new_task(self, req: rpc.RpcRequest, request: Request) -> Task:
+    def _new_task(self, req: rpc.RpcRequest, request: Request) -> tuple[Task, bool]:
         msg = rpc.parse_message(req.params, req.id)
-        return Task(
+        task = Task(
             id=ids.task_id(),
             context_id=msg.context_id or ids.context_id(),
             message_id=msg.message_id,
@@ -208,14 +208,34 @@ class Door:
             source="a2a",
             traceparent=_traceparent(request),
         )
+        return task, msg.blocking
 
-    def _message_send(self, req: rpc.RpcRequest, request: Request) -> dict:
-        task = self._new_task(req, request)
+    async def _message_send(self, req: rpc.RpcRequest, request: Request) -> dict:
+        task, blocking = self._new_task(req, request)
         # A message while the running task waits in request-input is that task's reply.
         delivered = self.registry.deliver_input(task.text)
         if delivered is not None:
-            return rpc.task_result(delivered)
-        return rpc.task_result(self.registry.submit(task))
+            snapshot = delivered
+        else:
+            snapshot = self.registry.submit(task)
+        if blocking and not snapshot.terminal and snapshot.state != INPUT_REQUIRED:
+            snapshot = await self._settled(snapshot.id)  # configuration.blocking: answer with the outcome
+        return rpc.task_result(snapshot)
+
+    async def _settled(self, task_id: str) -> Task:
+        """The task once it has ended or waits for input (the lifecycle thread settles it; this
+        loop hears of it once, with no polling)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+
+        def settle(snapshot: Task) -> None:
+            try:
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(snapshot))
+            except RuntimeError:  # the server stopped meanwhile: nobody is waiting any more
+                pass
+
+        now = self.registry.when_settled(task_id, settle)
+        return now if now is not None else await done
 
     def _tasks_get(self, req: rpc.RpcRequest) -> dict:
         task_id = req.params.get("id")
@@ -249,7 +269,7 @@ class Door:
 
     def _message_stream(self, req: rpc.RpcRequest, request: Request) -> Response:
         try:
-            task = self._new_task(req, request)
+            task, _ = self._new_task(req, request)
         except rpc.RpcError as exc:
             return _sse_once(format_frame("error", {"error": exc.message}))
         loop = asyncio.get_running_loop()

@@ -258,9 +258,11 @@ class WasmEngine:
         return component
 
     def prepare(self, wanted: list[tuple[Path, str, str]]) -> None:
-        """Load every (path, kind, label) before the first call: each from memory or the cache (one
-        deserialize), the missing ones compiled in parallel (mur.wasm.compile) under one `progress`
-        line, in the tier chosen here (see the module docstring); a failure is raised here."""
+        """Make sure every (path, kind, label) is compiled before the first call, in the tier chosen
+        here (see the module docstring): the missing ones are compiled now, in parallel
+        (mur.wasm.compile) under one `progress` line, and a failure is raised here. What the cache
+        holds is loaded at its first use (an mmap, milliseconds): an idle capsule maps no component
+        and imports no wasmtime until its first task."""
         from mur.wasm.compile import compile_parallel
 
         usable = _private_dir(self.cache_dir)
@@ -280,11 +282,8 @@ class WasmEngine:
         for item in todo:
             if item.digest in missing or item.digest in self._components:
                 continue
-            component = self._load_cached(item.digest) if usable else None
-            if component is None:
+            if not (usable and self.cache_path(item.digest).is_file()):
                 missing[item.digest] = self._bytes(item)
-            else:
-                self._components[item.digest] = component
         if missing:
             engine = self.engine
             for item, outcome in compile_parallel(engine, list(missing.values()), self.progress):
