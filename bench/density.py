@@ -9,9 +9,15 @@ clock runs from the first spawn until every capsule has answered `GET /.well-kno
 (as deploy's health check asks); a capsule that exits before answering is `lost`. Then, idle:
 
 * PSS per capsule (`/proc/<pid>/smaps_rollup`: shared pages divided among the processes mapping
-  them), and its private anonymous part (Private_Dirty of anonymous memory);
+  them), and its anonymous part;
 * the drop in the machine's MemAvailable from before the first spawn;
 * CPU seconds each launch used (utime + stime).
+
+Two ways, each round: `in-process` (every `mur run` imports and runs the runtime itself) and
+`host` (MUR_CAPSULE_HOST=on: the capsule host, mur.caphost, forks each capsule from a process that
+imported the runtime once; it is started by the round's first capsule, and its start is in the
+round's time). For `host` a capsule's figures are its client's (the `mur run` the service manager
+watches) plus the forked capsule's plus its share of the host's.
 
 Beside them, the floor: a bare interpreter (`python -c` sleeping) of the same Python, measured the
 same way, and upstream's published figures (reference, not measured here: 43.79 MB PSS per capsule,
@@ -73,12 +79,28 @@ def answers(url: str) -> bool:
         return False
 
 
+MODES = ("in-process", "host")
+
+
+def host_pid(home: Path) -> int | None:
+    for lock in (home / ".murmur" / "run").glob("caphost-*.sock.lock"):
+        try:
+            pid = int(lock.read_text().split()[0])
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
 class Round:
     """N capsules started at once, until all answer (or die)."""
 
-    def __init__(self, n: int, manifest: Path, env: dict[str, str], work: Path):
-        self.n, self.manifest, self.env, self.work = n, manifest, env, work
+    def __init__(self, n: int, manifest: Path, env: dict[str, str], work: Path, mode: str):
+        self.n, self.manifest, self.work, self.mode = n, manifest, work, mode
+        self.env = {**env, "MUR_CAPSULE_HOST": "on"} if mode == "host" else env
         self.procs: list[subprocess.Popen] = []
+        self.capsules: dict[int, int] = {}  # index -> the capsule's pid (the client's own in-process)
 
     def start(self, timeout: float) -> dict:
         before = mem_available_kb()
@@ -103,20 +125,27 @@ class Round:
                     line = proc.stdout.readline()  # the startup line: deploy's contract
                     if not line:
                         continue
-                    urls[i] = json.loads(line)["url"]
+                    started = json.loads(line)
+                    urls[i], self.capsules[i] = started["url"], started["pid"]
                 if answers(urls[i]):
                     up.add(i)
             time.sleep(0.01)
         took = time.monotonic() - began
         time.sleep(2.0)  # settle: idle, as a deployed capsule waits for its first task
-        pids = [p.pid for i, p in enumerate(self.procs) if i in up and p.poll() is None]
+        alive = [i for i, p in enumerate(self.procs) if i in up and p.poll() is None]
+        pids = [self.procs[i].pid for i in alive] + [self.capsules[i] for i in alive if self.capsules[i] != self.procs[i].pid]
+        host = host_pid(Path(self.env["HOME"])) if self.mode == "host" else None
+        if host is not None:
+            pids.append(host)
         roll = [rollup(pid) for pid in pids]
+        count = max(1, len(alive))
         return {
-            "n": self.n, "all_answering_s": round(took, 3), "answering": len(up), "lost": len(lost) + (self.n - len(up) - len(lost)),
-            "pss_mb": round(sum(r["Pss"] for r in roll) / len(roll) / 1024, 2) if roll else None,
-            "private_anon_mb": round(sum(r.get("Pss_Anon", 0) for r in roll) / len(roll) / 1024, 2) if roll else None,
+            "n": self.n, "mode": self.mode, "all_answering_s": round(took, 3), "answering": len(up),
+            "lost": self.n - len(up),
+            "pss_mb": round(sum(r["Pss"] for r in roll) / count / 1024, 2) if roll else None,
+            "anon_mb": round(sum(r.get("Pss_Anon", 0) for r in roll) / count / 1024, 2) if roll else None,
             "mem_available_drop_mb": round((before - mem_available_kb()) / 1024, 1),
-            "cpu_s_per_launch": round(sum(cpu_seconds(p) for p in pids) / len(pids), 3) if pids else None,
+            "cpu_s_per_launch": round(sum(cpu_seconds(p) for p in pids) / count, 3) if pids else None,
             "load": [round(x, 2) for x in os.getloadavg()],
         }
 
@@ -130,6 +159,12 @@ class Round:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        host = host_pid(Path(self.env["HOME"])) if self.mode == "host" else None
+        if host is not None:  # the next round starts its own, and nothing is left running
+            os.kill(host, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and host_pid(Path(self.env["HOME"])) is not None:
+                time.sleep(0.05)
 
 
 def floor_process(env: dict[str, str]) -> dict:
@@ -138,7 +173,7 @@ def floor_process(env: dict[str, str]) -> dict:
     try:
         time.sleep(1.0)
         r = rollup(proc.pid)
-        return {"pss_mb": round(r["Pss"] / 1024, 2), "private_anon_mb": round(r.get("Pss_Anon", 0) / 1024, 2)}
+        return {"pss_mb": round(r["Pss"] / 1024, 2), "anon_mb": round(r.get("Pss_Anon", 0) / 1024, 2)}
     finally:
         proc.kill()
         proc.wait()
@@ -149,6 +184,7 @@ def main() -> int:
     parser.add_argument("-n", type=int, nargs="+", default=[1, 10, 40], help="capsules per round (default 1 10 40)")
     parser.add_argument("--manifest", type=Path, default=ROOT / "examples" / "hello", help="capsule (default examples/hello)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a round may take to answer")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="in-process, host (default both)")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mur-density-") as tmp:
@@ -157,6 +193,7 @@ def main() -> int:
         shutil.copytree(args.manifest, capsule, ignore=shutil.ignore_patterns("workdir", ".murmur", "__pycache__"))
         env = {k: v for k, v in os.environ.items() if not k.startswith("MURMUR_")}
         env.update({"HOME": str(tmp_path / "home"), "MURMUR_A2A_TIMEOUT_SECS": "0", "MUR_NO_PROGRESS": "1"})
+        env.pop("XDG_RUNTIME_DIR", None)  # the capsule host's socket goes under this HOME
         env.setdefault("MUR_CACHE_DIR", str(Path.home() / ".murmur" / "cache"))  # warm, shared
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode cached, as an installed mur has it
         env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "pycache")
@@ -166,25 +203,26 @@ def main() -> int:
             sys.exit(f"the capsule does not run: {warm.stderr}")
         rows = []
         for n in args.n:
-            work = tmp_path / f"n{n}"
-            work.mkdir()
-            rnd = Round(n, capsule, env, work)
-            try:
-                rows.append(rnd.start(args.timeout))
-            finally:
-                rnd.stop()
+            for mode in args.modes:
+                work = tmp_path / f"n{n}-{mode}"
+                work.mkdir()
+                rnd = Round(n, capsule, env, work, mode)
+                try:
+                    rows.append(rnd.start(args.timeout))
+                finally:
+                    rnd.stop()
         floor = floor_process(env)
     if args.json:
         print(json.dumps({"rows": rows, "floor": floor, "upstream": UPSTREAM}))
         return 0
     print(f"{sys.executable} (python {sys.version.split()[0]}), {os.cpu_count()} CPUs; capsule {args.manifest.name}")
-    print(f"{'N':>4} {'all answering':>14} {'lost':>5} {'PSS/capsule':>12} {'anon/capsule':>13} "
+    print(f"{'N':>4} {'mode':<11} {'all answering':>14} {'lost':>5} {'PSS/capsule':>12} {'anon/capsule':>13} "
           f"{'MemAvail drop':>14} {'CPU-s/launch':>13}  load")
     for r in rows:
-        print(f"{r['n']:>4} {r['all_answering_s']:>12.2f} s {r['lost']:>5} {r['pss_mb'] or 0:>9.1f} MB "
-              f"{r['private_anon_mb'] or 0:>10.1f} MB {r['mem_available_drop_mb']:>11.0f} MB "
+        print(f"{r['n']:>4} {r['mode']:<11} {r['all_answering_s']:>12.2f} s {r['lost']:>5} {r['pss_mb'] or 0:>9.1f} MB "
+              f"{r['anon_mb'] or 0:>10.1f} MB {r['mem_available_drop_mb']:>11.0f} MB "
               f"{r['cpu_s_per_launch'] or 0:>11.2f} s  {r['load']}")
-    print(f"floor: a bare interpreter idles at {floor['pss_mb']:.1f} MB PSS ({floor['private_anon_mb']:.1f} MB anon)")
+    print(f"floor: a bare interpreter idles at {floor['pss_mb']:.1f} MB PSS ({floor['anon_mb']:.1f} MB anon)")
     print(UPSTREAM)
     return 0
 

@@ -71,6 +71,18 @@ def _fast(args: list[str]) -> bool:
         from mur.wasm.tierup import main as tier_up
 
         sys.exit(tier_up(args[1:]))
+    if args[:1] == ["__capsule-host"]:  # the runtime bundle's capsule host (mur.caphost.client.host_command)
+        from mur.cli.capsulehost import main as capsule_host
+
+        sys.exit(capsule_host(args[1:]))
+    if args[:1] == ["run"] and os.environ.get("MUR_CAPSULE_HOST"):  # a service's run, forked by the host
+        from mur.caphost.client import run_via_host, wanted
+
+        if wanted(args):
+            code = run_via_host(args)
+            if code is not None:
+                _flush()
+                sys.exit(code)
     if args == ["--help"]:
         from mur.cli.roothelp import render
 
