@@ -61,6 +61,8 @@ def _start_host(path: Path, key: str) -> None:
     import subprocess  # only to start one: a client that finds its host never loads it
 
     env = {k: v for k, v in os.environ.items() if k in HOST_ENV}
+    # the host imports what this process imports: its module path, however it was made
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     subprocess.Popen(host_command(path, key), env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 

@@ -347,7 +347,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m mur.cli.capsulehost SOCKET KEY", file=sys.stderr)
         return 2
-    path, _key = argv
+    path, key = argv
+    if wire.code_key() != key:
+        return 1  # not the code the client would run: never serve under its name
     try:
         idle = float(os.environ.get(IDLE_ENV, "") or DEFAULT_IDLE)
     except ValueError:
