@@ -45,6 +45,14 @@ def host_pid(home: Path) -> int:
     return int(lock.read_text().split()[0])
 
 
+def catches(pid: int, signum: int) -> bool:
+    """The process has a handler for `signum` (SigCgt in /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    return False
+
+
 def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
@@ -85,6 +93,9 @@ def test_the_capsule_takes_the_clients_cgroup_uid_rlimits_and_umask(hello, home,
             assert status[key].split() == client[key].split(), key
         assert status["Umask"].strip() == "0027"
         assert resource.prlimit(capsule, resource.RLIMIT_NOFILE)[0] == 777
+        deadline = time.monotonic() + 30  # its lifecycle takes SIGTERM over once it serves
+        while not catches(capsule, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.05)
         idle.send_signal(signal.SIGTERM)  # relayed to the capsule, which ends as a service does
         assert idle.wait(30) == 0
         assert not Path(f"/proc/{capsule}").exists() or Path(f"/proc/{capsule}/stat").read_text().split()[2] == "Z"
