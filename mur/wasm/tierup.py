@@ -3,8 +3,8 @@ next launch.
 
 `mur run` starts on the fast tier when a big component has no optimized entry (mur.wasm.engine),
 and hands those components' digests to `start`, which launches this module as its own process:
-detached (its own session, no terminal, output dropped), at the lowest CPU priority (SCHED_IDLE
-and nice 19, so it takes only CPU nobody else wants), outliving the run that started it. It
+detached (its own session, no terminal, output dropped), at the lowest CPU priority (nice 19: it
+takes little CPU from anything else), outliving the run that started it. It
 compiles each digest's kept source (`<cache>/wasm/<sha256>.wasm`, written by the runtime that hashed
 it; re-hashed here before compiling) into the optimized entry, through the same atomic cache
 write as every compile. One process per digest at a time: a flock on `.tierup-<digest>.lock` in
@@ -63,10 +63,8 @@ def start(cache_dir: Path, digests: list[str]) -> bool:
 
 
 def _lower_priority() -> None:
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        pass
+    """nice 19: about a seventieth of a CPU against busy work, all of an idle one. Not SCHED_IDLE,
+    which on a machine that is never idle would never finish."""
     try:
         os.nice(19)
     except OSError:
