@@ -15,7 +15,8 @@ Each server runs in its own process on 127.0.0.1 and executes the same trivial w
 `--clients` clients (asyncio, one keep-alive connection each) send `message/send` with
 `configuration.blocking: true` back to back: each answer is the ended task (the SDK's default; mur
 answers so when asked), checked `completed`. Counted over `--seconds` after a one-second warm-up;
-both servers are measured in the same run, one after the other, with the machine's load printed.
+both servers are measured in the same run, alternating for `--rounds` rounds (medians compared), with
+the machine's load printed.
 The client runs on the same machine: its CPU is part of the figure for both.
 """
 
@@ -26,6 +27,7 @@ import asyncio
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,7 +71,7 @@ def serve_sdk(port: int) -> None:
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
     from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-    from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, TaskState
+    from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, TaskState
     from starlette.applications import Starlette
 
     class Echo(AgentExecutor):
@@ -85,6 +87,7 @@ def serve_sdk(port: int) -> None:
 
     card = AgentCard(name="bench", description="bench", version="1.0.0", capabilities=AgentCapabilities(),
                      default_input_modes=["text"], default_output_modes=["text"],
+                     skills=[AgentSkill(id="echo", name="echo", description="echoes the task", tags=["echo"])],
                      supported_interfaces=[AgentInterface(url=f"http://127.0.0.1:{port}/", protocol_binding="JSONRPC",
                                                           protocol_version="0.3")])
     handler = DefaultRequestHandler(agent_executor=Echo(), task_store=InMemoryTaskStore(), agent_card=card)
@@ -174,21 +177,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3, help="measurements per server, alternating (default 3)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve", nargs=2, metavar=("SERVER", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         (serve_mur if args.serve[0] == "mur" else serve_sdk)(int(args.serve[1]))
         return 0
-    rows = [measure(server, args.clients, args.seconds) for server in SERVERS]
-    ratio = rows[0]["tasks_per_s"] / rows[1]["tasks_per_s"] if rows[1]["tasks_per_s"] else float("inf")
+    runs = [measure(server, args.clients, args.seconds) for _ in range(args.rounds) for server in SERVERS]
+    rates = {server: sorted(r["tasks_per_s"] for r in runs if r["server"] == server) for server in SERVERS}
+    medians = {server: statistics.median(v) for server, v in rates.items()}
+    ratio = medians["mur"] / medians["a2a-sdk"] if medians["a2a-sdk"] else float("inf")
     if args.json:
-        print(json.dumps({"clients": args.clients, "seconds": args.seconds, "rows": rows, "mur_over_sdk": round(ratio, 2)}))
+        print(json.dumps({"clients": args.clients, "seconds": args.seconds, "rounds": runs,
+                          "median_tasks_per_s": medians, "mur_over_sdk": round(ratio, 2)}))
         return 0
-    print(f"message/send (blocking), {args.clients} clients, {args.seconds:g} s each, {os.cpu_count()} CPUs")
-    for r in rows:
+    print(f"message/send (blocking), {args.clients} clients, {args.seconds:g} s each, {args.rounds} rounds "
+          f"(servers alternating), {os.cpu_count()} CPUs")
+    for r in runs:
         print(f"  {r['server']:<8} {r['tasks_per_s']:>9.1f} tasks/s   load {r['load']}")
-    print(f"  mur / a2a-sdk = {ratio:.2f}x")
+    print(f"  median: mur {medians['mur']:.1f}, a2a-sdk {medians['a2a-sdk']:.1f} tasks/s; mur / a2a-sdk = {ratio:.2f}x")
     return 0
 
 
