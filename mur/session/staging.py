@@ -203,11 +203,13 @@ def _stage_store(res: ResolvedArtifact, dest: Tree, staged: Staged) -> StagedToo
 def _store_payload(name: str, archive_sha256: str, entry: str, archive: Any, staged: Staged) -> Path:
     """What the engine compiles for a store artifact's payload: its kept source in the engine's
     cache (unpacked once per content; not even read when this archive's entry was seen before),
-    or, where that cache is not private, a copy in this session's private directory."""
+    or, where that cache is not private or cannot be written, a copy in this session's private
+    directory."""
     from mur.wasm import sources
     from mur.wasm.engine import _private_dir, default_cache_dir
 
     cache = default_cache_dir()
+    payload = None
     if _private_dir(cache):
         digest = sources.remembered_entry(archive_sha256, entry)
         kept = sources.trusted_kept(cache, digest) if digest is not None else None
@@ -216,11 +218,15 @@ def _store_payload(name: str, archive_sha256: str, entry: str, archive: Any, sta
             return kept
         payload = archive.read(entry)
         digest = hashlib.sha256(payload).hexdigest()
-        kept = sources.keep(cache, payload, digest)
-        sources.remember_entry(archive_sha256, entry, digest)
-        return kept
+        try:
+            kept = sources.keep(cache, payload, digest)
+        except OSError:  # a cache we may read but not write (an image's read-only root filesystem)
+            kept = None
+        if kept is not None:
+            sources.remember_entry(archive_sha256, entry, digest)
+            return kept
     private = staged.private() / f"{name}.wasm"
-    private.write_bytes(archive.read(entry))
+    private.write_bytes(payload if payload is not None else archive.read(entry))
     return private
 
 

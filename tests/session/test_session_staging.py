@@ -208,3 +208,18 @@ def test_a_burst_of_capsules_starting_at_once_loses_none():
     assert [out.strip() for out, _ in outcomes] == ["ok"] * len(procs), [err for _, err in outcomes if err][:1]
     staging.sweep_payloads(staging.payload_root())  # every owner gone: whatever is left goes
     assert list(staging.payload_root().iterdir()) == []
+
+
+def test_a_cache_that_cannot_be_written_sends_the_payload_to_the_session_private_dir(tmp_path, monkeypatch):
+    from mur.wasm import sources
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")  # an image's root filesystem
+
+    monkeypatch.setattr(sources, "keep", read_only)
+    staged = staging.stage({"t": store_artifact(tmp_path)}, [], workdir(tmp_path))
+    try:
+        assert staged.tools["t"].wasm_path == cache() / "payloads" / SES / "t.wasm"
+        assert staged.tools["t"].wasm_path.read_bytes() == WASM
+    finally:
+        staged.cleanup()
