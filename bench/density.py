@@ -17,7 +17,8 @@ Two ways, each round: `in-process` (every `mur run` imports and runs the runtime
 `host` (MUR_CAPSULE_HOST=on: the capsule host, mur.caphost, forks each capsule from a process that
 imported the runtime once; it is started by the round's first capsule, and its start is in the
 round's time). For `host` a capsule's figures are its client's (the `mur run` the service manager
-watches) plus the forked capsule's plus its share of the host's.
+watches) plus the forked capsule's plus its share of the host's. `--baseline OTHER_PYTHON` adds a
+`before` round per N: that interpreter's mur (e.g. the previous version's venv), in-process.
 
 Beside them, the floor: a bare interpreter (`python -c` sleeping) of the same Python, measured the
 same way, and upstream's published figures (reference, not measured here: 43.79 MB PSS per capsule,
@@ -43,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM = "upstream (published, 8 CPUs): 43.79 MB PSS per capsule; 40 capsules to first request in 3.9 s"
 
 
-def mur_command() -> list[str]:
-    script = Path(sys.executable).parent / "mur"  # the console script a user (and deploy) runs
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "mur"]
+def mur_command(python: str = sys.executable) -> list[str]:
+    script = Path(python).parent / "mur"  # the console script a user (and deploy) runs
+    return [str(script)] if script.is_file() else [python, "-m", "mur"]
 
 
 def rollup(pid: int) -> dict[str, int]:
@@ -80,6 +81,7 @@ def answers(url: str) -> bool:
 
 
 MODES = ("in-process", "host")
+BEFORE = "before"  # --baseline: another install's mur, in-process
 
 
 def host_pid(home: Path) -> int | None:
@@ -96,15 +98,15 @@ def host_pid(home: Path) -> int | None:
 class Round:
     """N capsules started at once, until all answer (or die)."""
 
-    def __init__(self, n: int, manifest: Path, env: dict[str, str], work: Path, mode: str):
-        self.n, self.manifest, self.work, self.mode = n, manifest, work, mode
+    def __init__(self, n: int, manifest: Path, env: dict[str, str], work: Path, mode: str, mur: list[str]):
+        self.n, self.manifest, self.work, self.mode, self.mur = n, manifest, work, mode, mur
         self.env = {**env, "MUR_CAPSULE_HOST": "on"} if mode == "host" else env
         self.procs: list[subprocess.Popen] = []
         self.capsules: dict[int, int] = {}  # index -> the capsule's pid (the client's own in-process)
 
     def start(self, timeout: float) -> dict:
         before = mem_available_kb()
-        argv = mur_command() + ["run", "-m", str(self.manifest), "--json", "--lifecycle-task-acceptance", "queue",
+        argv = self.mur + ["run", "-m", str(self.manifest), "--json", "--lifecycle-task-acceptance", "queue",
                                 "--lifecycle-after-task", "sleep"]
         began = time.monotonic()
         for i in range(self.n):
@@ -185,6 +187,7 @@ def main() -> int:
     parser.add_argument("--manifest", type=Path, default=ROOT / "examples" / "hello", help="capsule (default examples/hello)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a round may take to answer")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="in-process, host (default both)")
+    parser.add_argument("--baseline", help="another interpreter whose mur runs the same rounds in-process (before)")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mur-density-") as tmp:
@@ -202,11 +205,13 @@ def main() -> int:
         if warm.returncode != 0:
             sys.exit(f"the capsule does not run: {warm.stderr}")
         rows = []
+        modes = [*args.modes, *([BEFORE] if args.baseline else [])]
         for n in args.n:
-            for mode in args.modes:
+            for mode in modes:
                 work = tmp_path / f"n{n}-{mode}"
                 work.mkdir()
-                rnd = Round(n, capsule, env, work, mode)
+                mur = mur_command(args.baseline) if mode == BEFORE else mur_command()
+                rnd = Round(n, capsule, env, work, mode, mur)
                 try:
                     rows.append(rnd.start(args.timeout))
                 finally:
