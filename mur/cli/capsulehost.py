@@ -223,6 +223,7 @@ class Host:
 
     def _child(self, ready_w: int, go_r: int, taken: dict, request: dict, fds: list[int]) -> None:
         code = 1
+        host = os.getppid()
         try:
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
@@ -241,6 +242,7 @@ class Host:
                 os._exit(1)
             os.close(go_r)
             os.setsid()
+            _die_with_parent(host)  # the host gone means its client heard EOF and gave the capsule up
             code = run_capsule(request, fds)
         except BaseException:  # noqa: BLE001 - a capsule's failure must never reach the host's loop
             traceback.print_exc()
@@ -289,6 +291,18 @@ class Host:
             os.kill(pid, signal.SIGTERM)  # still our unreaped child: the pid is its own
         except OSError:
             pass
+
+
+def _die_with_parent(host: int) -> None:
+    """SIGTERM this process when the host dies (PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != host:  # it died before that took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run_capsule(request: dict, fds: list[int]) -> int:
