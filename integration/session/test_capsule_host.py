@@ -138,3 +138,21 @@ def test_a_client_killed_takes_its_capsule_with_it_and_a_burst_loses_none(hello,
     assert [p.returncode for p in burst] == [0] * len(burst), [err for _, err in outcomes if err][:1]
     answers = sorted(json.loads(out.splitlines()[-1])["result"] for out, _ in outcomes)
     assert answers == sorted(f"Hello, n{i}!\n" for i in range(8))
+
+
+def test_a_host_that_dies_takes_its_capsules_and_their_clients_say_so(hello, home, host_env):
+    env = {**host_env, "MURMUR_A2A_TIMEOUT_SECS": "0"}
+    mur("run", "--task", "warm", cwd=hello, env=host_env).communicate(timeout=120)
+    idle = mur("run", "--json", "--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep",
+               cwd=hello, env=env)
+    try:
+        capsule = json.loads(idle.stdout.readline())["pid"]
+        os.kill(host_pid(home), signal.SIGKILL)
+        assert idle.wait(30) == 1  # the client lost its capsule's host: a failed service, for its manager
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{capsule}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{capsule}").exists()  # PR_SET_PDEATHSIG: no orphan keeps the port
+    finally:
+        if idle.poll() is None:
+            idle.kill()
