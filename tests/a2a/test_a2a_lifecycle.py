@@ -305,11 +305,12 @@ def test_trace_events(make_service):
 
     h = make_service(counted, **SLEEP_QUEUE)
     task = h.send("héllo", "ctx_t")
-    h.http.post(
+    second = h.http.post(
         "/", json={"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {"message": message("tp")}},
         headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
-    )
+    ).json()["result"]
     h.wait(task["id"])
+    h.wait(second["id"])  # both ran before the shutdown (else the second could end rejected, untraced)
     h.service.shutdown()
     h.join()
     kinds = [e["event_type"] for e in h.trace.events]
@@ -495,7 +496,7 @@ def test_a_task_that_completes_before_it_sees_the_cancel_stays_completed(make_se
 
 
 def test_a_blocking_send_answers_with_the_ended_task(make_service):
-    h = make_service(**SLEEP_QUEUE)
+    h = make_service(**SLEEP_QUEUE, queue_depth=8)  # the two unblocked sends below may both wait
     blocking = {"message": message("now"), "configuration": {"blocking": True}}
     result = h.rpc("message/send", blocking)["result"]
     assert result["status"]["state"] == "completed"
