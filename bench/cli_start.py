@@ -1,16 +1,23 @@
-"""CLI start-up beside a bare interpreter: `mur --help` and `mur run --explain-scope` vs `python -c pass`.
+"""CLI start-up beside a bare interpreter: `mur --help`, `mur run --explain-scope` after an edit and a
+warm `mur run --task` of examples/hello, against `python -c pass`.
 
-    python bench/cli_start.py [-n 15] [--json]
+    python bench/cli_start.py [-n 15] [--baseline OTHER_PYTHON] [--json]
 
-`mur run --explain-scope` is timed twice: as a repeated run of the same manifest (the report is
-remembered, mur.session.explain_memo, so it is read back) and as the first run after each edit of the
-manifest (a copy rewritten with a new comment before every run: computed, pydantic and all).
+Every row is a fresh process of the interpreter running this script (its `mur` console script, so
+site and the installed packages are the same), interleaved round by round, from one fresh HOME:
 
-All three run as fresh processes of the same interpreter (the one running this script, so site and
-the installed packages are the same), interleaved round by round, from one fresh HOME whose cache
-the first (untimed) round fills: the kernel probe's per-boot cache, like every run after the first
-on a machine. The first round is printed apart (cold: the probe runs for real). Prints medians, the
-10th-90th percentile spread and each command's ratio to `python -c pass`.
+* `mur --help`;
+* `mur run --explain-scope`, edited: a copy of the example manifest rewritten with a new comment
+  before every run (nothing can be reused: parsed, validated, probed and reported every time);
+* `mur run -t`: a warm run of a copy of examples/hello (its components compiled in the shared
+  cache, the kernel probe's per-boot answer cached): what a user waits for on every run.
+
+The first (untimed) round fills the caches; it is printed apart as `cold`. With `--baseline`,
+the same rows run with another interpreter's mur too (e.g. a venv with the previous version
+installed), interleaved in the same rounds, each beside its own `python -c pass`: before and after
+in one run. Prints medians of wall time (with the 10th-90th percentile spread) and of CPU time (user +
+system: what a loaded machine changes least), each as a ratio to its interpreter's `python -c pass`,
+and the machine's load.
 
 Bytecode is cached the way an installed mur has it (pip compiles at install): the runs write .pyc
 files into a private PYTHONPYCACHEPREFIX under that HOME, even where PYTHONDONTWRITEBYTECODE is set
@@ -22,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,20 +39,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = ROOT / "examples" / "hello" / "murmur.yaml"
+HELLO = ROOT / "examples" / "hello"
+PASS, HELP, EDITED, WARM = "python -c pass", "mur --help", "mur run --explain-scope, edited", "mur run -t (warm)"
 
 
-EDITED = "mur run --explain-scope, edited"
-
-
-def commands(edited: Path) -> dict[str, list[str]]:
-    script = Path(sys.executable).parent / "mur"  # the console script a user runs
-    mur = [str(script)] if script.is_file() else [sys.executable, "-m", "mur"]
+def commands(python: str, edited: Path, hello: Path) -> dict[str, list[str]]:
+    script = Path(python).parent / "mur"  # the console script a user runs
+    mur = [str(script)] if script.is_file() else [python, "-m", "mur"]
     return {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "mur --help": mur + ["--help"],
-        "mur run --explain-scope": mur + ["run", "-m", str(MANIFEST), "--explain-scope"],
+        PASS: [python, "-c", "pass"],
+        HELP: mur + ["--help"],
         EDITED: mur + ["run", "-m", str(edited), "--explain-scope"],
+        WARM: mur + ["run", "-m", str(hello), "-t", "Ada"],
     }
 
 
@@ -51,8 +58,9 @@ class Editor:
     """A copy of the example manifest, changed (a comment) before every run that uses it."""
 
     def __init__(self, directory: Path):
+        directory.mkdir(parents=True)
         self.path = directory / "murmur.yaml"
-        self.text = MANIFEST.read_text(encoding="utf-8")
+        self.text = (HELLO / "murmur.yaml").read_text(encoding="utf-8")
         self.count = 0
         self.edit()
 
@@ -61,10 +69,15 @@ class Editor:
         self.path.write_text(f"{self.text}\n# edit {self.count}\n", encoding="utf-8")
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
+def timed(argv: list[str], env: dict[str, str], cpu: list[float] | None = None) -> float:
+    """Wall seconds of one run; its CPU seconds (user + system, children included) go to `cpu`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     took = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr.decode(errors='replace')}")
     return took
@@ -73,38 +86,54 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=15, help="runs per command (default 15)")
+    parser.add_argument("--baseline", help="another interpreter whose mur runs the same rows (before)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args()
+    for wasm in (HELLO / "capsule.wasm", HELLO / "greet" / "greet.wasm"):
+        if not wasm.is_file():
+            sys.exit(f"{wasm} is missing: run scripts/build-examples first")
+    pythons = {"": sys.executable} | ({"before: ": args.baseline} if args.baseline else {})
     with tempfile.TemporaryDirectory(prefix="mur-bench-home-") as home:
-        editor = Editor(Path(home))
-        table = commands(editor.path)
+        editor = Editor(Path(home) / "edited")
+        hello = Path(home) / "hello"
+        shutil.copytree(HELLO, hello, ignore=shutil.ignore_patterns("workdir", ".murmur", "__pycache__"))
+        table: dict[str, list[str]] = {}
+        for label, python in pythons.items():
+            table.update({label + name: argv for name, argv in commands(python, editor.path, hello).items()})
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MUR_", "MURMUR_"))}
         env["HOME"] = home
+        env["MUR_CACHE_DIR"] = os.environ.get("MUR_CACHE_DIR") or str(Path.home() / ".murmur" / "cache")  # warm
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = os.path.join(home, "pycache")  # filled by the cold round
-        cold = {name: timed(argv, env) for name, argv in table.items()}  # fills the probe cache
+        cold = {name: timed(argv, env) for name, argv in table.items()}  # fills the caches
         samples: dict[str, list[float]] = {name: [] for name in table}
+        cpus: dict[str, list[float]] = {name: [] for name in table}
         names = list(table)
         for i in range(args.n):
             for name in names[i % len(names):] + names[:i % len(names)]:
-                if name == EDITED:
+                if name.endswith(EDITED):
                     editor.edit()
-                samples[name].append(timed(table[name], env))
-    base = statistics.median(samples["python -c pass"])
+                samples[name].append(timed(table[name], env, cpus[name]))
     rows = {}
     for name, s in samples.items():
+        label = name[: len(name) - len(name.split(": ")[-1])] if ": " in name else ""
+        base = statistics.median(samples[label + PASS])
         deciles = statistics.quantiles(s, n=10)
+        cpu_base = statistics.median(cpus[label + PASS])
         rows[name] = {"median_s": statistics.median(s), "p10_s": deciles[0], "p90_s": deciles[-1],
-                      "over_python": statistics.median(s) / base, "cold_s": cold[name]}
+                      "over_python": statistics.median(s) / base, "cold_s": cold[name],
+                      "cpu_s": statistics.median(cpus[name]), "cpu_over_python": statistics.median(cpus[name]) / cpu_base}
+    load = [round(x, 2) for x in os.getloadavg()]
     if args.json:
-        print(json.dumps({"n": args.n, "rows": {k: {f: round(v, 4) for f, v in r.items()} for k, r in rows.items()}}))
+        print(json.dumps({"n": args.n, "load": load,
+                          "rows": {k: {f: round(v, 4) for f, v in r.items()} for k, r in rows.items()}}))
         return 0
     print(f"{sys.executable} (python {sys.version.split()[0]}); n={args.n} per command, interleaved; "
-          "cold = the first run in a fresh HOME")
-    print(f"{'command':<34} {'median':>8} {'p10..p90':>15} {'/python':>8} {'cold':>8}")
+          f"cold = the first run in a fresh HOME; load {load}")
+    print(f"{'command':<42} {'median':>8} {'p10..p90':>15} {'/python':>8} {'CPU':>7} {'/python':>8} {'cold':>8}")
     for name, r in rows.items():
-        print(f"{name:<34} {r['median_s'] * 1000:6.0f}ms {r['p10_s'] * 1000:6.0f}..{r['p90_s'] * 1000:4.0f}ms "
-              f"{r['over_python']:7.2f}x {r['cold_s'] * 1000:6.0f}ms")
+        print(f"{name:<42} {r['median_s'] * 1000:6.0f}ms {r['p10_s'] * 1000:6.0f}..{r['p90_s'] * 1000:4.0f}ms "
+              f"{r['over_python']:7.2f}x {r['cpu_s'] * 1000:5.0f}ms {r['cpu_over_python']:7.2f}x {r['cold_s'] * 1000:6.0f}ms")
     return 0
 
 

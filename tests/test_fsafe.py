@@ -150,3 +150,23 @@ def test_crossing_a_mount_point_is_refused(monkeypatch):
 def test_inside():
     assert fsafe.inside("/a/b/c", "/a/b") and fsafe.inside("/a/b", "/a/b")
     assert not fsafe.inside("/a/bc", "/a/b") and not fsafe.inside("/a", "/a/b")
+
+
+def test_a_swapped_write_replaces_a_file_and_leaves_no_temp(tmp_path):
+    from mur.fsafe import write_atomic_at
+
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        write_atomic_at(fd, "result.txt", b"first", durable=False, swap=True)  # nothing to swap with: renamed
+        inode = os.stat(tmp_path / "result.txt").st_ino
+        write_atomic_at(fd, "result.txt", b"second", durable=False, swap=True)
+        assert (tmp_path / "result.txt").read_bytes() == b"second" and os.stat(tmp_path / "result.txt").st_ino != inode
+        (tmp_path / "sub").mkdir()
+        with pytest.raises(IsADirectoryError):  # never swapped with a directory: the rename refuses it
+            write_atomic_at(fd, "sub", b"x", durable=False, swap=True)
+        os.symlink(tmp_path / "result.txt", tmp_path / "link")
+        write_atomic_at(fd, "link", b"new", durable=False, swap=True)  # the link is replaced, not written through
+        assert not os.path.islink(tmp_path / "link") and (tmp_path / "result.txt").read_bytes() == b"second"
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "result.txt", "sub"]

@@ -3,6 +3,9 @@
 The card declares a JSONRPC interface at protocol version 0.3.0, so a2a-sdk 1.x picks its A2A 0.3
 compatibility transport, which speaks upstream's method names (message/send, tasks/get,
 message/stream). See docs/a2a.md for what differs from the current A2A spec.
+
+The SDK's client asks for a blocking message/send unless it is told to poll (`polling=True`: then
+it sends `configuration.blocking: false`); the door honours both.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def test_a2a_sdk_sends_and_polls(make_service):
     h = make_service(working, **QUEUE)
 
     async def go():
-        client = await create_client(h.base, client_config=ClientConfig(streaming=False))
+        client = await create_client(h.base, client_config=ClientConfig(streaming=False, polling=True))
         try:
             assert client._card.name == "echo"  # resolved from /.well-known/agent-card.json
             msg = new_text_message("hello from a2a-sdk", role=Role.ROLE_USER, context_id="ctx_sdk")
@@ -67,6 +70,22 @@ def test_a2a_sdk_sends_and_polls(make_service):
             assert get_message_text(done.status.message) == "task completed"
             with pytest.raises(TaskNotFoundError):
                 await client.get_task(GetTaskRequest(id="tsk_nope"))
+        finally:
+            await client.close()
+
+    asyncio.run(go())
+
+
+def test_a2a_sdk_default_send_blocks_until_the_task_ended(make_service):
+    h = make_service(working, **QUEUE)
+
+    async def go():
+        client = await create_client(h.base, client_config=ClientConfig(streaming=False))  # blocking
+        try:
+            msg = new_text_message("wait for me", role=Role.ROLE_USER)
+            events = [ev async for ev in client.send_message(SendMessageRequest(message=msg))]
+            assert len(events) == 1 and events[0].task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert [get_artifact_text(a) for a in events[0].task.artifacts] == ["echo: wait for me"]
         finally:
             await client.close()
 
@@ -99,7 +118,7 @@ def test_a2a_sdk_sees_rejection_and_answers_input(make_service):
     h = make_service(gate, task_acceptance="single")
 
     async def go():
-        client = await create_client(h.base, client_config=ClientConfig(streaming=False))
+        client = await create_client(h.base, client_config=ClientConfig(streaming=False, polling=True))
         try:
             first = [ev async for ev in client.send_message(SendMessageRequest(message=new_text_message("a", role=Role.ROLE_USER)))]
             assert gate.started.wait(5)
@@ -122,7 +141,7 @@ def test_a2a_sdk_replies_to_request_input(make_service):
     h = make_service(asks, **QUEUE)
 
     async def go():
-        client = await create_client(h.base, client_config=ClientConfig(streaming=False))
+        client = await create_client(h.base, client_config=ClientConfig(streaming=False, polling=True))
         try:
             sent = [ev async for ev in client.send_message(SendMessageRequest(message=new_text_message("go", role=Role.ROLE_USER)))]
             task_id = sent[0].task.id
@@ -144,7 +163,7 @@ def test_a2a_sdk_cancels_a_queued_task(make_service):
     h = make_service(gate, **QUEUE)
 
     async def go():
-        client = await create_client(h.base, client_config=ClientConfig(streaming=False))
+        client = await create_client(h.base, client_config=ClientConfig(streaming=False, polling=True))
         try:
             async def send(text):
                 msg = new_text_message(text, role=Role.ROLE_USER)

@@ -11,7 +11,6 @@ is allowed.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -150,23 +149,25 @@ def test_results_logs_and_trace_as_a_non_root_user(hostile, unprivileged_user, r
     assert os.stat(run.session / "trace.jsonl").st_uid == user.uid  # same uid: only Landlock stands between
 
 
-def test_staged_payloads_are_out_of_reach_and_removed(hostile, unprivileged_user, tmp_path, record_escape):
-    """The compiled payload is the audit record of what ran: tools can neither reach nor replace it."""
+def test_what_the_engine_compiles_is_out_of_reach(hostile, unprivileged_user, tmp_path, record_escape):
+    """What ran is what the engine compiled, from bytes it hashed: tools can neither reach nor replace
+    its cache (compiled entries, kept sources), and no session copies a payload anywhere."""
     user = unprivileged_user
-    payloads = user.home / ".murmur" / "cache" / "payloads"
+    cache = user.home / ".murmur" / "cache"
     run = hostile(user=user).run([
-        f"ls {payloads}/*/; echo rc=$?; for f in {payloads}/*/*.wasm; do cp /dev/null $f; echo rc=$?; "
-        f"rm $f; echo rc=$?; done; echo x > {payloads}/planted; echo rc=$?",
+        f"ls {cache}/wasm/; echo rc=$?; for f in {cache}/wasm/*; do cp /dev/null $f; echo rc=$?; "
+        f"rm $f; echo rc=$?; done; echo x > {cache}/wasm/planted; echo rc=$?",
         "echo mine > mine.wasm && cat mine.wasm",
     ])
     assert_ok(run)
-    assert_refused(run.results[0], "touching the staged payloads")
+    assert_refused(run.results[0], "touching the compile cache")
     assert run.results[1].data == "mine\n"
-    assert sorted(os.listdir(payloads)) == []  # removed at session end, nothing planted
+    assert not (cache / "wasm" / "planted").exists() and not (cache / "payloads").exists()
+    assert [p.name for p in run.accessible.rglob("*.wasm")] == ["mine.wasm"]  # no payload staged in the workdir
     root_run = hostile().run([f"ls {Path.home()}/.murmur; echo rc=$?"])
     assert_ok(root_run)
-    assert_refused(root_run.results[0], "reaching root's payloads")  # /root is not even searchable by the tool
-    record_escape("replace the staged payloads", "refused (Landlock / DAC), removed at the end",
+    assert_refused(root_run.results[0], "reaching root's cache")  # /root is not even searchable by the tool
+    record_escape("replace what the engine compiles", "refused (Landlock / DAC); nothing staged to replace",
                   "the tool writes its own .wasm")
 
 
@@ -336,32 +337,26 @@ def test_a_background_swapper_racing_the_runtime_changes_nothing_outside(hostile
 # --- killed runs leave nothing runnable behind --------------------------------------------------
 
 
-def test_payloads_of_a_killed_run_are_swept_by_the_next(hostile, tmp_path, record_escape):
+def test_a_killed_run_leaves_no_payload_and_the_next_runs(hostile, tmp_path, record_escape):
+    """kill -9 mid-session: nothing could clean up, and nothing needed to (no payload is copied per
+    session: the engine's cache holds one copy per content). The sweep of the private payload
+    directories made where the cache is not private is tests/session/test_session_staging.py's."""
     cache = seed_cache(tmp_path / "cache")
     env = {"MUR_CACHE_DIR": str(cache)}
-    payloads = cache / "payloads"
     capsule = hostile()
     running = capsule.start(["sleep 60"], env=env)
     info = running.startup()
     assert info.get("session_id"), running.finish().describe()
-    killed = payloads / info["session_id"]
-    assert (killed / "murmur-driver-anthropic.wasm").is_file()
+    before = sorted(p.name for p in (cache / "wasm").iterdir())
     os.kill(running.proc.pid, signal.SIGKILL)
     running.finish()
     _reap_session_cgroups(info["session_id"])
-    assert killed.is_dir()  # kill -9: nothing could clean up
-    live = payloads / "ses_live"  # a session still running (its owner holds the lock)
-    live.mkdir()
-    lock = os.open(live / ".owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        run = capsule.run(["echo next"], env=env)
-    finally:
-        os.close(lock)
+    assert not (cache / "payloads").exists()
+    assert not any(info["session_id"] in p.name for p in cache.rglob("*"))  # nothing of that session in the cache
+    run = capsule.run(["echo next"], env=env)
     assert_ok(run)
-    assert not killed.exists() and live.is_dir()
-    assert not (payloads / run.info["session_id"]).exists()  # and its own are gone at the end
-    record_escape("kill -9 mid-session", "its payloads swept by the next run", "a live session's kept")
+    assert sorted(p.name for p in (cache / "wasm").iterdir()) == before  # the same entries served both
+    record_escape("kill -9 mid-session", "no payload left behind (none staged)", "the next run loads the cache")
 
 
 def _reap_session_cgroups(session_id: str) -> None:

@@ -25,8 +25,9 @@ def test_hello_runs_and_lays_out_the_workdir(hello, home):
     assert (wd / "out" / "result.txt").read_text().strip() == "Hello, Ada!"
     # the runtime's record in the session directory, the tools' files in its work/ (docs/run.md)
     for rel in ("trace.jsonl", "logs", "out/result.txt", "work/MURMUR.md", "work/task.md",
-                "work/tools/greet/murmur.yaml", "work/tools/greet/greet.wasm", "work/out/result.txt"):
+                "work/tools/greet/murmur.yaml", "work/out/result.txt"):
         assert (wd / rel).exists(), rel
+    assert not (wd / "work" / "tools" / "greet" / "greet.wasm").exists()  # the engine compiles its own copy: none staged
     assert sorted(p.name for p in wd.iterdir()) == ["logs", "out", "trace.jsonl", "work"]
     md = (wd / "work" / "MURMUR.md").read_text()
     assert "## Installed Tools" in md and "**greet**" in md and wd.name in md and str(wd / "logs") in md

@@ -13,7 +13,6 @@ import hmac
 import ipaddress
 import os
 import re
-import ssl
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +111,8 @@ def tls_files(cert: Path | str | None, key: Path | str | None) -> tuple[Path, Pa
         return None
     if cert is None or key is None:
         raise MurError("E-A2A-004", "TLS needs both a certificate and its key", hint="pass --tls-cert FILE and --tls-key FILE")
+    import ssl
+
     cert, key = Path(cert), Path(key)
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)

@@ -24,11 +24,10 @@ with a JSON-RPC error. All numbers: :class:`DoorLimits`, overridable by environm
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from dataclasses import dataclass, fields
-
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from mur.a2a.listen import DoorLimits  # noqa: F401 - the door's numbers live with the listener (no uvicorn there)
 
 EVICT_AFTER = 1.0  # seconds a connection must have been open before the cap may evict it
 
@@ -36,43 +35,6 @@ _REFUSALS = {
     408: b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
     503: b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
 }
-
-
-@dataclass(frozen=True)
-class DoorLimits:
-    """How much the door gives any one client. Each is overridable by the environment variable
-    named in ``ENV`` (a non-number or a value <= 0 keeps the default)."""
-
-    max_connections: int = 256  # open TCP connections
-    head_timeout: float = 10.0  # seconds to send a complete request head
-    body_timeout: float = 20.0  # seconds from the head to the complete body
-    keep_alive: float = 5.0  # seconds an idle kept-alive connection stays open
-    stall_timeout: float = 30.0  # seconds a client may leave queued output unread
-    max_streams: int = 64  # SSE responses open at once (message/stream + stream/watch)
-
-    ENV = {
-        "max_connections": "MURMUR_A2A_MAX_CONNECTIONS",
-        "head_timeout": "MURMUR_A2A_HEAD_TIMEOUT_SECS",
-        "body_timeout": "MURMUR_A2A_BODY_TIMEOUT_SECS",
-        "keep_alive": "MURMUR_A2A_KEEP_ALIVE_SECS",
-        "stall_timeout": "MURMUR_A2A_STALL_TIMEOUT_SECS",
-        "max_streams": "MURMUR_A2A_MAX_STREAMS",
-    }
-
-    @classmethod
-    def from_env(cls, environ: dict | None = None) -> "DoorLimits":
-        """The defaults with the ``MURMUR_A2A_*`` overrides of ``environ`` (os.environ by default)."""
-        environ = os.environ if environ is None else environ
-        values = {}
-        for field in fields(cls):
-            kind = int if field.type == "int" else float
-            try:
-                value = kind(environ.get(cls.ENV[field.name], "").strip())
-            except ValueError:
-                continue
-            if value > 0:
-                values[field.name] = value
-        return cls(**values)
 
 
 class GuardedH11Protocol(H11Protocol):

@@ -45,8 +45,7 @@ from typing import Any, Callable, Protocol
 from mur import ids
 from mur.a2a import conversation, protocol
 from mur.a2a.auth import DoorAuth, require_token_off_loopback
-from mur.a2a.guard import DoorLimits
-from mur.a2a.server import Door, ServerThread, bind_socket, capsule_url
+from mur.a2a.listen import DoorLimits, LazyDoor, bind_socket, capsule_url
 from mur.a2a.sse import BUFFER_CAPACITY, EventHub
 from mur.a2a.tasks import (
     CANCELED_MESSAGE,
@@ -259,7 +258,7 @@ class CapsuleService:
         self._max_body = max_body
         self._auth = auth or DoorAuth()
         self._limits = limits or DoorLimits.from_env()
-        self._server: ServerThread | None = None
+        self._server: LazyDoor | None = None
         self.url: str | None = None
         self._terminating = threading.Event()
         self._in_executor = False
@@ -280,25 +279,42 @@ class CapsuleService:
 
     # --- server -------------------------------------------------------------------------------
 
-    def start(self) -> str:
+    def start(self, lazy: bool = True) -> str:
         """Bind (E-RUN-010 when the port is taken; E-A2A-005 off loopback without a token) and serve
-        in the background; returns ``localhost:<port>`` (``https://localhost:<port>`` with TLS)."""
+        in the background; returns ``localhost:<port>`` (``https://localhost:<port>`` with TLS).
+        `lazy`: the HTTP server is loaded at the first connection (mur.a2a.listen; TLS never waits)."""
         sock = bind_socket(self._bind, self._port, check=lambda address: require_token_off_loopback(address, self._auth))
         port = sock.getsockname()[1]
         self.url = capsule_url(self._bind, port, tls=self._auth.tls)
-        door = Door(
-            registry=self.registry,
-            hub=self.hub,
-            card=self._card,
-            task_acceptance=self.lifecycle.task_acceptance,
-            conversation=self.lifecycle.conversation,
-            fallback_host=capsule_url(self._bind, port),
-            max_body=self._max_body,
-            auth=self._auth,
-            limits=self._limits,
-        )
-        self._server = ServerThread(door, sock, self._limits, self._auth)
-        self._server.start()
+
+        def serve() -> Any:
+            from mur.a2a.server import Door, ServerThread
+
+            door = Door(
+                registry=self.registry,
+                hub=self.hub,
+                card=self._card,
+                task_acceptance=self.lifecycle.task_acceptance,
+                conversation=self.lifecycle.conversation,
+                fallback_host=capsule_url(self._bind, port),
+                max_body=self._max_body,
+                auth=self._auth,
+                limits=self._limits,
+            )
+            server = ServerThread(door, sock, self._limits, self._auth)
+            server.start()
+            return server
+
+        self._server = LazyDoor(sock, serve)
+        if lazy and not self._auth.tls:
+            self._server.start()
+        else:
+            try:
+                self._server.start_now()
+            except BaseException:
+                self._server.stop()
+                self._server = None
+                raise
         return self.url
 
     def linger(self, seconds: float | None = None) -> None:

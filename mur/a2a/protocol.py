@@ -249,6 +249,7 @@ class IncomingMessage:
     message_id: str
     context_id: str | None
     text: str
+    blocking: bool = False  # params.configuration.blocking: answer once the task ended (or asks for input)
 
 
 PART_KINDS = ("text", "file", "data")  # A2A 0.3 Part kinds
@@ -300,7 +301,9 @@ def parse_message(params: dict, request_id: Any = None) -> IncomingMessage:
             texts.append(text)
     if not texts:
         raise bad("message.parts holds no text part; this capsule takes its task as text")
-    return IncomingMessage(message_id, context_id, "\n".join(texts))
+    configuration = params.get("configuration") if "message" in params else None
+    blocking = isinstance(configuration, dict) and configuration.get("blocking") is True
+    return IncomingMessage(message_id, context_id, "\n".join(texts), blocking)
 
 
 # --- wire shapes ----------------------------------------------------------------------------

@@ -12,9 +12,10 @@ Routes (upstream section 6.1):
 * a stream (SSE) beyond the open-stream cap -> 503 carrying a JSON-RPC error;
 * anything else -> 404.
 
-uvicorn runs on a background thread with its own event loop, on a socket bound here so that a
-taken ``network.internal_port`` is reported as ``E-RUN-010`` before anything else starts. Its
-connections go through mur/a2a/guard.py (head deadline, connection cap, write-stall deadline).
+uvicorn runs on a background thread with its own event loop, on a socket bound by mur.a2a.listen
+(so that a taken ``network.internal_port`` is reported as ``E-RUN-010`` before anything else
+starts, and this module is imported only once a client comes). Its connections go through
+mur/a2a/guard.py (head deadline, connection cap, write-stall deadline).
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from starlette.responses import Response
 from mur import ids
 from mur.a2a import protocol as rpc
 from mur.a2a.auth import DoorAuth, bearer_matches, token_in_query
-from mur.a2a.guard import DoorLimits, GuardedH11Protocol
+from mur.a2a.guard import GuardedH11Protocol
+from mur.a2a.listen import DoorLimits, bind_socket, capsule_url  # noqa: F401 - bind_socket, capsule_url: re-exported
 from mur.a2a.sse import CLOSED, HEARTBEAT, LAGGED, EventHub, Frame, format_frame
-from mur.a2a.tasks import SUBMITTED, Task, TaskRegistry
+from mur.a2a.tasks import INPUT_REQUIRED, SUBMITTED, Task, TaskRegistry
 from mur.errors import MurError
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -143,7 +145,7 @@ class Door:
             if method_name is None:
                 raise rpc.RpcError(rpc.METHOD_NOT_FOUND, "Method not found", req.id)
             if method_name == "message/send":
-                return json_response(rpc.ok(req.id, self._message_send(req, request)))
+                return json_response(rpc.ok(req.id, await self._message_send(req, request)))
             if method_name == "tasks/get":
                 return json_response(rpc.ok(req.id, self._tasks_get(req)))
             if method_name == "tasks/cancel":
@@ -196,9 +198,9 @@ class Door:
 
     # --- methods ------------------------------------------------------------------------------
 
-    def _new_task(self, req: rpc.RpcRequest, request: Request) -> Task:
+    def _new_task(self, req: rpc.RpcRequest, request: Request) -> tuple[Task, bool]:
         msg = rpc.parse_message(req.params, req.id)
-        return Task(
+        task = Task(
             id=ids.task_id(),
             context_id=msg.context_id or ids.context_id(),
             message_id=msg.message_id,
@@ -206,14 +208,34 @@ class Door:
             source="a2a",
             traceparent=_traceparent(request),
         )
+        return task, msg.blocking
 
-    def _message_send(self, req: rpc.RpcRequest, request: Request) -> dict:
-        task = self._new_task(req, request)
+    async def _message_send(self, req: rpc.RpcRequest, request: Request) -> dict:
+        task, blocking = self._new_task(req, request)
         # A message while the running task waits in request-input is that task's reply.
         delivered = self.registry.deliver_input(task.text)
         if delivered is not None:
-            return rpc.task_result(delivered)
-        return rpc.task_result(self.registry.submit(task))
+            snapshot = delivered
+        else:
+            snapshot = self.registry.submit(task)
+        if blocking and not snapshot.terminal and snapshot.state != INPUT_REQUIRED:
+            snapshot = await self._settled(snapshot.id)  # configuration.blocking: answer with the outcome
+        return rpc.task_result(snapshot)
+
+    async def _settled(self, task_id: str) -> Task:
+        """The task once it has ended or waits for input (the lifecycle thread settles it; this
+        loop hears of it once, with no polling)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+
+        def settle(snapshot: Task) -> None:
+            try:
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(snapshot))
+            except RuntimeError:  # the server stopped meanwhile: nobody is waiting any more
+                pass
+
+        now = self.registry.when_settled(task_id, settle)
+        return now if now is not None else await done
 
     def _tasks_get(self, req: rpc.RpcRequest) -> dict:
         task_id = req.params.get("id")
@@ -247,7 +269,7 @@ class Door:
 
     def _message_stream(self, req: rpc.RpcRequest, request: Request) -> Response:
         try:
-            task = self._new_task(req, request)
+            task, _ = self._new_task(req, request)
         except rpc.RpcError as exc:
             return _sse_once(format_frame("error", {"error": exc.message}))
         loop = asyncio.get_running_loop()
@@ -373,52 +395,6 @@ def _traceparent(request: Request) -> str | None:
 def _last_event_id(request: Request) -> int | None:
     value = request.headers.get("last-event-id", "").strip()
     return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
-
-
-# --- binding and serving ------------------------------------------------------------------------
-
-
-def bind_socket(bind: str, port: int | None, check: Callable[[str], None] | None = None) -> socket.socket:
-    """A listening TCP socket on ``bind``:``port`` (0/None: OS-assigned); E-RUN-010 when taken.
-    ``check(address)`` sees the resolved address first and may refuse it by raising."""
-    try:
-        infos = socket.getaddrinfo(bind, port or 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise MurError("E-IO-003", f"cannot resolve bind address {bind!r}: {exc}", hint="pass an IP address to --bind") from exc
-    family, kind, proto, _, address = infos[0]
-    if check is not None:
-        check(address[0])
-    # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on such sockets, and
-    # without it every response pays Nagle + delayed ACK (~40 ms).
-    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE and port:
-            raise MurError(
-                "E-RUN-010",
-                f"internal_port {port} is already bound",
-                hint="stop the process listening on it, or set another network.internal_port",
-            ) from exc
-        raise MurError("E-IO-003", f"cannot bind {bind}:{port or 0}: {exc.strerror or exc}", hint="check --bind") from exc
-    sock.set_inheritable(False)
-    return sock
-
-
-def capsule_url(bind: str, port: int, tls: bool = False) -> str:
-    """``localhost:<port>`` for a loopback or wildcard bind (upstream's form), else ``host:port``;
-    with TLS the same with ``https://`` in front (a client would otherwise assume http)."""
-    scheme = "https://" if tls else ""
-    try:
-        ip = ipaddress.ip_address(bind)
-    except ValueError:
-        return f"{scheme}{bind}:{port}"
-    if ip.is_loopback or ip.is_unspecified:
-        return f"{scheme}localhost:{port}"
-    return f"{scheme}[{bind}]:{port}" if ip.version == 6 else f"{scheme}{bind}:{port}"
 
 
 class ServerThread:

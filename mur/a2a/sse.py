@@ -12,11 +12,13 @@ asyncio queue on the server's event loop, fed with ``call_soon_threadsafe``.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # a subscriber exists only once the server (and so asyncio) is running
+    import asyncio
 
 from mur.a2a.protocol import dumps
 
@@ -55,6 +57,8 @@ class Subscriber:
     """One open stream: an asyncio queue on the server loop, bounded in frames and bytes."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
+        import asyncio
+
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
         self._queued_bytes = 0
@@ -79,6 +83,8 @@ class Subscriber:
 
     async def next(self, timeout: float) -> object:
         """The next queued item; raises asyncio.TimeoutError after ``timeout`` seconds."""
+        import asyncio
+
         item = await asyncio.wait_for(self.queue.get(), timeout)
         if isinstance(item, Frame):
             self._queued_bytes -= len(item.text)

@@ -85,6 +85,9 @@ class TaskRegistry:
         self._ran_any = False
         self._closed = False
         self._stopping = False
+        # task id -> callbacks run (under the lock: they must only hand off) once the task has ended
+        # or waits for input: a blocking message/send answers then (Door._message_send)
+        self._watchers: dict[str, list] = {}
 
     # --- door side ------------------------------------------------------------------------
 
@@ -152,6 +155,7 @@ class TaskRegistry:
                 self._pending.remove(task_id)
                 task.state, task.message, task.text = CANCELED, CANCELED_MESSAGE, ""
                 outcome = "dropped"
+                self._settled(task)
             elif task.state == INPUT_REQUIRED and self._active == task_id:
                 task.cancel_requested = True
                 task.state, task.prompt, task.message = CANCELED, None, CANCELED_MESSAGE
@@ -165,6 +169,24 @@ class TaskRegistry:
                 return "not-cancelable", Task(**task.__dict__)
             self._cond.notify_all()
             return outcome, Task(**task.__dict__)
+
+    def when_settled(self, task_id: str, callback) -> Task | None:
+        """A snapshot of `task_id` now if it has ended or waits for input; else None, and
+        `callback(snapshot)` is called (on the thread that settles it) once it does."""
+        with self._cond:
+            task = self._tasks.get(task_id)
+            if task is None or task.terminal or task.state == INPUT_REQUIRED:
+                return None if task is None else Task(**task.__dict__)
+            self._watchers.setdefault(task_id, []).append(callback)
+            return None
+
+    def _settled(self, task: Task) -> None:
+        """Hand `task`'s snapshot to whoever waits for it to settle (called under the lock)."""
+        callbacks = self._watchers.pop(task.id, None)
+        if callbacks:
+            snapshot = Task(**task.__dict__)
+            for callback in callbacks:
+                callback(snapshot)
 
     # --- lifecycle side -------------------------------------------------------------------
 
@@ -208,6 +230,7 @@ class TaskRegistry:
             task.state = INPUT_REQUIRED
             task.prompt = prompt
             task.reply = None
+            self._settled(task)
             if on_marked is not None:
                 on_marked()
             while task.reply is None:
@@ -240,6 +263,7 @@ class TaskRegistry:
             if self._active == task_id:
                 self._active = None
             self._last = task_id
+            self._settled(task)
             self._cond.notify_all()
             return Task(**task.__dict__)
 
@@ -253,6 +277,7 @@ class TaskRegistry:
                 task.state = REJECTED
                 task.message = REJECTED_SESSION_ENDED
                 task.text = ""
+                self._settled(task)
                 refused.append(Task(**task.__dict__))
             self._cond.notify_all()
             return refused

@@ -158,11 +158,14 @@ class ArtifactArchive:
         except MurError as exc:
             raise ArchiveError(exc.message) from exc
 
-    def entries(self) -> Iterator[tuple[str, bytes]]:
-        """(sanitized relative path, bytes) of every file entry, within the decompression ceiling."""
+    def entries(self, skip: Iterable[str] = ()) -> Iterator[tuple[str, bytes]]:
+        """(sanitized relative path, bytes) of every file entry but those named in `skip` (not even
+        decompressed), within the decompression ceiling."""
         limit = max_decompressed_bytes()
         total = 0
         for name in self.names:
+            if name in skip:
+                continue
             if name.startswith("/"):
                 raise UnsafeEntryPath(name, "contains an absolute path component")
             rel = sanitize_entry_path(name)
@@ -174,13 +177,14 @@ class ArtifactArchive:
                 raise ArchiveError(f"zip entry '{name}' exceeds the {limit}-byte decompression ceiling")
             yield rel, data
 
-    def extract_all(self, dest: Path | Tree) -> list[str]:
-        """Unpack every file entry below `dest` (a path, or a Tree held open); returns the relative
-        paths written. Nothing is written through a link or over an existing file."""
+    def extract_all(self, dest: Path | Tree, skip: Iterable[str] = ()) -> list[str]:
+        """Unpack every file entry (but those named in `skip`) below `dest` (a path, or a Tree held
+        open); returns the relative paths written. Nothing is written through a link or over an
+        existing file."""
         tree = dest if isinstance(dest, Tree) else Tree(dest, create=True)
         written: list[str] = []
         try:
-            for rel, data in self.entries():
+            for rel, data in self.entries(skip):
                 try:
                     fd = tree.create(rel, 0o644, parents=True)
                 except OSError as exc:

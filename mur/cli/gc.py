@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         from mur.housekeeping.gc import apply_gc, plan_gc
         from mur.trace.report import parse_duration
         from mur.paths import cache_root
-        from mur.wasm.engine import engine_fingerprint
+        from mur.wasm.engine import fingerprints
 
         if manifest is not None and workdir is not None:
             raise typer.BadParameter("give --workdir or --manifest, not both", param_hint="--manifest")
@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         else:
             roots = [workdir if workdir is not None else Path("workdir")]
         plan = plan_gc([r.absolute() for r in roots], cache_root(), older_than=parse_duration(older_than) // 1000,
-                       fingerprint=engine_fingerprint())
+                       fingerprint=fingerprints().values())
         removed = apply_gc(plan) if yes else []
         result = {"dry_run": not yes, "items": [i.to_json() for i in plan.items], "total_bytes": plan.total_bytes,
                   "removed": len(removed), "in_use": [str(p) for p in plan.in_use]}

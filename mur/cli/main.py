@@ -1,10 +1,10 @@
 """Entry point: renders errors once, at the edge, and builds the typer app only when it is needed.
 
 Start-up is most of what a short command costs, so: `mur --help` and `mur --version` are answered
-from the command table (mur.cli.commands) without importing typer; otherwise the root group
-(mur.cli.lazy) imports only the module of the command that runs. Every command module imports only
-typer at module level; heavy libraries (wasmtime, paramiko, docker, httpx, pydantic) are imported
-inside the command bodies.
+from the command table (mur.cli.commands) without importing typer, and so is a well-formed `mur run`
+(mur.cli.runfast); otherwise the root group (mur.cli.lazy) imports only the module of the command
+that runs. Every command module imports only typer at module level; heavy libraries (wasmtime,
+paramiko, docker, httpx, pydantic) are imported inside the command bodies.
 """
 
 from __future__ import annotations
@@ -63,11 +63,26 @@ def build_app(lazy: bool = True):
     return app
 
 
-def _fast(args: list[str], launch: dict[str, object]) -> bool:
-    """Answer `mur --help`, `mur --version` and a remembered `mur run --explain-scope` without
-    typer; False when typer has to (what it needs to remember an explanation goes in `launch`)."""
+def _fast(args: list[str]) -> bool:
+    """Answer `mur --help` and `mur --version` without typer; False when typer has to."""
     if os.environ.get(COMPLETE_VAR):
         return False
+    if args[:1] == ["__tier-up"]:  # the runtime bundle's background compile (mur.wasm.tierup.command)
+        from mur.wasm.tierup import main as tier_up
+
+        sys.exit(tier_up(args[1:]))
+    if args[:1] == ["__capsule-host"]:  # the runtime bundle's capsule host (mur.caphost.client.host_command)
+        from mur.cli.capsulehost import main as capsule_host
+
+        sys.exit(capsule_host(args[1:]))
+    if args[:1] == ["run"] and os.environ.get("MUR_CAPSULE_HOST"):  # a service's run, forked by the host
+        from mur.caphost.client import run_via_host, wanted
+
+        if wanted(args):
+            code = run_via_host(args)
+            if code is not None:
+                _flush()
+                sys.exit(code)
     if args == ["--help"]:
         from mur.cli.roothelp import render
 
@@ -76,32 +91,26 @@ def _fast(args: list[str], launch: dict[str, object]) -> bool:
     if args in (["--version"], ["-V"]):
         print(f"mur {__version__}")
         return True
-    if args[:1] == ["run"] and "--explain-scope" in args:  # the only command that may be remembered
-        from mur.cli.explain import replay_remembered
-
-        return replay_remembered(args, launch)
     return False
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; MurError -> `error[CODE]` + hint on stderr, exit 1; usage errors exit 2."""
     args = sys.argv[1:] if argv is None else list(argv)
-    launch: dict[str, object] = {}  # the root context's obj: what the fast path found for the command
+    # pydantic looks for plugins in every installed distribution's entry points when it builds the
+    # first model (a scan of site-packages on each start); mur uses none (pydantic's documented switch).
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
-        if _fast(args, launch):
+        if _fast(args):
             _flush()
             sys.exit(0)
     except BrokenPipeError:
         sys.exit(1)
-    import typer
-
     from mur.cli.render import Reported
     from mur.errors import MurError
-    from typer.exceptions import Abort, Exit, TyperException
 
     try:
-        command = typer.main.get_command(build_app())
-        rv = command.main(args=args, prog_name="mur", standalone_mode=False, obj=launch)
+        code = _command(args)
     except Reported as done:
         _flush()
         sys.exit(done.code)
@@ -111,18 +120,6 @@ def main(argv: list[str] | None = None) -> None:
 
         print(terminal_safe(err.render(), sys.stderr), file=sys.stderr)  # messages quote names tools chose
         sys.exit(1)
-    except Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(INTERRUPTED)
-    except Exit as exc:
-        sys.exit(exc.exit_code)
-    except TyperException as exc:  # usage errors (bad option values, missing arguments): exit 2
-        show = getattr(exc, "show", None)
-        if show is not None:
-            show()
-        else:
-            print(f"error: {exc}", file=sys.stderr)
-        sys.exit(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(INTERRUPTED)
@@ -139,11 +136,38 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error[E-INTERNAL]: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
         print("  hint: rerun with MUR_DEBUG=1 to see the traceback, and report it", file=sys.stderr)
         sys.exit(1)
+    sys.exit(code)
+
+
+def _command(args: list[str]) -> int:
+    """Run the command: a well-formed `mur run` without typer (mur.cli.runfast), else through typer;
+    its exit code (typer's own exceptions become theirs; every other one goes to the caller)."""
+    if args[:1] == ["run"]:
+        from mur.cli.runfast import run_fast
+
+        if run_fast(args[1:]):
+            return 0
+    import typer
+    from typer.exceptions import Abort, Exit, TyperException
+
+    try:
+        command = typer.main.get_command(build_app())
+        rv = command.main(args=args, prog_name="mur", standalone_mode=False, obj={})
+    except Abort:
+        print("aborted", file=sys.stderr)
+        return INTERRUPTED
+    except Exit as exc:
+        return exc.exit_code
+    except TyperException as exc:  # usage errors (bad option values, missing arguments): exit 2
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", 2)
     if rv == INTERRUPTED:  # typer's answer to a KeyboardInterrupt (Ctrl-C) in any command
         print("interrupted", file=sys.stderr)
-    if isinstance(rv, int) and rv not in (0, None):
-        sys.exit(rv)
-    sys.exit(0)
+    return rv if isinstance(rv, int) and rv not in (0, None) else 0
 
 
 def _flush() -> None:

@@ -8,7 +8,8 @@ touching nothing; `apply_gc` removes exactly those. What counts:
             process has open (a file or a working directory inside it: a sleeping A2A capsule writes
             nothing for days but keeps its trace open)
   compiled  `<cache>/wasm/*.cwasm`: built for another wasmtime or engine setting (never loadable
-            again), or not loaded for --older-than (the engine sets the mtime on each use)
+            again), or not loaded for --older-than (the engine sets the mtime on each use); and
+            `<cache>/wasm/<sha256>.wasm`, a kept source (mur.wasm.sources) not used for --older-than
   built     `<cache>/components/<key>/`: a componentize-py output not reused for --older-than
 
 Only names mur itself makes are considered, symlinks are never followed or removed through, and a
@@ -31,6 +32,7 @@ from mur.errors import MurError
 SESSION_DIR = re.compile(r"ses_[0-9a-f]{32}")
 BUILD_KEY = re.compile(r"[0-9a-f]{32}")
 COMPILED = re.compile(r"(?P<digest>[0-9a-f]{64})\.(?P<fingerprint>[0-9a-f]{16})\.cwasm")
+KEPT_SOURCE = re.compile(r"[0-9a-f]{64}\.wasm")
 TEMP = re.compile(r"\..+\.tmp")
 TEMP_GRACE_SECONDS = 3600  # a temp file this old is a crashed writer's, not one being written
 KINDS = ("session", "compiled", "built")
@@ -136,8 +138,10 @@ def session_items(roots: Iterable[Path], older_than: int, now: float, opened: se
                                    f"last written {_ago(now - last)} ago"))
 
 
-def cache_items(cache: Path, fingerprint: str, older_than: int, now: float, plan: GcPlan) -> None:
-    """Add compiled components and guest builds that are stale or unused for `older_than` seconds."""
+def cache_items(cache: Path, fingerprint: str | Iterable[str], older_than: int, now: float, plan: GcPlan) -> None:
+    """Add compiled components and guest builds that are stale or unused for `older_than` seconds
+    (`fingerprint`: the engine's, or each of its tiers')."""
+    current = {fingerprint} if isinstance(fingerprint, str) else set(fingerprint)
     wasm = cache / "wasm"
     for name in sorted(_listdir(wasm)):
         path = wasm / name
@@ -145,10 +149,12 @@ def cache_items(cache: Path, fingerprint: str, older_than: int, now: float, plan
         if last is None or path.is_symlink():
             continue
         match = COMPILED.fullmatch(name)
-        if match and match["fingerprint"] != fingerprint:
+        if match and match["fingerprint"] not in current:
             reason = "compiled for another wasmtime or engine setting"
         elif match and now - last >= older_than:
             reason = f"not loaded for {_ago(now - last)}"
+        elif KEPT_SOURCE.fullmatch(name) and now - last >= older_than:
+            reason = f"source not used for {_ago(now - last)}"
         elif TEMP.fullmatch(name) and now - last >= TEMP_GRACE_SECONDS:
             reason = "left behind by an interrupted write"
         else:
@@ -162,7 +168,7 @@ def cache_items(cache: Path, fingerprint: str, older_than: int, now: float, plan
                                    f"not reused for {_ago(now - last)}"))
 
 
-def plan_gc(session_roots: Iterable[Path], cache: Path, *, older_than: int, fingerprint: str,
+def plan_gc(session_roots: Iterable[Path], cache: Path, *, older_than: int, fingerprint: str | Iterable[str],
             now: float | None = None, opened: set[str] | None = None) -> GcPlan:
     """What `mur gc` would remove (nothing is touched)."""
     now = time.time() if now is None else now

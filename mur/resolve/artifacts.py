@@ -56,22 +56,22 @@ def find_skill_md(directory: Path) -> Path | None:
     return None
 
 
-def _local_files(base: Path, source: Path, origin: str) -> tuple[FileRef, ...]:
+def _local_files(base: Path, source: Path, origin: str, hashed: bool = True) -> tuple[FileRef, ...]:
     rel = relative_to(base, source)
     try:
         if source.is_dir():
-            return tuple(walk_files(source, None if rel is None else f"{rel}/", origin))
-        return (file_ref(source, rel, origin),)
+            return tuple(walk_files(source, None if rel is None else f"{rel}/", origin, hashed))
+        return (file_ref(source, rel, origin, hashed),)
     except OSError as exc:
         raise MurError("E-IO-003", f"cannot read {origin} at {exc.filename or source}: {exc.strerror or exc}") from exc
 
 
-def _resolve_local(loaded: LoadedCapsule, decl: ArtifactDecl) -> ResolvedArtifact:
+def _resolve_local(loaded: LoadedCapsule, decl: ArtifactDecl, hashed: bool = True) -> ResolvedArtifact:
     raw = Path(decl.source or "")
     path = raw if raw.is_absolute() else loaded.dir / raw
     if not path.exists():
         raise MurError("E-IO-001", f"skill source path not found: {path}", "fix `source:` (relative to murmur.yaml)")
-    files = _local_files(loaded.dir, path, f"artifacts[{decl.name}].source")
+    files = _local_files(loaded.dir, path, f"artifacts[{decl.name}].source", hashed)
     if path.is_file():
         return ResolvedArtifact(decl, "local", path, files=files)
     if (path / "murmur.yaml").is_file() and decl.runtime in ("tool", "driver", "hook"):
@@ -86,32 +86,33 @@ def _resolve_local(loaded: LoadedCapsule, decl: ArtifactDecl) -> ResolvedArtifac
     return ResolvedArtifact(decl, "local", skill, files=files)
 
 
-def _store_files(zip_path: Path) -> tuple[FileRef, ...]:
+def _store_files(zip_path: Path, hashed: bool = True) -> tuple[FileRef, ...]:
     stem = zip_path.name[: -len(".mur.zip")] if zip_path.name.endswith(".mur.zip") else zip_path.stem
-    files = [file_ref(zip_path, zip_path.name)]
+    files = [file_ref(zip_path, zip_path.name, hashed=hashed)]
     for suffix in (".sha256", ".meta.json"):
         side = zip_path.with_name(stem + suffix)
         if side.is_file():
-            files.append(file_ref(side, side.name))
+            files.append(file_ref(side, side.name, hashed=hashed))
     return tuple(files)
 
 
-def resolve_artifacts(loaded: LoadedCapsule) -> dict[str, ResolvedArtifact]:
-    """Locate every declared artifact (E-RUN-008 for a registry artifact not installed)."""
+def resolve_artifacts(loaded: LoadedCapsule, hashed: bool = True) -> dict[str, ResolvedArtifact]:
+    """Locate every declared artifact (E-RUN-008 for a registry artifact not installed); `hashed=False`:
+    their files' FileRef.sha256 stay empty (mur.resolve.files.file_ref)."""
     from mur.artifacts.installed import find_installed
 
     out: dict[str, ResolvedArtifact] = {}
     missing: list[ArtifactDecl] = []
     for decl in loaded.capsule.artifacts:
         if decl.source is not None:
-            out[decl.name] = _resolve_local(loaded, decl)
+            out[decl.name] = _resolve_local(loaded, decl, hashed)
             continue
         inst = find_installed(decl.name, decl.version or "", loaded.dir)
         if inst is None:
             missing.append(decl)
             continue
         zp = Path(inst.zip_path)
-        out[decl.name] = ResolvedArtifact(decl, "store", zp, inst.manifest, inst, inst.sha256, _store_files(zp))
+        out[decl.name] = ResolvedArtifact(decl, "store", zp, inst.manifest, inst, inst.sha256, _store_files(zp, hashed))
     if missing:  # upstream's words (scripts match on them)
         names = ", ".join(f"{d.name}@{d.version}" for d in missing)
         first = missing[0]

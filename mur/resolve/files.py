@@ -26,10 +26,13 @@ class FileRef:
     origin: str = ""
 
 
-def file_ref(path: Path, rel: str | None, origin: str = "") -> FileRef:
-    """Hash and stat one file (mode keeps only whether it is executable)."""
+def file_ref(path: Path, rel: str | None, origin: str = "", hashed: bool = True) -> FileRef:
+    """Hash and stat one file (mode keeps only whether it is executable). `hashed=False` leaves
+    sha256 empty: for `mur run`, which locates files but never reads their digests (the engine
+    hashes what it compiles itself), so an 18 MB component is not hashed for nothing."""
     st = path.stat()
-    return FileRef(str(path), rel, file_sha256(path), st.st_size, 0o755 if st.st_mode & 0o111 else 0o644, origin)
+    digest = file_sha256(path) if hashed else ""
+    return FileRef(str(path), rel, digest, st.st_size, 0o755 if st.st_mode & 0o111 else 0o644, origin)
 
 
 def relative_to(base: Path, path: Path) -> str | None:
@@ -40,7 +43,7 @@ def relative_to(base: Path, path: Path) -> str | None:
     return None
 
 
-def walk_files(root: Path, prefix: str | None, origin: str = "") -> list[FileRef]:
+def walk_files(root: Path, prefix: str | None, origin: str = "", hashed: bool = True) -> list[FileRef]:
     """Every regular file below `root` (symlinks and __pycache__ skipped), sorted; rel = prefix + path."""
     refs = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -50,5 +53,5 @@ def walk_files(root: Path, prefix: str | None, origin: str = "") -> list[FileRef
             if p.is_symlink() or not p.is_file():
                 continue
             rel = p.relative_to(root).as_posix()
-            refs.append(file_ref(p, None if prefix is None else f"{prefix}{rel}", origin))
+            refs.append(file_ref(p, None if prefix is None else f"{prefix}{rel}", origin, hashed))
     return refs

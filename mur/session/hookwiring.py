@@ -7,10 +7,10 @@ wrote for an allow-listed binary replace the staged tool's, so the model sees th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from mur.hooks.hookset import HookSet
-from mur.hooks.launch import HookArtifact, build_hooks
+if TYPE_CHECKING:
+    from mur.hooks.hookset import HookSet
 
 
 def describe_staged(staged: Any) -> Callable[[str, dict[str, Any]], None]:
@@ -35,12 +35,13 @@ def session_hooks(tools: Any, trace: Any, loaded: Any, wd: Any, *, model_client:
     The hooks' run-inference goes through the capsule's driver unless `model_client` is given;
     `options` are build_hooks' tuning knobs (on_artifact, queue_depth, drain_timeout, http_transport).
     """
+    staged = tools.staged
+    if not staged.by_role("hook"):
+        return None  # (and the hook machinery is not even imported)
+    from mur.hooks.launch import HookArtifact, build_hooks
     from mur.session.driver import driver_client
 
-    staged = tools.staged
     artifacts = [HookArtifact(t.name, t.kind, t.wasm_path, Path(t.dir) / "murmur.yaml") for t in staged.by_role("hook")]
-    if not artifacts:
-        return None
     settings = tools.settings
     if model_client is None:
         model_client = driver_client(tools, loaded.capsule.inference)

@@ -177,7 +177,7 @@ def write(wd: Any, inv: Inventory) -> None:
         inv.logs_dir = str(wd.logs)
     try:
         with Tree(wd.accessible) as tree:
-            tree.write_text("MURMUR.md", render(inv))
+            tree.write_text("MURMUR.md", render(inv), durable=False)  # regenerated each session
     except OSError as exc:  # e.g. a directory an earlier run's tools left under that name
         raise MurError("E-IO-003", f"cannot write {wd.murmur_md}: {exc.strerror or exc}",
                        "remove what is in the way; the runtime owns that name") from exc

@@ -27,7 +27,6 @@ from mur.manifest import LoadedCapsule, load_capsule
 from mur.manifest.load import manifest_path
 from mur.manifest.config import MurConfig, load_config
 from mur.manifest.containment import Floor, check_floor, effective_floor, subprocess_shortfall
-from mur.sandbox.scope import scope_report
 from mur.session.options import RunOptions
 
 
@@ -103,39 +102,26 @@ def explain(opts: RunOptions) -> dict[str, Any]:
 
 def explain_probed(opts: RunOptions) -> tuple[dict[str, Any], Any]:
     """`explain`, and the host probe the report was computed from."""
+    from mur.sandbox.scope import scope_report
+
     loaded, _config, floor, host = load_and_scope(opts)
     loaded.emit_stage_warnings()
     return scope_report(loaded.capsule, floor, host), host
-
-
-def explain_inputs(opts: RunOptions) -> list[Path]:
-    """Every file `explain` reads, present or not (besides the host probe's): the manifest, the
-    `.env` beside it, the global and the project config file. A remembered report
-    (mur.session.explain_memo) holds while these, the process and the probe are unchanged: a new
-    input of load_and_scope belongs here too."""
-    from mur.manifest.config import global_config_path, project_config_path
-
-    manifest = manifest_path(opts.manifest)
-    found = [manifest]
-    if not opts.no_env_file:
-        found.append(manifest.parent / ".env")
-    return found + [global_config_path(), project_config_path()]
 
 
 def prepare(opts: RunOptions) -> CheckedRun:
     """Run every pre-check; raises MurError on the first failure, before any workdir exists."""
     loaded, config, floor, host = load_and_scope(opts)
     capsule = loaded.capsule
+    from mur.resolve.artifacts import resolve_artifacts
     from mur.session import launch_checks as checks
+    from mur.session.lockpins import pinned
 
     checks.check_system_prompt_flag(CheckedRun(loaded, opts, config, floor, host, ""))
     achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec,
                            subprocess_shortfall(capsule.capabilities, host))
-    from mur.resolve.capsule import resolve_loaded
-    from mur.session.lockpins import pinned
-
     prep = CheckedRun(pinned(loaded), opts, config, floor, host, achieved)  # murmur.lock's versions
-    prep.resolved = dict(resolve_loaded(prep.loaded).artifacts)
+    prep.resolved = resolve_artifacts(prep.loaded, hashed=False)  # a run needs where they are, not their digests
     checks.check_inference(prep)
     checks.check_lock(prep)
     checks.read_prompts(prep)

@@ -313,7 +313,6 @@ def _bootstrap_logger(wd: Any):
 
 
 def _guest_settings(prep: Any, session_id: str, url: str, wd: Any, staged: Any) -> Any:
-    from mur.inference.driver import driver_env
     from mur.session.tools import GuestSettings
 
     capsule = prep.loaded.capsule
@@ -329,6 +328,8 @@ def _guest_settings(prep: Any, session_id: str, url: str, wd: Any, staged: Any) 
     extra: dict[str, dict[str, str]] = {}
     inf = capsule.inference
     if inf is not None and inf.transport == "http" and inf.driver_artifact:
+        from mur.inference.driver import driver_env  # the inference stack: only when there is a driver
+
         extra[inf.driver_artifact] = driver_env(inf, prep.loaded.api_key)
     return GuestSettings(
         env_allow=list(caps.env.allow),

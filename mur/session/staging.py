@@ -5,15 +5,28 @@
   * a skill becomes tools/<name>/skill.md (local skills installed as lowercase skill.md);
   * each `capabilities.shell.allow` binary gets a synthetic tools/<bin>/murmur.yaml.
 tools/ is in the tools' workdir, so every write there goes through mur.fsafe (a previous run's tools
-may have left links). The wasm a guest runs is NOT the staged copy: each payload is also copied
-into a runtime-private directory, `<cache root>/payloads/<session id>/` (0700, outside every tree a
-tool can write), and that copy is what wasmtime compiles. It is removed at session end; one left by
-a killed run is swept by the next: each is flock()ed by its live owner.
+may have left links).
+
+A wasm artifact's payload (its root .wasm) is not copied into tools/: wasmtime never compiles a file
+a tool could change, and guests (the runtime's uid, often root) can write anywhere in the workdir,
+so a copy there would only cost 18 MB a run, and a hard link to a shared file would let a guest
+write through it. What the engine compiles (mur.wasm.sources): a store payload is kept once per
+content in the engine's private cache (`<cache>/wasm/<sha256>.wasm`); a local source is read and
+hashed by the engine itself. A session copies no payload and leaves none behind.
+
+Only when the engine's cache is not private (not ours, or writable by others) does a store payload
+go to a runtime-private directory of its own, `<cache root>/payloads/<session id>/` (0700, outside
+every tree a tool can write), removed at session end; one left by a killed run is swept by the next
+that needs one. Each is flock()ed by its live owner, and is locked before it is visible under its
+name: it is made as `.new-<session id>`, its lock file created and locked inside, then renamed. A
+sweep removes only a named directory whose lock is free (its owner is gone), and a `.new-*` one
+only once it is older than any start could take.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import time
@@ -21,17 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mur import paths
 from mur.errors import MurError
 from mur.fsafe import LinkRefused, Tree
+from mur.fsutil import mark_used
 from mur.resolve.artifacts import ResolvedArtifact
 from mur.session.workdir import Workdir, refused
 
 PAYLOADS = "payloads"
 LOCK = ".owner.lock"
-UNLOCKED_GRACE = 600.0  # seconds a payload directory may exist before its lock file does
+NEW = ".new-"  # a payload directory being made: locked inside, not yet named
+UNLOCKED_GRACE = 600.0  # seconds a payload directory may exist unnamed (or unlocked, from an older mur)
 
 
 @dataclass
@@ -53,11 +66,18 @@ class StagedTool:
 @dataclass
 class Staged:
     tools: dict[str, StagedTool] = field(default_factory=dict)
-    private_dir: Path | None = None
+    private_dir: Path | None = None  # made on first use (private()), when something needs it
     lock_fd: int = -1  # flock held on private_dir/.owner.lock while the session lives
+    session_id: str = ""
 
     def by_role(self, role: str) -> list[StagedTool]:
         return [t for t in self.tools.values() if t.role == role]
+
+    def private(self) -> Path:
+        """This session's runtime-private directory (made and locked now if it is not yet)."""
+        if self.private_dir is None:
+            self.private_dir, self.lock_fd = _private_payload_dir(self.session_id)
+        return self.private_dir
 
     def cleanup(self) -> None:
         if self.private_dir is not None:
@@ -73,8 +93,10 @@ def payload_root() -> Path:
 
 
 def sweep_payloads(root: Path, now: float | None = None) -> list[str]:
-    """Remove the payload directories of sessions that are gone: their owner's flock is free (a
-    directory without a lock file counts once it is older than any session's start could take)."""
+    """Remove the payload directories of sessions that are gone: a named one whose owner's flock is
+    free (it was locked before it got its name, so a free lock means its owner is gone), and a
+    `.new-*` one (or a named one without its lock file, left by an older mur) once it is older than
+    any session's start could take."""
     swept = []
     try:
         entries = list(os.scandir(root))
@@ -83,17 +105,16 @@ def sweep_payloads(root: Path, now: float | None = None) -> list[str]:
     for entry in entries:
         if not entry.is_dir(follow_symlinks=False):
             continue
-        try:
-            fd = os.open(os.path.join(entry.path, LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:  # being created right now, or its owner died before locking
+        fd = -1
+        if not entry.name.startswith(NEW):
             try:
-                if (now or time.time()) - entry.stat(follow_symlinks=False).st_mtime < UNLOCKED_GRACE:
-                    continue
+                fd = os.open(os.path.join(entry.path, LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                fd = -1
             except OSError:
                 continue
-            fd = -1
-        except OSError:
-            continue
+        if fd < 0 and not _older_than_grace(entry, now):
+            continue  # being made right now (or its owner died before naming it: swept later)
         try:
             if fd >= 0:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -107,15 +128,34 @@ def sweep_payloads(root: Path, now: float | None = None) -> list[str]:
     return swept
 
 
+def _older_than_grace(entry: os.DirEntry, now: float | None) -> bool:
+    try:
+        return (now or time.time()) - entry.stat(follow_symlinks=False).st_mtime >= UNLOCKED_GRACE
+    except OSError:
+        return False
+
+
 def _private_payload_dir(session_id: str) -> tuple[Path, int]:
-    """`<cache root>/payloads/<session id>/` (0700), locked by this process for the session's life."""
+    """`<cache root>/payloads/<session id>/` (0700), locked by this process for the session's life.
+
+    Locked before it is visible under that name (made as `.new-<id>`, locked, renamed): a sweep by
+    another capsule starting at the same moment can never find it unlocked."""
     root = payload_root()
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     sweep_payloads(root)
-    path = root / session_id
-    path.mkdir(mode=0o700)
-    fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    path, new = root / session_id, root / f"{NEW}{session_id}"
+    new.mkdir(mode=0o700)
+    try:
+        fd = os.open(new / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(new, path)
+        except BaseException:
+            os.close(fd)
+            raise
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
     return path, fd
 
 
@@ -135,22 +175,24 @@ def _describe(manifest: Any) -> tuple[str, dict[str, Any]]:
     return desc, schema
 
 
-def _stage_store(res: ResolvedArtifact, dest: Tree, private: Path) -> StagedTool:
+def _stage_store(res: ResolvedArtifact, dest: Tree, staged: Staged) -> StagedTool:
     from mur.artifacts.package import ArchiveError, ArtifactArchive, select_root_wasm
 
     try:
-        archive = ArtifactArchive(res.path.read_bytes())
-        archive.extract_all(dest)
+        data = res.path.read_bytes()
+        archive = ArtifactArchive(data)
         manifest = archive.manifest()
         wasm = None
         kind = "skill" if res.role == "skill" else ("native" if manifest.registry_runtime == "native" else "wasm")
         text = None
         if kind == "wasm":
             entry = select_root_wasm(archive.names)
-            wasm = private / f"{res.name}.wasm"
-            wasm.write_bytes(archive.read(entry))
-        elif kind == "skill" and archive.has("skill.md"):
-            text = archive.read("skill.md").decode("utf-8", errors="replace")
+            archive.extract_all(dest, skip={entry})
+            wasm = _store_payload(res.name, hashlib.sha256(data).hexdigest(), entry, archive, staged)
+        else:
+            archive.extract_all(dest)
+            if kind == "skill" and archive.has("skill.md"):
+                text = archive.read("skill.md").decode("utf-8", errors="replace")
     except (ArchiveError, ValueError, OSError) as exc:
         raise MurError(
             "E-IO-003", f"failed to read artifact archive for {res.name}@{res.decl.version}: {exc}"
@@ -159,30 +201,60 @@ def _stage_store(res: ResolvedArtifact, dest: Tree, private: Path) -> StagedTool
     return StagedTool(res.name, res.role, kind, manifest.version, dest.path, wasm, desc, schema, text)
 
 
-def _stage_local(res: ResolvedArtifact, dest: Tree, private: Path) -> StagedTool:
+def _store_payload(name: str, archive_sha256: str, entry: str, archive: Any, staged: Staged) -> Path:
+    """What the engine compiles for a store artifact's payload: its kept source in the engine's
+    cache (unpacked once per content; not even read when this archive's entry was seen before),
+    or, where that cache is not private or cannot be written, a copy in this session's private
+    directory."""
+    from mur.wasm import sources
+    from mur.wasm.engine import _private_dir, default_cache_dir
+
+    cache = default_cache_dir()
+    payload = None
+    if _private_dir(cache):
+        digest = sources.remembered_entry(archive_sha256, entry)
+        kept = sources.trusted_kept(cache, digest) if digest is not None else None
+        if kept is not None:
+            mark_used(kept)
+            return kept
+        payload = archive.read(entry)
+        digest = hashlib.sha256(payload).hexdigest()
+        try:
+            kept = sources.keep(cache, payload, digest)
+        except OSError:  # a cache we may read but not write (an image's read-only root filesystem)
+            kept = None
+        if kept is not None:
+            sources.remember_entry(archive_sha256, entry, digest)
+            return kept
+    private = staged.private() / f"{name}.wasm"
+    private.write_bytes(payload if payload is not None else archive.read(entry))
+    return private
+
+
+def _stage_local(res: ResolvedArtifact, dest: Tree, staged: Staged) -> StagedTool:
     if res.manifest is None:  # a skill file
         text = res.path.read_text(encoding="utf-8", errors="replace")
-        dest.write_text("skill.md", text)
+        dest.write_text("skill.md", text, durable=False)
         return StagedTool(res.name, res.role, "skill", "local", dest.path, text=text)
     from mur.artifacts.package import PayloadShapeError, select_root_wasm
 
     manifest = res.manifest
-    dest.write_bytes("murmur.yaml", (res.path / "murmur.yaml").read_bytes())
-    for rel in manifest.requires_files:
-        src = res.path / rel
-        if not src.is_file():
-            raise MurError("E-IO-001", f"missing required file '{rel}' in {res.path}", "build the artifact first")
-        dest.write_bytes(rel, src.read_bytes())
     desc, schema = _describe(manifest)
     kind = "native" if manifest.registry_runtime == "native" else "wasm"
-    wasm = None
+    entry = None
     if kind == "wasm":
         try:
             entry = select_root_wasm(list(manifest.requires_files))
         except PayloadShapeError as exc:
             raise MurError("E-RUN-004", f"artifact '{res.name}': {exc}", "build the artifact's .wasm first") from exc
-        wasm = private / f"{res.name}.wasm"
-        shutil.copyfile(res.path / entry, wasm)
+    dest.write_bytes("murmur.yaml", (res.path / "murmur.yaml").read_bytes(), durable=False)
+    for rel in manifest.requires_files:
+        src = res.path / rel
+        if not src.is_file():
+            raise MurError("E-IO-001", f"missing required file '{rel}' in {res.path}", "build the artifact first")
+        if rel != entry:  # the payload: the engine reads (and hashes) it where it is
+            dest.write_bytes(rel, src.read_bytes(), durable=False)
+    wasm = res.path / entry if entry is not None else None
     return StagedTool(res.name, res.role, kind, "local", dest.path, wasm, desc, schema)
 
 
@@ -194,16 +266,13 @@ def _fresh(tools: Tree, name: str) -> Tree:
 
 def stage(resolved: dict[str, ResolvedArtifact], shell_allow: list[str], wd: Workdir) -> Staged:
     """Stage every artifact and shell binary; returns what the dispatcher needs."""
-    from mur.sandbox.shell import synthetic_tool_manifest
-
-    staged = Staged()
+    staged = Staged(session_id=wd.session.name)
     try:
-        staged.private_dir, staged.lock_fd = _private_payload_dir(wd.session.name)
         with Tree(wd.accessible) as accessible, accessible.subtree("tools", create=True) as tools:
             for res in resolved.values():
                 with _fresh(tools, res.name) as dest:
                     stage_one = _stage_store if res.kind == "store" else _stage_local
-                    staged.tools[res.name] = stage_one(res, dest, staged.private_dir)
+                    staged.tools[res.name] = stage_one(res, dest, staged)
                     if staged.tools[res.name].kind == "native":
                         from mur.session import native
 
@@ -215,9 +284,13 @@ def stage(resolved: dict[str, ResolvedArtifact], shell_allow: list[str], wd: Wor
                         f"murmur.yaml: shell binary '{binary}' has the same name as a declared artifact",
                         "rename the artifact or drop the binary from capabilities.shell.allow",
                     )
+                import yaml
+
+                from mur.sandbox.shell import synthetic_tool_manifest
+
                 manifest = synthetic_tool_manifest(binary)
                 with _fresh(tools, binary) as dest:
-                    dest.write_text("murmur.yaml", yaml.safe_dump(manifest, sort_keys=False))
+                    dest.write_text("murmur.yaml", yaml.safe_dump(manifest, sort_keys=False), durable=False)
                 staged.tools[binary] = StagedTool(
                     binary,
                     "shell",

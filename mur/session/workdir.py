@@ -133,7 +133,7 @@ def write_task_input(wd: Workdir, task: str | None) -> str | None:
     try:
         with Tree(wd.accessible) as tree:
             if task is not None:
-                tree.write_text("task.md", _task_text(task, wd.accessible))
+                tree.write_text("task.md", _task_text(task, wd.accessible), durable=False)  # rewritten each session
             for name in TASK_FILES:
                 st = tree.lstat(name)
                 if st is not None:

@@ -24,6 +24,7 @@ How:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
@@ -202,6 +203,43 @@ def _compile_all(engine: Any, todo: dict[str, tuple[Source, Path]], jobs: int) -
         why = store(target, bytes(box["value"]))
         yield digest, Compiled(src.label, digest, "compiled" if not why else "failed",
                                target if not why else None, seconds, f"cache not written: {why}" if why else "")
+
+
+def compile_parallel(engine: Any, items: Sequence[Any], progress: Callable[[str], Any] | None = None,
+                     jobs: int | None = None) -> Iterator[tuple[Any, Any]]:
+    """Compile `items` (mur.wasm.engine.Wanted: bytes in `data` or a kept `source` file) into
+    `engine`, up to one thread per core, under one `progress` line ("2 components (tool 'greet',
+    capsule)"); yields (item, (component, serialized bytes)) or (item, the exception) as each ends.
+    Writing the cache is the caller's (this thread's) job, as for ensure_compiled."""
+    from wasmtime.component import Component
+
+    def work(item: Any) -> tuple[Any, bytes]:
+        if item.data is not None:
+            component = Component(engine, item.data)
+        else:
+            component = Component.from_file(engine, str(item.source))
+        return component, bytes(component.serialize())
+
+    noun = "component" if len(items) == 1 else "components"
+    label = f"{len(items)} {noun} ({', '.join(i.who for i in items)})"
+    finished: queue.Queue = queue.Queue()
+    pending = list(items)
+    running = 0
+    with progress(label) if progress is not None else contextlib.nullcontext():
+        while pending and running < max(1, jobs or os.cpu_count() or 1):
+            item = pending.pop(0)
+            start_thread(lambda item=item: work(item), lambda box, item=item: finished.put((item, box)))
+            running += 1
+        while running:
+            item, box = finished.get()  # interruptible: Ctrl-C lands here, and nothing is written
+            running -= 1
+            if pending:
+                nxt = pending.pop(0)
+                start_thread(lambda nxt=nxt: work(nxt), lambda box, nxt=nxt: finished.put((nxt, box)))
+                running += 1
+            if "error" in box and not isinstance(box["error"], Exception):
+                raise box["error"]
+            yield item, box["error"] if "error" in box else box["value"]
 
 
 # --- compile threads (also mur.wasm.engine's) ------------------------------------------------

@@ -1,4 +1,4 @@
-"""One wasmtime Engine per process, and a compile cache so a second launch does not recompile.
+"""The wasmtime Engine of a process, and a compile cache so a second launch does not recompile.
 
 Compiling an 18 MB componentize-py component takes seconds; loading a serialized one is an mmap.
 ``Config.cache`` (wasmtime's own cache) lives in a directory we do not control and cannot be
@@ -7,7 +7,17 @@ pointed at a fresh location per run, so mur keeps its own: ``<cache>/wasm/<sha25
 engine settings and the platform, because serialized code only loads into an identical engine.
 
 Deserializing is loading native code, so the cache directory must be ours: it is created 0700, and
-one that is not owned by us or is group/other-writable is not used (we compile instead).
+one that is not owned by us or is group/other-writable is not used (we compile instead). What is
+compiled is what was hashed (mur.wasm.sources): a kept source in that directory, or the bytes of a
+file read once.
+
+Tiers. Each component is cached under two engine settings: ``optimized`` (Cranelift, what `mur
+build`, `install` and deploy compile, keyed as always) and ``fast`` (Winch, a baseline compiler:
+about a quarter of the compile time, slower code). A session's components share one engine, so
+`prepare` picks the tier for all of them: optimized when every one of them has its optimized entry
+(or nothing big is missing), else fast, compiling only what the fast tier lacks, and handing the
+missing optimized entries to a background compile (mur.wasm.tierup) that the next launch loads.
+MUR_WASM_TIERING=off always compiles optimized (the behaviour before tiers).
 
 A compile runs on a worker thread while the calling thread waits: wasmtime cannot stop a compile,
 but the wait ends at Ctrl-C (KeyboardInterrupt), the abandoned compile dies with the process, and
@@ -20,25 +30,36 @@ of a run (build, install, publish; several components at once).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import platform
 import sys
 import threading
-from importlib import metadata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 from mur.fsutil import file_sha256, mark_used  # noqa: F401 - file_sha256 is re-exported (wasm.build, tests)
 from mur.paths import cache_root
+from mur.wasm import sources
 from mur.wasm.compile import compiling, run_interruptibly, store  # noqa: F401 - compiling: mur.cli.run
 from mur.wasm.limits import EpochTicker, GuestError
 
 ENGINE_SETTINGS = "component-model,epoch-interruption"
+OPTIMIZED, FAST = "optimized", "fast"
+TIERS = (OPTIMIZED, FAST)
+# A component smaller than this compiles optimized at once (well under a second): no tiering.
+TIER_MIN_BYTES = 1 << 20
+TIERING_ENV = "MUR_WASM_TIERING"
+_WINCH = 2  # wasmtime_strategy_t: WASMTIME_STRATEGY_WINCH (wasmtime-py's setter names only auto and cranelift)
 
 
+@functools.lru_cache(maxsize=None)
 def wasmtime_version() -> str:
     """The installed wasmtime-py version (also the embedded wasmtime's major version)."""
+    from importlib import metadata
+
     try:
         return metadata.version("wasmtime")
     except metadata.PackageNotFoundError:  # pragma: no cover - wasmtime is a hard dependency
@@ -49,9 +70,20 @@ def default_cache_dir() -> Path:
     return cache_root() / "wasm"
 
 
-def engine_fingerprint() -> str:
-    text = f"wasmtime {wasmtime_version()}; {ENGINE_SETTINGS}; {platform.machine()}; {sys.platform}"
+@functools.lru_cache(maxsize=None)
+def engine_fingerprint(tier: str = OPTIMIZED) -> str:
+    settings = ENGINE_SETTINGS if tier == OPTIMIZED else f"{ENGINE_SETTINGS},winch"
+    text = f"wasmtime {wasmtime_version()}; {settings}; {platform.machine()}; {sys.platform}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fingerprints() -> dict[str, str]:
+    """The fingerprint of each tier (what `mur gc` keeps)."""
+    return {tier: engine_fingerprint(tier) for tier in TIERS}
+
+
+def tiering_enabled() -> bool:
+    return os.environ.get(TIERING_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
 
 
 def _private_dir(path: Path) -> bool:
@@ -64,37 +96,79 @@ def _private_dir(path: Path) -> bool:
     return st.st_uid == os.geteuid() and not (st.st_mode & 0o022)
 
 
-def engine_config() -> Any:
+def engine_config(tier: str = OPTIMIZED) -> Any:
     """A wasmtime Config with the runtime's settings (ENGINE_SETTINGS); deploy's precompile builds on it."""
     from wasmtime import Config
 
     config = Config()
     config.wasm_component_model = True
     config.epoch_interruption = True
+    if tier == FAST:
+        from wasmtime import _ffi
+
+        _ffi.wasmtime_config_strategy_set(config.ptr(), _WINCH)
     return config
+
+
+@functools.lru_cache(maxsize=None)
+def fast_tier_available() -> bool:
+    """This wasmtime was built with Winch for this CPU (an engine with it can be made)."""
+    from wasmtime import Engine
+
+    try:
+        Engine(engine_config(FAST))
+        return True
+    except Exception:  # noqa: BLE001 - any refusal means: no fast tier here
+        return False
+
+
+@dataclass
+class Wanted:
+    """One component `prepare` loads: where it is, its digest, and what it is compiled from."""
+
+    path: Path
+    who: str
+    digest: str = ""
+    source: Path | None = None  # a kept source (or, with an unusable cache, the file itself)
+    data: bytes | None = None  # the bytes read and hashed, when they were
+    size: int = 0
 
 
 class WasmEngine:
     """The process's wasmtime Engine plus its component compile cache and epoch ticker."""
 
-    def __init__(self, cache_dir: Path | None = None):
-        from wasmtime import Engine
-
-        self.engine = Engine(engine_config())
+    def __init__(self, cache_dir: Path | None = None, tier: str | None = None):
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        # None: `prepare` chooses (optimized unless it has to compile something big); the wasmtime
+        # Engine is made on first use, with the tier chosen by then.
+        self.tier = tier
+        self._engine: Any = None
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
+        self.tier_up: list[str] = []  # digests handed to the background optimizing compile
         self._components: dict[str, Any] = {}
-        self._digests: dict[tuple[str, int, int], str] = {}
+        self._digests: dict[tuple, str] = {}
         self._lock = threading.Lock()
         self._ticker: EpochTicker | None = None
         # `progress(what)` wraps each real compile (not a cache hit): e.g. "tool 'greet'".
         self.progress: Callable[[str], ContextManager[None]] | None = None
 
+    @property
+    def engine(self) -> Any:
+        """The wasmtime Engine (made now if nothing needed it before: the tier is fixed from here)."""
+        with self._lock:
+            if self._engine is None:
+                from wasmtime import Engine
+
+                self.tier = self.tier or OPTIMIZED
+                self._engine = Engine(engine_config(self.tier))
+            return self._engine
+
     def start_ticker(self) -> None:
         """Start the epoch ticker (idempotent). Deadlines fire only while it runs."""
+        engine = self.engine
         with self._lock:
             if self._ticker is None:
-                self._ticker = EpochTicker(self.engine)
+                self._ticker = EpochTicker(engine)
 
     def close(self) -> None:
         if self._ticker is not None:
@@ -102,96 +176,186 @@ class WasmEngine:
             self._ticker = None
         self._components.clear()
 
-    def _digest(self, path: Path) -> str:
-        st = path.stat()
-        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-        digest = self._digests.get(key)
-        if digest is None:
-            digest = file_sha256(path)
-            self._digests[key] = digest
-        return digest
+    def cache_path(self, digest: str, tier: str | None = None) -> Path:
+        return self.cache_dir / f"{digest}.{engine_fingerprint(tier or self.tier or OPTIMIZED)}.cwasm"
 
-    def cache_path(self, digest: str) -> Path:
-        return self.cache_dir / f"{digest}.{engine_fingerprint()}.cwasm"
+    # --- what a path holds -------------------------------------------------------------------
+
+    def _identify(self, path: Path, usable: bool) -> Wanted:
+        """The digest of the component at `path`; a file outside the cache may be read (and then
+        its bytes are kept on the result, so a compile uses exactly what was hashed)."""
+        kept = sources.kept_digest(self.cache_dir, path) if usable else None
+        if kept is not None:
+            return Wanted(path, "", kept, source=path, size=_size(path))
+        st = os.stat(path)
+        key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        digest = self._digests.get(key)
+        if digest is None and usable:
+            digest = sources.remembered(path, st)
+        if digest is not None:
+            self._digests[key] = digest
+            return Wanted(path, "", digest, size=st.st_size)
+        data, digest, read_st = sources.read_hashed(path)
+        self._digests[key] = digest
+        if usable:
+            sources.remember(path, read_st, digest)
+        return Wanted(path, "", digest, data=data, size=len(data))
+
+    def _bytes(self, item: Wanted) -> Wanted:
+        """`item` with what to compile from: its kept source, or the file's bytes read (and hashed) now."""
+        if item.source is not None or item.data is not None:
+            return item
+        data, digest, _ = sources.read_hashed(item.path)
+        item.data, item.digest, item.size = data, digest, len(data)
+        return item
+
+    # --- loading -----------------------------------------------------------------------------
 
     def component(self, path: Path, *, kind: str = "tool", label: str = "") -> Any:
         """The compiled Component for a .wasm file: from memory, the disk cache, or a compile."""
         from wasmtime import WasmtimeError
-        from wasmtime.component import Component
 
         path = Path(path)
-        digest = self._digest(path)
+        usable = _private_dir(self.cache_dir)
+        item = self._identify(path, usable)
+        item.who = _who(path, kind, label)
         with self._lock:
-            hit = self._components.get(digest)
+            hit = self._components.get(item.digest)
         if hit is not None:
             self.stats["memory_hits"] += 1
             return hit
-        cached = self.cache_path(digest)
-        usable = _private_dir(self.cache_dir)
-        component = None
-        if usable and cached.is_file():
-            try:
-                component = Component.deserialize_file(self.engine, str(cached))
-                self.stats["disk_hits"] += 1
-                mark_used(cached)
-            except WasmtimeError:
-                cached.unlink(missing_ok=True)  # stale or corrupt: recompile below
+        engine = self.engine
+        component = self._load_cached(item.digest) if usable else None
         if component is None:
-            who = _who(path, kind, label)
+            item = self._bytes(item)
             try:
-                with self.progress(who) if self.progress is not None else contextlib.nullcontext():
-                    component = self._compile(path)
+                with self.progress(item.who) if self.progress is not None else contextlib.nullcontext():
+                    component = run_interruptibly(lambda: _compile(engine, item))
             except WasmtimeError as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid component"
-                raise GuestError("E-RUN-001", f"{who}: failed to compile {path}: {first}",
-                                 kind="compile") from exc
+                raise _compile_error(item, exc) from exc
             self.stats["compiled"] += 1
             if usable:
-                self._store(cached, component)
+                self._store(self.cache_path(item.digest), component)
         with self._lock:
-            self._components[digest] = component
+            self._components[item.digest] = component
+        return component
+
+    def _load_cached(self, digest: str) -> Any:
+        """The component from this tier's cache entry, or None (absent; a corrupt one is removed)."""
+        from wasmtime import WasmtimeError
+        from wasmtime.component import Component
+
+        cached = self.cache_path(digest)
+        if not cached.is_file():
+            return None
+        try:
+            component = Component.deserialize_file(self.engine, str(cached))
+        except WasmtimeError:
+            cached.unlink(missing_ok=True)  # stale or corrupt: recompiled
+            return None
+        self.stats["disk_hits"] += 1
+        mark_used(cached)
         return component
 
     def prepare(self, wanted: list[tuple[Path, str, str]]) -> None:
-        """Load every (path, kind, label) before the first call, compiling the missing ones in
-        parallel (mur.wasm.compile) under one `progress` line; a failure is raised by the load."""
-        from mur.wasm.compile import Source, ensure_compiled
+        """Make sure every (path, kind, label) is compiled before the first call, in the tier chosen
+        here (see the module docstring): the missing ones are compiled now, in parallel
+        (mur.wasm.compile) under one `progress` line, and a failure is raised here. What the cache
+        holds is loaded at its first use (an mmap, milliseconds): an idle capsule maps no component
+        and imports no wasmtime until its first task."""
+        from mur.wasm.compile import compile_parallel
 
-        who = [_who(Path(p), kind, label) for p, kind, label in wanted]
-        done = ensure_compiled([Source(w, path=Path(p)) for w, (p, _, _) in zip(who, wanted)], engine=self,
-                               reporter=_ProgressSteps(self.progress))
-        self.stats["compiled"] += len({d.sha256 for d in done if d.status == "compiled"})
+        usable = _private_dir(self.cache_dir)
+        items = []
         for path, kind, label in wanted:
-            self.component(Path(path), kind=kind, label=label)
+            item = self._identify(Path(path), usable)
+            item.who = _who(Path(path), kind, label)
+            items.append(item)
+        with self._lock:
+            todo = [i for i in items if i.digest not in self._components]
+        if not todo:
+            self.stats["memory_hits"] += len(items)
+            return
+        if self._engine is None and self.tier is None:
+            self.tier = self._choose_tier(todo, usable)
+        missing: dict[str, Wanted] = {}
+        for item in todo:
+            if item.digest in missing or item.digest in self._components:
+                continue
+            if not (usable and self.cache_path(item.digest).is_file()):
+                missing[item.digest] = self._bytes(item)
+        if missing:
+            engine = self.engine
+            for item, outcome in compile_parallel(engine, list(missing.values()), self.progress):
+                if isinstance(outcome, BaseException):
+                    raise _compile_error(item, outcome) from outcome
+                component, blob = outcome
+                self.stats["compiled"] += 1
+                if usable:
+                    store(self.cache_path(item.digest), blob)
+                with self._lock:
+                    self._components[item.digest] = component
+        if self.tier == FAST and usable:
+            self._schedule_tier_up(todo)
 
-    def _compile(self, path: Path) -> Any:
-        """Component.from_file on a compile thread; the wait is interruptible (see the module docstring)."""
-        from wasmtime.component import Component
+    def _choose_tier(self, todo: list[Wanted], usable: bool) -> str:
+        """Optimized when nothing big lacks its optimized entry; else fast (see the module docstring)."""
+        if not usable or not tiering_enabled():
+            return OPTIMIZED
+        lacking = [i for i in todo if not self.cache_path(i.digest, OPTIMIZED).is_file()]
+        if not any(i.size >= TIER_MIN_BYTES for i in lacking):
+            return OPTIMIZED
+        return FAST if fast_tier_available() else OPTIMIZED
 
-        return run_interruptibly(lambda: Component.from_file(self.engine, str(path)))
+    def _schedule_tier_up(self, items: list[Wanted]) -> None:
+        """Hand the components that lack an optimized entry to a background compile (their kept
+        sources are written first: that process compiles only what this one hashed)."""
+        from mur.wasm import tierup
+
+        digests = []
+        for item in items:
+            if item.digest in digests or self.cache_path(item.digest, OPTIMIZED).is_file():
+                continue
+            try:
+                if item.source is None or sources.kept_digest(self.cache_dir, item.source) is None:
+                    self._bytes(item)
+                    sources.keep(self.cache_dir, item.data, item.digest)
+            except OSError:
+                continue
+            digests.append(item.digest)
+        if digests and tierup.start(self.cache_dir, digests):
+            self.tier_up.extend(digests)
 
     def _store(self, target: Path, component: Any) -> None:
         store(target, bytes(component.serialize()))
 
 
+def _compile(engine: Any, item: Wanted) -> Any:
+    from wasmtime.component import Component
+
+    if item.data is not None:
+        return Component(engine, item.data)
+    return Component.from_file(engine, str(item.source))
+
+
+def _compile_error(item: Wanted, exc: BaseException) -> BaseException:
+    from wasmtime import WasmtimeError
+
+    if not isinstance(exc, WasmtimeError):
+        return exc
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid component"
+    return GuestError("E-RUN-001", f"{item.who}: failed to compile {item.path}: {first}", kind="compile")
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def _who(path: Path, kind: str, label: str) -> str:
     return "capsule" if kind == "capsule" else f"{kind} '{label or path.stem}'"
-
-
-class _ProgressSteps:
-    """WasmEngine.progress as a mur.progress.Reporter: its step is the progress context (whose
-    caller adds the verb, e.g. mur run's "compiling ..."), notes are dropped."""
-
-    def __init__(self, progress: Callable[[str], ContextManager[None]] | None):
-        self._progress = progress
-
-    def note(self, text: str) -> None:
-        pass
-
-    def step(self, text: str) -> ContextManager[None]:
-        if self._progress is None:
-            return contextlib.nullcontext()
-        return self._progress(text.removeprefix("compiling "))
 
 
 _default: WasmEngine | None = None

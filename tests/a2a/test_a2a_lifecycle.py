@@ -305,11 +305,12 @@ def test_trace_events(make_service):
 
     h = make_service(counted, **SLEEP_QUEUE)
     task = h.send("héllo", "ctx_t")
-    h.http.post(
+    second = h.http.post(
         "/", json={"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {"message": message("tp")}},
         headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
-    )
+    ).json()["result"]
     h.wait(task["id"])
+    h.wait(second["id"])  # both ran before the shutdown (else the second could end rejected, untraced)
     h.service.shutdown()
     h.join()
     kinds = [e["event_type"] for e in h.trace.events]
@@ -489,3 +490,61 @@ def test_a_task_that_completes_before_it_sees_the_cancel_stays_completed(make_se
     assert h.rpc("tasks/cancel", {"id": task["id"]})["result"]["status"]["state"] == "working"
     gate.release.set()  # the Gate executor never asks stop_reason(): it completes
     assert h.wait(task["id"])["status"]["state"] == "completed"
+
+
+# --- configuration.blocking ---------------------------------------------------------------------
+
+
+def test_a_blocking_send_answers_with_the_ended_task(make_service):
+    h = make_service(**SLEEP_QUEUE, queue_depth=8)  # the two unblocked sends below may both wait
+    blocking = {"message": message("now"), "configuration": {"blocking": True}}
+    result = h.rpc("message/send", blocking)["result"]
+    assert result["status"]["state"] == "completed"
+    assert result["artifacts"][0]["parts"][0]["text"] == "echo: now"
+    failed = make_service(lambda request, ctx: (_ for _ in ()).throw(RuntimeError("no")), **SLEEP_QUEUE)
+    assert failed.rpc("message/send", blocking)["result"]["status"]["state"] == "failed"
+    # without it (or with blocking false) the answer is the submitted task, as before
+    assert h.rpc("message/send", {"message": message("later")})["result"]["status"]["state"] == "submitted"
+    unblocked = {"message": message("later"), "configuration": {"blocking": False}}
+    assert h.rpc("message/send", unblocked)["result"]["status"]["state"] == "submitted"
+
+
+def test_a_blocking_send_waits_behind_the_queue_and_answers_input_required(make_service):
+    gate = Gate()
+    h = make_service(gate, **SLEEP_QUEUE)
+    first = h.send("first")
+    assert gate.started.wait(5)
+    answers: list[dict] = []
+    waiter = threading.Thread(target=lambda: answers.append(h.rpc(
+        "message/send", {"message": message("second"), "configuration": {"blocking": True}})["result"]))
+    waiter.start()
+    time.sleep(0.3)
+    assert answers == []  # queued behind the running task: no answer yet
+    gate.release.set()
+    waiter.join(10)
+    assert answers[0]["status"]["state"] == "completed" and h.get(first["id"])["status"]["state"] == "completed"
+
+    def ask(request, ctx):
+        return TaskOutcome("completed", ctx.request_input("which one?"))
+
+    asking = make_service(ask, **SLEEP_QUEUE)
+    waiting = asking.rpc("message/send", {"message": message("go"), "configuration": {"blocking": True}})["result"]
+    assert waiting["status"]["state"] == "input-required"  # it cannot end without the caller: answered now
+    asking.send("this one")
+    assert asking.wait(waiting["id"])["status"]["state"] == "completed"
+
+
+def test_a_blocking_send_to_a_closing_session_is_answered_rejected(make_service):
+    gate = Gate()
+    h = make_service(gate, **SLEEP_QUEUE)
+    h.send("running")
+    assert gate.started.wait(5)
+    answers: list[dict] = []
+    waiter = threading.Thread(target=lambda: answers.append(h.rpc(
+        "message/send", {"message": message("queued"), "configuration": {"blocking": True}})["result"]))
+    waiter.start()
+    time.sleep(0.3)
+    h.service.shutdown()  # e.g. SIGTERM: waiting tasks are rejected
+    waiter.join(10)
+    gate.release.set()
+    assert answers[0]["status"]["state"] == "rejected"

@@ -127,3 +127,16 @@ def test_symlinks_are_never_followed(world, tmp_path):
                    opened=set())
     assert link not in [i.path for i in plan.items]
     assert (elsewhere / "keep.txt").exists()
+
+
+def test_both_tiers_entries_are_current_and_unused_kept_sources_go(home, cli, tmp_path, monkeypatch):
+    from mur.wasm.engine import FAST
+
+    monkeypatch.chdir(tmp_path)
+    wasm = home / ".murmur" / "cache" / "wasm"
+    fast = f"{'a' * 64}.{engine_fingerprint(FAST)}.cwasm"
+    for name, days in ((fast, 1), (f"{'e' * 64}.wasm", 30), (f"{'f' * 64}.wasm", 1)):
+        _file(wasm / name, b"w" * 100, days)
+    code, out, _ = cli("gc", "--json")
+    found = {(i["kind"], Path(i["path"]).name, i["reason"]) for i in json.loads(out)["items"]}
+    assert found == {("compiled", f"{'e' * 64}.wasm", "source not used for 30d")}  # the fast entry is current

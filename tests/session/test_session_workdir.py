@@ -1,17 +1,14 @@
-"""The session layout (the runtime's record never beneath the tools' workdir), the task input read
-without following links, and the sweep of payloads left by killed runs."""
+"""The session layout (the runtime's record never beneath the tools' workdir) and the task input read
+without following links (staging: test_session_staging.py)."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-import time
 from pathlib import Path
 
 import pytest
 
 from mur.errors import MurError
-from mur.session import staging
 from mur.session.workdir import create_workdir, plan_workdir, write_task_input
 
 SES = "ses_" + "0" * 31 + "1"
@@ -89,34 +86,3 @@ def test_the_task_is_read_once_and_never_through_a_link(tmp_path):
     source = tmp_path / "t.md"
     source.write_text("from a file")
     assert write_task_input(wd, str(source)) == "from a file"
-
-
-def test_sweep_removes_only_payloads_whose_owner_is_gone(tmp_path):
-    root = tmp_path / "payloads"
-    dead, live, fresh, old = (root / n for n in ("ses_dead", "ses_live", "ses_fresh", "ses_old"))
-    for d in (dead, live, fresh, old):
-        d.mkdir(parents=True)
-    (dead / staging.LOCK).touch()  # its owner's flock died with it
-    held = os.open(live / staging.LOCK, os.O_RDWR | os.O_CREAT)
-    fcntl.flock(held, fcntl.LOCK_EX)
-    stale = time.time() - staging.UNLOCKED_GRACE - 5
-    os.utime(old, (stale, stale))  # no lock file for longer than any start takes
-    try:
-        assert sorted(staging.sweep_payloads(root)) == ["ses_dead", "ses_old"]
-    finally:
-        os.close(held)
-    assert sorted(p.name for p in root.iterdir()) == ["ses_fresh", "ses_live"]
-
-
-def test_staging_keeps_payloads_private_and_locked_until_cleanup(tmp_path):
-    wd = plan_workdir(tmp_path / "capsule", SES, None)
-    create_workdir(wd)
-    staged = staging.stage({}, ["bash"], wd)
-    try:
-        assert staged.private_dir == Path(os.environ["MUR_CACHE_DIR"]) / "payloads" / SES
-        assert (staged.private_dir.stat().st_mode & 0o777) == 0o700
-        assert staging.sweep_payloads(staged.private_dir.parent) == []  # ours is locked
-        assert (wd.tools / "bash" / "murmur.yaml").is_file()
-    finally:
-        staged.cleanup()
-    assert not (Path(os.environ["MUR_CACHE_DIR"]) / "payloads" / SES).exists()

@@ -140,13 +140,26 @@ def test_prepare_compiles_the_missing_under_one_progress_line_then_loads(tmp_pat
     engine.progress = lambda what: (shown.append(what), contextlib.nullcontext())[1]
     engine.prepare([(files[0], "tool", "a"), (files[1], "capsule", "cap")])
     assert shown == ["2 components (tool 'a', capsule)"]
-    assert engine.stats == {"compiled": 2, "disk_hits": 2, "memory_hits": 0}
+    assert engine.stats == {"compiled": 2, "disk_hits": 0, "memory_hits": 0}  # used as compiled, not read back
     assert [_call(engine, p) for p in files] == [10, 11] and engine.stats["memory_hits"] == 2
     later = WasmEngine(cache_dir=cache)
     later.progress = engine.progress
     later.prepare([(files[0], "tool", "a"), (files[1], "capsule", "cap")])
     assert shown == ["2 components (tool 'a', capsule)"]  # all cached: no progress line at all
-    assert later.stats == {"compiled": 0, "disk_hits": 2, "memory_hits": 0}
+    assert later.stats == {"compiled": 0, "disk_hits": 0, "memory_hits": 0}  # mapped at first use, not before
+    assert [_call(later, p) for p in files] == [10, 11] and later.stats["disk_hits"] == 2
+
+
+def test_a_warm_prepare_maps_no_component_and_imports_no_wasmtime(tmp_path):
+    """An idle capsule (all compiled) holds no component and no wasmtime until its first task."""
+    cache, wasm = tmp_path / "cache", tmp_path / "a.wasm"
+    wasm.write_bytes(_component(3))
+    WasmEngine(cache_dir=cache).prepare([(wasm, "tool", "a")])
+    probe = ("import sys; from pathlib import Path; from mur.wasm.engine import WasmEngine\n"
+             f"e = WasmEngine(cache_dir=Path({str(cache)!r})); e.prepare([(Path({str(wasm)!r}), 'tool', 'a')])\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'wasmtime'), e.stats['compiled'])")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[] 0"
 
 
 CHILD = SLOW_COMPONENT + textwrap.dedent("""

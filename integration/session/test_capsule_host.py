@@ -1,0 +1,158 @@
+"""The capsule host (MUR_CAPSULE_HOST=on): `mur run` hands a non-interactive run to a per-user host
+that forks the capsule. Same answers and exit codes as a run in-process; the capsule is its own
+process, in the client's cgroups, with the client's uid, rlimits and umask; a client the host
+cannot serve exactly as itself runs the capsule itself; signals reach the capsule; a client that
+dies takes its capsule with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from session_support import mur_env
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open (Linux 5.3+)")
+
+
+@pytest.fixture
+def host_env(home: Path):
+    env = mur_env(home, MUR_CAPSULE_HOST="on", MUR_CAPSULE_HOST_IDLE_SECS="30", MURMUR_A2A_TIMEOUT_SECS="5",
+                  MUR_CAPSULE_HOST_DEBUG="1")
+    env.pop("XDG_RUNTIME_DIR", None)
+    yield env
+    for lock in (home / ".murmur" / "run").glob("caphost-*.sock.lock"):  # stop the host this test started
+        try:
+            os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
+        except (OSError, ValueError, IndexError):
+            pass
+
+
+def mur(*args: str, cwd: Path, env: dict, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "mur", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def host_pid(home: Path) -> int:
+    [lock] = (home / ".murmur" / "run").glob("caphost-*.sock.lock")
+    return int(lock.read_text().split()[0])
+
+
+def catches(pid: int, signum: int) -> bool:
+    """The process has a handler for `signum` (SigCgt in /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    return False
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_run_through_the_host_answers_as_one_in_process(hello, home, host_env):
+    for attempt in range(2):  # the first starts the host, the second finds it
+        proc = mur("run", "--task", "Ada", "--json", cwd=hello, env=host_env)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        first, last = (json.loads(line) for line in out.splitlines())
+        assert last["status"] == "ok" and last["result"] == "Hello, Ada!\n"
+        assert first["pid"] != proc.pid, err  # the capsule ran in a process of its own ...
+    assert host_pid(home) != proc.pid  # ... forked by the host
+    plain = {k: v for k, v in host_env.items() if k != "MUR_CAPSULE_HOST"}
+    results = []
+    for env in (host_env, plain):  # a failing run fails alike, message and code
+        failing = mur("run", "--task", "x", "-m", "nowhere", cwd=hello, env=env)
+        results.append((failing.communicate(timeout=60)[1], failing.wait()))
+    assert results[0] == results[1] and results[0][1] == 1 and results[0][0].startswith("error[")
+
+
+def test_the_capsule_takes_the_clients_cgroup_uid_rlimits_and_umask(hello, home, host_env):
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (777, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        os.umask(0o027)
+
+    warm = mur("run", "--task", "warm", cwd=hello, env=host_env)
+    warm.communicate(timeout=120)
+    idle = mur("run", "--json", "--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep",
+               cwd=hello, env={**host_env, "MURMUR_A2A_TIMEOUT_SECS": "0"}, preexec_fn=limits)
+    try:
+        capsule = json.loads(idle.stdout.readline())["pid"]
+        assert capsule != idle.pid and parent_of(capsule) == host_pid(home)
+        assert Path(f"/proc/{capsule}/cgroup").read_text() == Path(f"/proc/{idle.pid}/cgroup").read_text()
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{capsule}/status").read_text().splitlines())
+        client = dict(line.split(":", 1) for line in Path(f"/proc/{idle.pid}/status").read_text().splitlines())
+        for key in ("Uid", "Gid", "Groups", "CapEff", "CapBnd", "NoNewPrivs", "Seccomp"):
+            assert status[key].split() == client[key].split(), key
+        assert status["Umask"].strip() == "0027"
+        assert resource.prlimit(capsule, resource.RLIMIT_NOFILE)[0] == 777
+        deadline = time.monotonic() + 30  # its lifecycle takes SIGTERM over once it serves
+        while not catches(capsule, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        idle.send_signal(signal.SIGTERM)  # relayed to the capsule, which ends as a service does
+        assert idle.wait(30) == 0
+        assert not Path(f"/proc/{capsule}").exists() or Path(f"/proc/{capsule}/stat").read_text().split()[2] == "Z"
+    finally:
+        if idle.poll() is None:
+            idle.kill()
+
+
+def test_a_client_the_host_cannot_serve_as_itself_runs_the_capsule_itself(hello, home, host_env):
+    import ctypes
+
+    def no_new_privs() -> None:  # another security context than the host's
+        ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+
+    mur("run", "--task", "warm", cwd=hello, env=host_env).communicate(timeout=120)  # the host runs
+    proc = mur("run", "--task", "Bo", "--json", cwd=hello, env=host_env, preexec_fn=no_new_privs)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    first, last = (json.loads(line) for line in out.splitlines())
+    assert first["pid"] == proc.pid and last["result"] == "Hello, Bo!\n"  # in-process, as without a host
+
+
+def test_a_client_killed_takes_its_capsule_with_it_and_a_burst_loses_none(hello, home, host_env):
+    env = {**host_env, "MURMUR_A2A_TIMEOUT_SECS": "0"}
+    mur("run", "--task", "warm", cwd=hello, env=host_env).communicate(timeout=120)
+    idle = mur("run", "--json", "--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep",
+               "--workdir", str(hello / "w-idle"), cwd=hello, env=env)
+    capsule = json.loads(idle.stdout.readline())["pid"]
+    idle.kill()  # SIGKILL: nothing relayed; the host sees the connection close
+    idle.wait()
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{capsule}").exists() and time.monotonic() < deadline:
+        if Path(f"/proc/{capsule}/stat").read_text().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{capsule}").exists() or Path(f"/proc/{capsule}/stat").read_text().split()[2] == "Z"
+    burst = [mur("run", "--task", f"n{i}", "--json", "--workdir", str(hello / f"w{i}"), cwd=hello, env=host_env)
+             for i in range(8)]
+    outcomes = [p.communicate(timeout=180) for p in burst]
+    assert [p.returncode for p in burst] == [0] * len(burst), [err for _, err in outcomes if err][:1]
+    answers = sorted(json.loads(out.splitlines()[-1])["result"] for out, _ in outcomes)
+    assert answers == sorted(f"Hello, n{i}!\n" for i in range(8))
+
+
+def test_a_host_that_dies_takes_its_capsules_and_their_clients_say_so(hello, home, host_env):
+    env = {**host_env, "MURMUR_A2A_TIMEOUT_SECS": "0"}
+    mur("run", "--task", "warm", cwd=hello, env=host_env).communicate(timeout=120)
+    idle = mur("run", "--json", "--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep",
+               cwd=hello, env=env)
+    try:
+        capsule = json.loads(idle.stdout.readline())["pid"]
+        os.kill(host_pid(home), signal.SIGKILL)
+        assert idle.wait(30) == 1  # the client lost its capsule's host: a failed service, for its manager
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{capsule}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{capsule}").exists()  # PR_SET_PDEATHSIG: no orphan keeps the port
+    finally:
+        if idle.poll() is None:
+            idle.kill()

@@ -1,0 +1,21 @@
+"""The capsule host: one process per user (and per mur build) that has imported the runtime once
+and forks each `mur run` from there, so idle capsules share those pages copy-on-write.
+
+Why: an idle capsule is mostly the interpreter's imports (pydantic and the manifest models, the A2A
+server, wasmtime's bindings): ~28 MB private memory and ~0.3 CPU-s to start, per capsule. A fork
+of a process that has them loaded starts in a tenth of that CPU and keeps a fraction of the pages.
+
+Opt-in: `MUR_CAPSULE_HOST=on` in `mur run`'s environment (a deployed service's). Then `mur run`
+(the client, mur.caphost.client) hands its arguments, environment, working directory and
+stdin/stdout/stderr to the host (starting it when none runs: mur.cli.capsulehost), which forks the
+capsule. Only for a non-interactive run (no terminal on stdin, stdout or stderr); anything the host
+cannot do exactly as the client would have (below) makes the client run the capsule itself.
+
+Isolation stays exactly as strong: each capsule is its own process, and the host serves only a
+client of its own uid whose security context it shares (uids, gids, groups, capabilities,
+no_new_privs, seccomp, namespaces, LSM label: mur.caphost.context); the forked capsule takes the
+client's rlimits, umask, nice value, OOM score and CPU affinity, and moves itself into the
+client's cgroups (every hierarchy) before it runs anything; the tools' sandbox is the session's
+own, as always. The client stays the service's main process: it forwards signals to the capsule
+(through a pidfd) and exits with its status.
+"""

@@ -1,0 +1,166 @@
+"""`mur run` as a client of the capsule host (MUR_CAPSULE_HOST=on): hand the run over, stay the
+process the service manager watches, forward its signals, exit as the capsule did.
+
+Returns None wherever the host cannot take the run exactly as this process would have run it (no
+host and none could be started, another uid, another security context, a cgroup it cannot join):
+the caller then runs the capsule itself. Once the host says the capsule is running, this process
+only relays: SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 go to the capsule (through a
+pidfd, so never to a recycled pid), and it exits with the capsule's code, or dies of its signal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from mur.caphost import wire
+
+ENV = "MUR_CAPSULE_HOST"
+START_TIMEOUT = 20.0  # seconds for a new host to import the runtime and listen
+RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+# What a new host inherits from the client: enough to import the same code, nothing else (a host
+# outlives the client that started it, and serves others: none of this client's secrets).
+HOST_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "PYTHONHOME", "PYTHONPYCACHEPREFIX",
+            "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "XDG_RUNTIME_DIR", "MUR_CAPSULE_HOST_IDLE_SECS")
+
+
+def wanted(args: list[str]) -> bool:
+    """A `mur run` the host should take: asked for, and not interactive."""
+    if os.environ.get(ENV, "").strip().lower() not in ("on", "1", "true", "yes") or args[:1] != ["run"]:
+        return False
+    try:
+        return not any(os.isatty(fd) for fd in (0, 1, 2))
+    except OSError:
+        return False
+
+
+def host_command(sock_path: Path, key: str) -> list[str]:
+    if getattr(sys, "frozen", False):  # the runtime bundle: its executable is mur itself
+        return [sys.executable, "__capsule-host", str(sock_path), key]
+    return [sys.executable, "-P", "-m", "mur.cli.capsulehost", str(sock_path), key]
+
+
+def _connect(path: Path) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        wire.addressed(sock, path, "connect")
+    except OSError:
+        sock.close()
+        return None
+    if wire.peer_uid(sock) != os.geteuid():  # not ours (the directory is 0700: it cannot be, but check)
+        sock.close()
+        return None
+    return sock
+
+
+def _start_host(path: Path, key: str) -> None:
+    import subprocess  # only to start one: a client that finds its host never loads it
+
+    env = {k: v for k, v in os.environ.items() if k in HOST_ENV}
+    # the host imports what this process imports: its module path, however it was made
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    subprocess.Popen(host_command(path, key), env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+
+
+def connect() -> socket.socket | None:
+    """A connection to this build's host, started if none runs; None when there is none to be had."""
+    key = wire.code_key()
+    path = wire.socket_path(key)
+    if path is None:
+        return None
+    sock = _connect(path)
+    if sock is not None:
+        return sock
+    _start_host(path, key)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        sock = _connect(path)
+        if sock is not None:
+            return sock
+    return None
+
+
+def run_via_host(args: list[str]) -> int | None:
+    """Run `mur ARGS` in a capsule the host forks; its exit code, or None: run it here instead."""
+    sock = connect()
+    if sock is None:
+        _why("no host could be reached or started")
+        return None
+    with sock:
+        try:
+            sock.settimeout(START_TIMEOUT)  # a host still importing answers within this
+            wire.send(sock, {"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}, [0, 1, 2])
+            reply, fds = wire.recv(sock)
+        except (OSError, ValueError):
+            return None
+        if reply is None or "pid" not in reply:
+            for fd in fds:
+                os.close(fd)
+            _why((reply or {}).get("refused", "the host went away"))
+            return None  # refused, or the host went away: nothing ran
+        pidfd = fds[0] if fds else None
+        for fd in fds[1:]:
+            os.close(fd)
+        pid = int(reply["pid"])
+        _forward_signals(pid, pidfd)  # before "go": no signal may find this process not relaying
+        try:
+            wire.send(sock, {"go": True})  # from here the capsule runs there, and only there
+        except OSError:
+            _restore_signals()
+            return None
+        sock.settimeout(None)
+        return _relay(sock)
+
+
+def _why(text: str) -> None:
+    """MUR_CAPSULE_HOST_DEBUG=1: say on stderr why this run does not go through the host."""
+    if os.environ.get("MUR_CAPSULE_HOST_DEBUG") == "1":
+        print(f"note: capsule host: {text}; running the capsule here", file=sys.stderr)
+
+
+_previous: dict[int, object] = {}
+
+
+def _forward_signals(pid: int, pidfd: int | None) -> None:
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            if pidfd is not None:
+                signal.pidfd_send_signal(pidfd, signum)
+            else:
+                os.kill(pid, signum)
+        except OSError:
+            pass
+
+    for signum in RELAYED:
+        _previous[signum] = signal.signal(signum, forward)
+
+
+def _restore_signals() -> None:
+    for signum, handler in _previous.items():
+        signal.signal(signum, handler)
+
+
+def _relay(sock: socket.socket) -> int:
+    while True:
+        try:
+            reply, _ = wire.recv(sock)
+            break
+        except InterruptedError:
+            continue
+        except (OSError, ValueError):
+            reply = None
+            break
+    if reply is None:  # the host died: the capsule is gone with it or orphaned; either way we failed
+        return 1
+    if "signal" in reply:
+        signum = int(reply["signal"])
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # die of it, as the capsule did
+        return 128 + signum
+    return int(reply.get("exit", 1))

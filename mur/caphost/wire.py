@@ -1,0 +1,138 @@
+"""Where the capsule host listens and how client and host talk (standard library only: the client
+imports nothing else before it hands off).
+
+Frames on a UNIX stream socket: a 4-byte big-endian length, then a JSON object; file descriptors
+ride on a frame as SCM_RIGHTS. The socket lives in a 0700 directory of ours (`$XDG_RUNTIME_DIR/mur`
+when that is ours, else `~/.murmur/run`), named by a key of the code that would serve: the
+interpreter, the mur package's location and version, and the newest mtime of its modules, so a
+client never gets a host running other code (an upgrade, an edit) and hosts of different builds
+never meet.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import socket
+import stat
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+MAX_FRAME = 4 * 1024 * 1024  # an environment and arguments; far more than any real one
+MAX_FDS = 8
+SOCKET_MAX = 100  # sun_path holds 108 bytes
+
+
+def code_key() -> str:
+    """What identifies the code a host runs: interpreter, mur's location and version, newest module."""
+    import mur
+
+    package = Path(mur.__file__).resolve().parent
+    newest = 0
+    for root, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                try:
+                    newest = max(newest, os.stat(os.path.join(root, name)).st_mtime_ns)
+                except OSError:
+                    pass
+    text = f"{sys.executable}\0{sys.version}\0{package}\0{mur.__version__}\0{newest}"
+    try:
+        from _sha256 import sha256  # CPython's own: no OpenSSL mapped into every client
+    except ImportError:  # pragma: no cover - a build without it
+        from hashlib import sha256
+    return sha256(text.encode()).hexdigest()[:16]
+
+
+def _private_dir(path: Path) -> bool:
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
+def runtime_dir() -> Path | None:
+    """A directory only we can use for the socket, or None."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    candidates = [Path(xdg) / "mur"] if xdg else []
+    home = os.environ.get("HOME")
+    if home:
+        candidates.append(Path(home) / ".murmur" / "run")
+    for path in candidates:
+        if _private_dir(path):
+            return path
+    return None
+
+
+def socket_path(key: str) -> Path | None:
+    directory = runtime_dir()
+    return None if directory is None else directory / f"caphost-{key}.sock"
+
+
+def addressed(sock: socket.socket, path: Path, how: str) -> None:
+    """sock.bind(path) or sock.connect(path) (`how`), through /proc/self/fd when the path is longer
+    than a socket address holds (a deep HOME)."""
+    if len(os.fsencode(path)) <= SOCKET_MAX:
+        getattr(sock, how)(str(path))
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        getattr(sock, how)(f"/proc/self/fd/{fd}/{path.name}")
+    finally:
+        os.close(fd)
+
+
+def send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    frame = struct.pack(">I", len(data)) + data
+    if fds:
+        sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.sendall(frame)
+
+
+def recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One frame and the fds that came with it; (None, []) at EOF."""
+    fds: list[int] = []
+    head = b""
+    while len(head) < 4:
+        data, ancdata, _flags, _addr = sock.recvmsg(4 - len(head), socket.CMSG_SPACE(MAX_FDS * 4))
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += array.array("i", payload[: len(payload) - len(payload) % 4]).tolist()
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return None, []
+        head += data
+    (size,) = struct.unpack(">I", head)
+    if size > MAX_FRAME:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("frame too large")
+    body = b""
+    while len(body) < size:
+        chunk = sock.recv(size - len(body))
+        if not chunk:
+            for fd in fds:
+                os.close(fd)
+            return None, []
+        body += chunk
+    return json.loads(body), fds
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end (SO_PEERCRED)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def peer_pid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[0]

@@ -1,0 +1,380 @@
+"""The capsule host process: import the runtime once, then fork a capsule for each client.
+
+    python -P -m mur.cli.capsulehost SOCKET KEY      (started by mur.caphost.client; the runtime
+                                                     bundle: `mur __capsule-host SOCKET KEY`)
+
+It lives with the CLI because what it runs in each capsule is the CLI (mur.cli.main); the client,
+the wire format and the security context are below it, in mur.caphost.
+
+Single-threaded (a fork copies only the calling thread): one selector over the listening socket, the
+SIGCHLD wake-up pipe and each client's connection. It holds `<socket>.lock` (flock) for its life, so
+two clients starting a host at once get one. After the imports it freezes the garbage collector's
+view of them (gc.freeze), so no collection in a capsule touches, and so copies, those pages.
+
+Per client (its uid must be ours and its security context ours: mur.caphost.context): fork; the
+child takes over the client's rlimits, umask, nice, OOM score, CPU affinity and cgroups, reports
+ready (or why not) on a pipe, starts a session of its own, puts the client's stdin, stdout and
+stderr on 0-2, its environment and working directory in place, and runs `mur ARGS` as
+mur.cli.main would, exiting with its code. The host answers the client {"pid"} and a pidfd, then
+{"exit": code} or {"signal": n} when it reaps the capsule; a client that goes away gets its capsule
+SIGTERMed. With no capsule and no client for MUR_CAPSULE_HOST_IDLE_SECS (default 300) it exits.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import gc
+import importlib
+import io
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from mur.caphost import context, wire
+
+IDLE_ENV = "MUR_CAPSULE_HOST_IDLE_SECS"
+DEFAULT_IDLE = 300.0
+REQUEST_TIMEOUT = 5.0
+# What a capsule imports on its way to serving (and what an agent or shell capsule adds): imported
+# once here, shared by every capsule.
+PRELOAD = (
+    "mur.cli.main", "mur.cli.runfast", "mur.cli.runexec", "mur.cli.render", "mur.cli.progress",
+    "mur.session.runner", "mur.session.prechecks", "mur.session.staging", "mur.session.tools",
+    "mur.session.workdir", "mur.session.murmur_md", "mur.session.executor", "mur.session.launch_checks",
+    "mur.session.driver", "mur.session.hookwiring", "mur.manifest", "mur.manifest.capsule", "mur.manifest.config",
+    "mur.resolve.artifacts", "mur.artifacts.installed", "mur.artifacts.package", "mur.trace.writer",
+    "mur.sandbox.scope", "mur.sandbox.probe", "mur.sandbox.shell", "mur.a2a.lifecycle", "mur.a2a.listen",
+    "mur.a2a.server", "mur.a2a.guard", "mur.wasm.host", "mur.wasm.engine", "mur.wasm.linker",
+    "mur.wasm.compile", "mur.wasm.tierup", "mur.inference.driver", "mur.inference.loop", "mur.hooks.launch",
+    "wasmtime", "wasmtime.component", "dotenv", "yaml",
+)
+
+
+def preload() -> None:
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as mur.cli.main sets it
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # an optional part this install lacks: the capsule imports (or misses) it itself
+
+
+class Host:
+    def __init__(self, path: str, idle: float):
+        self.path = path
+        self.idle = idle
+        self.selector = selectors.DefaultSelector()
+        self.children: dict[int, socket.socket] = {}  # capsule pid -> its client's connection
+        self.last_busy = time.monotonic()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.listener: socket.socket | None = None
+        self.own_context = context.security_context("self")
+
+    # --- listening ------------------------------------------------------------------------
+
+    def listen(self) -> bool:
+        """Take the lock and the socket; False when another host has them."""
+        self.lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        os.ftruncate(self.lock_fd, 0)
+        os.write(self.lock_fd, f"{os.getpid()}\n".encode())  # who the host is (`kill $(cat ...lock)` stops it)
+        try:
+            os.unlink(self.path)  # a dead host's (we hold the lock: no live one's)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            wire.addressed(sock, Path(self.path), "bind")
+        finally:
+            os.umask(old)
+        sock.listen(128)
+        sock.setblocking(False)
+        self.listener = sock
+        self.selector.register(sock, selectors.EVENT_READ, "accept")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "sigchld")
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: self._stop())
+        return True
+
+    def _stop(self) -> None:
+        self.idle = 0.0
+        self.last_busy = 0.0
+
+    def serve(self) -> None:
+        gc.collect()
+        gc.freeze()  # the imports' objects: never scanned (or written) by a capsule's collections
+        while True:
+            if not self.children and time.monotonic() - self.last_busy >= self.idle:
+                break
+            for key, _ in self.selector.select(timeout=1.0):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "sigchld":
+                    self._reap()
+                else:
+                    self._client_gone(key.data)
+        self._close()
+
+    def _close(self) -> None:
+        if self.listener is not None:
+            try:
+                if os.stat(self.path).st_ino == os.fstat(self.listener.fileno()).st_ino:
+                    os.unlink(self.path)
+            except OSError:
+                pass
+            self.listener.close()
+
+    # --- one client -----------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        self.last_busy = time.monotonic()
+        conn.setblocking(True)
+        conn.settimeout(REQUEST_TIMEOUT)
+        fds: list[int] = []
+        try:
+            if wire.peer_uid(conn) != os.geteuid():
+                raise PermissionError("another uid")
+            request, fds = wire.recv(conn)
+            if request is None or len(fds) != 3:
+                raise ValueError("malformed request")
+            client = wire.peer_pid(conn)
+            why = self._refusal(client)
+            if why is not None:
+                wire.send(conn, {"refused": why})
+                raise ValueError(why)
+            pid = self._fork(conn, client, request, fds)
+        except (OSError, ValueError) as exc:
+            for fd in fds:
+                os.close(fd)
+            try:
+                wire.send(conn, {"refused": str(exc)})
+            except OSError:
+                pass
+            conn.close()
+            return
+        for fd in fds:
+            os.close(fd)
+        if pid is None:
+            conn.close()
+            return
+        conn.settimeout(None)
+        self.children[pid] = conn
+        self.selector.register(conn, selectors.EVENT_READ, pid)
+
+    def _refusal(self, client: int) -> str | None:
+        if threading.active_count() != 1:
+            return "the host is not single-threaded"
+        diff = context.differences(self.own_context, context.security_context(client))
+        return f"another security context ({', '.join(diff)})" if diff else None
+
+    def _fork(self, conn: socket.socket, client: int, request: dict, fds: list[int]) -> int | None:
+        """Fork the capsule; it runs only once the client has its pid and said go (until then the
+        client may still run the capsule itself, so there is never a second one)."""
+        taken = context.settings(client)
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the capsule
+            os.close(ready_r)
+            os.close(go_w)
+            conn.close()
+            self._child(ready_w, go_r, taken, request, fds)
+        os.close(ready_w)
+        os.close(go_r)
+        with os.fdopen(ready_r, "rb") as ready:
+            answer = ready.read().decode(errors="replace")
+        go = False
+        try:
+            if answer != "ok":
+                wire.send(conn, {"refused": answer or "the capsule did not start"})
+                return None
+            pidfd = os.pidfd_open(pid)
+            try:
+                wire.send(conn, {"pid": pid}, [pidfd])
+            finally:
+                os.close(pidfd)
+            ack, extra = wire.recv(conn)
+            for fd in extra:
+                os.close(fd)
+            go = bool(ack and ack.get("go"))
+            return pid if go else None
+        finally:
+            if go:
+                os.write(go_w, b"go")
+            os.close(go_w)  # without "go": the capsule exits before it ran anything
+            if not go:
+                os.waitpid(pid, 0)
+
+    def _child(self, ready_w: int, go_r: int, taken: dict, request: dict, fds: list[int]) -> None:
+        code = 1
+        host = os.getppid()
+        try:
+            signal.set_wakeup_fd(-1)
+            for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+                signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self.selector.close()
+            for conn in self.children.values():
+                conn.close()
+            self.listener.close()
+            for fd in (self.wake_r, self.wake_w, self.lock_fd):
+                os.close(fd)
+            why = context.take_over(taken)
+            os.write(ready_w, b"ok" if why is None else why.encode())
+            os.close(ready_w)
+            if why is not None or os.read(go_r, 2) != b"go":
+                os._exit(1)
+            os.close(go_r)
+            os.setsid()
+            _die_with_parent(host)  # the host gone means its client heard EOF and gave the capsule up
+            code = run_capsule(request, fds)
+        except BaseException:  # noqa: BLE001 - a capsule's failure must never reach the host's loop
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+    def _reap(self) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except OSError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is None:
+                continue
+            self.last_busy = time.monotonic()
+            self.selector.unregister(conn)
+            outcome = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.waitstatus_to_exitcode(status)}
+            try:
+                wire.send(conn, outcome)
+            except OSError:
+                pass
+            conn.close()
+
+    def _client_gone(self, pid: int) -> None:
+        """The client's connection is readable: it closed (it sends nothing else), so its capsule goes."""
+        conn = self.children.get(pid)
+        if conn is None:
+            return
+        try:
+            if conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self.selector.unregister(conn)
+        try:
+            os.kill(pid, signal.SIGTERM)  # still our unreaped child: the pid is its own
+        except OSError:
+            pass
+
+
+def _die_with_parent(host: int) -> None:
+    """SIGTERM this process when the host dies (PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != host:  # it died before that took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_capsule(request: dict, fds: list[int]) -> int:
+    """In the forked capsule: the client's stdio, environment, directory and arguments, then `mur`."""
+    for target, fd in enumerate(fds):
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
+    env = {str(k): str(v) for k, v in request.get("env", {}).items()}
+    env.pop("MUR_CAPSULE_HOST", None)  # this process is the capsule: no second hand-off
+    os.environ.clear()
+    os.environ.update(env)
+    _reopen_stdio(bool(env.get("PYTHONUNBUFFERED")))
+    try:
+        os.chdir(request["cwd"])
+    except (OSError, KeyError, TypeError) as exc:
+        print(f"error[E-IO-003]: cannot enter the working directory: {exc}", file=sys.stderr)
+        return 1
+    argv = [str(a) for a in request.get("argv", [])]
+    sys.argv = ["mur", *argv]
+    import random
+
+    random.seed()  # every capsule forks the host's state: none may share its sequence
+    from mur.cli.main import main
+
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+    return code
+
+
+def _reopen_stdio(unbuffered: bool) -> None:
+    """New stdin/stdout/stderr objects on fds 0-2 (the host's were set up for its own /dev/null)."""
+    enc, errors = sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                                 encoding=enc, errors=errors)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        raw = io.FileIO(fd, "w", closefd=False)
+        line = name == "stderr" or os.isatty(fd)
+        stream = io.TextIOWrapper(io.BufferedWriter(raw), encoding=enc,
+                                  errors="backslashreplace" if name == "stderr" else errors,
+                                  line_buffering=line, write_through=unbuffered)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m mur.cli.capsulehost SOCKET KEY", file=sys.stderr)
+        return 2
+    path, key = argv
+    if wire.code_key() != key:
+        return 1  # not the code the client would run: never serve under its name
+    try:
+        idle = float(os.environ.get(IDLE_ENV, "") or DEFAULT_IDLE)
+    except ValueError:
+        idle = DEFAULT_IDLE
+    host = Host(path, idle)
+    if not host.listen():
+        return 0  # another host took it
+    preload()
+    host.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

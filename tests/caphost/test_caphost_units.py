@@ -1,0 +1,92 @@
+"""mur.caphost's pieces without a host: frames and descriptors on the wire, the code key, the socket's
+directory, the security context the host compares, and what a client hands a capsule."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+
+import pytest
+
+from mur.caphost import client, context, wire
+
+
+def test_a_frame_carries_json_and_descriptors(tmp_path):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    note = tmp_path / "note.txt"
+    note.write_text("through the socket")
+    fd = os.open(note, os.O_RDONLY)
+    try:
+        wire.send(a, {"argv": ["run", "-t", "x"], "env": {"K": "v" * 10_000}}, [fd])
+        got, fds = wire.recv(b)
+        assert got == {"argv": ["run", "-t", "x"], "env": {"K": "v" * 10_000}} and len(fds) == 1
+        assert os.read(fds[0], 100) == b"through the socket"
+        os.close(fds[0])
+        assert wire.peer_uid(b) == os.geteuid() and wire.peer_pid(b) == os.getpid()
+        a.close()
+        assert wire.recv(b) == (None, [])  # end of stream
+    finally:
+        os.close(fd)
+        b.close()
+
+
+def test_an_oversized_frame_is_refused():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a, b:
+        a.sendall((wire.MAX_FRAME + 1).to_bytes(4, "big"))
+        with pytest.raises(ValueError):
+            wire.recv(b)
+
+
+def test_the_code_key_is_stable_and_the_socket_lives_in_a_private_dir(tmp_path, monkeypatch):
+    assert wire.code_key() == wire.code_key() and len(wire.code_key()) == 16
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = wire.socket_path("k" * 16)
+    assert path == tmp_path / ".murmur" / "run" / f"caphost-{'k' * 16}.sock"
+    assert os.stat(path.parent).st_mode & 0o777 == 0o700
+    os.chmod(path.parent, 0o755)  # someone else could plant a socket there: not used
+    assert wire.socket_path("k" * 16) is None
+
+
+def test_a_long_socket_path_is_reached_through_proc(tmp_path):
+    deep = tmp_path.joinpath(*["d" * 20] * 6)
+    deep.mkdir(parents=True)
+    path = deep / "caphost-x.sock"
+    assert len(os.fsencode(path)) > wire.SOCKET_MAX
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    wire.addressed(server, path, "bind")
+    server.listen(1)
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    wire.addressed(peer, path, "connect")
+    conn, _ = server.accept()
+    for s in (conn, peer, server):
+        s.close()
+    assert path.exists()
+
+
+def test_the_security_context_names_what_differs():
+    mine = context.security_context("self")
+    assert mine["Uid"] and mine["ns:mnt"] and context.differences(mine, context.security_context(os.getpid())) == []
+    other = {**mine, "CapEff": "not-" + str(mine["CapEff"]), "ns:net": "net:[1]", "lsm": "another-label"}
+    assert context.differences(mine, other) == sorted(["CapEff", "ns:net"] + ([] if mine["lsm"] == "another-label" else ["lsm"]))
+
+
+def test_settings_read_from_a_client_are_taken_over(tmp_path):
+    taken = context.settings(os.getpid())
+    assert taken["rlimits"][resource.RLIMIT_NOFILE] == resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert taken["affinity"] == sorted(os.sched_getaffinity(0))
+    assert context.take_over(taken) is None  # what this process already has: nothing to change, nothing refused
+    raised = {**taken, "rlimits": {resource.RLIMIT_NOFILE: (10, resource.RLIM_INFINITY)}}
+    if os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_NOFILE)[1] != resource.RLIM_INFINITY:
+        assert "rlimit" in context.take_over(raised)  # a hard limit above ours is not ours to give
+
+
+def test_only_a_non_interactive_run_asked_for_goes_to_the_host(monkeypatch):
+    monkeypatch.delenv(client.ENV, raising=False)
+    assert not client.wanted(["run", "-t", "x"])
+    monkeypatch.setenv(client.ENV, "on")
+    assert not client.wanted(["build", "."])
+    tty = any(os.isatty(fd) for fd in (0, 1, 2))
+    assert client.wanted(["run", "-t", "x"]) is (not tty)
