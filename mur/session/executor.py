@@ -38,9 +38,17 @@ class TaskExecutor:
         self.last_error: MurError | None = None
         self.status = "ok"  # ok | failed | trapped | max_turns_reached | interrupted
         self.totals = {"turns": 0, "input_tokens": 0, "output_tokens": 0, "tool_calls": 0, "shell_calls": 0}
-        from mur.inference.continuation import Continuation
+        self._continuation: Any = None
 
-        self.continuation = Continuation()  # a driver's continuation_id, kept between turns and tasks
+    @property
+    def continuation(self) -> Any:
+        """A driver's continuation_id, kept between turns and tasks (made on first use: a plain
+        capsule never loads the inference package)."""
+        if self._continuation is None:
+            from mur.inference.continuation import Continuation
+
+            self._continuation = Continuation()
+        return self._continuation
 
     # --- trace ---------------------------------------------------------------------------------
 
