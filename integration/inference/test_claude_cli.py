@@ -89,19 +89,16 @@ def test_provider_error_reaches_the_result(model_server, claude_env, tmp_path):
 def test_command_not_on_path_is_e_run_006(claude_bin, tmp_path, monkeypatch):
     from mur.manifest import load_capsule
     from mur.session import launch_checks
-    from mur.session.options import RunOptions
-    from mur.session.prechecks import CheckedRun
 
     manifest = tmp_path / "murmur.yaml"
     manifest.write_text("name: c\nversion: '1'\ninference:\n  transport: process\n  model: m\n")
-    run = CheckedRun(load_capsule(manifest), RunOptions(manifest=manifest), None, None, None, "advisory")
+    capsule = load_capsule(manifest).capsule
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MurError) as err:
-        launch_checks.check_inference(run)
+        launch_checks.check_inference(capsule, {})
     assert err.value.code == "E-RUN-006" and "claude CLI" in err.value.hint
     monkeypatch.setenv("PATH", str(__import__("pathlib").Path(claude_bin).parent))
-    launch_checks.check_inference(run)
-    assert run.process_command
+    assert launch_checks.check_inference(capsule, {})
 
 
 def test_should_stop_ends_the_cli_between_reads(model_server, claude_env, tmp_path):

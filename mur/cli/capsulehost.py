@@ -46,7 +46,7 @@ REQUEST_TIMEOUT = 5.0
 # once here, shared by every capsule.
 PRELOAD = (
     "mur.cli.main", "mur.cli.runfast", "mur.cli.runexec", "mur.cli.render", "mur.cli.progress",
-    "mur.session.runner", "mur.session.prechecks", "mur.session.staging", "mur.session.tools",
+    "mur.session.runner", "mur.session.prechecks", "mur.session.staging", "mur.session.tools", "mur.session.facts",
     "mur.session.workdir", "mur.session.murmur_md", "mur.session.executor", "mur.session.launch_checks",
     "mur.session.driver", "mur.session.hookwiring", "mur.manifest", "mur.manifest.capsule", "mur.manifest.config",
     "mur.resolve.artifacts", "mur.artifacts.installed", "mur.artifacts.package", "mur.trace.writer",

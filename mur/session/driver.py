@@ -4,11 +4,18 @@ the session's WasmHost with the driver's own guest config (grants, env, limits).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from mur.inference.continuation import Continuation
+    from mur.inference.driver import DriverModelClient
+    from mur.manifest.capsule import Inference
+    from mur.session.reporter import SessionReporter
+    from mur.session.tools import SessionTools
 
 
-def driver_client(tools: Any, inference: Any, reporter: Any = None, continuation: Any = None,
-                  context_id: str | None = None) -> Any:
+def driver_client(tools: SessionTools, inference: Inference | None, reporter: SessionReporter | None = None,
+                  continuation: Continuation | None = None, context_id: str | None = None) -> DriverModelClient | None:
     """A DriverModelClient over the staged `inference.driver_artifact`, or None when there is none.
     A provider retry's backoff shows through `reporter.activity` (a SessionReporter); `continuation`
     (the session's mur.inference.continuation.Continuation) lets the driver hold the conversation."""
@@ -31,7 +38,7 @@ def driver_client(tools: Any, inference: Any, reporter: Any = None, continuation
     return client
 
 
-def _shown_backoff(reporter: Any, retries: int) -> tuple[Callable[..., None], Callable[[float], None]]:
+def _shown_backoff(reporter: SessionReporter, retries: int) -> tuple[Callable[..., None], Callable[[float], None]]:
     """(on_retry, sleep) for with_retries: each backoff is an activity naming the failure and the retry."""
     said = {"text": "inference provider: retrying"}
 

@@ -12,22 +12,32 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mur.errors import MurError
 from mur.fsafe import LinkRefused, Tree
 from mur.trace import events as ev
-from mur.trace.writer import TraceWriter
+
+if TYPE_CHECKING:
+    from mur.a2a.lifecycle import TaskContext, TaskOutcome, TaskRequest
+    from mur.hooks.hookset import HookSet
+    from mur.inference.continuation import Continuation
+    from mur.session.prechecks import CheckedRun
+    from mur.session.reporter import SessionReporter
+    from mur.session.tools import SessionTools
+    from mur.session.workdir import Workdir
+    from mur.trace.writer import TraceWriter
 
 
 class TaskExecutor:
     """Runs tasks for one session."""
 
     def __init__(
-        self, prep: Any, session_id: str, wd: Any, tools: Any, trace: TraceWriter, capsule_url: str, hooks: Any = None,
-        reporter: Any = None,
+        self, checked: CheckedRun, session_id: str, wd: Workdir, tools: SessionTools, trace: TraceWriter,
+        capsule_url: str, hooks: HookSet | None = None, reporter: SessionReporter | None = None,
     ):
-        self.prep = prep
+        self.checked = checked
         self.hooks = hooks
         self.reporter = reporter  # a SessionReporter: provider retries show on a terminal
         self.session_id = session_id
@@ -38,10 +48,10 @@ class TaskExecutor:
         self.last_error: MurError | None = None
         self.status = "ok"  # ok | failed | trapped | max_turns_reached | interrupted
         self.totals = {"turns": 0, "input_tokens": 0, "output_tokens": 0, "tool_calls": 0, "shell_calls": 0}
-        self._continuation: Any = None
+        self._continuation: Continuation | None = None
 
     @property
-    def continuation(self) -> Any:
+    def continuation(self) -> Continuation:
         """A driver's continuation_id, kept between turns and tasks (made on first use: a plain
         capsule never loads the inference package)."""
         if self._continuation is None:
@@ -55,8 +65,8 @@ class TaskExecutor:
     def _session_start(self, max_turns: int) -> None:
         from mur.sandbox.scope import effective_grants
 
-        prep = self.prep
-        capsule = prep.loaded.capsule
+        checked = self.checked
+        capsule = checked.capsule
         caps = capsule.capabilities
         declared_caps = []
         if caps.network.allow:
@@ -65,7 +75,8 @@ class TaskExecutor:
             declared_caps.append("filesystem")
         if caps.shell_allow:
             declared_caps.append("shell")
-        prompt = prep.system_prompt
+        prompts = checked.prompts
+        prompt = prompts.system
         self.trace.emit(
             ev.SESSION_START,
             capsule_name=capsule.name,
@@ -74,13 +85,13 @@ class TaskExecutor:
             max_turns=max_turns,
             capabilities=declared_caps,
             tools_declared=[t.name for t in self.tools.visible()],
-            containment_declared=prep.floor.declared,
-            containment_achieved=prep.achieved,
+            containment_declared=checked.floor.declared,
+            containment_achieved=checked.achieved,
             workdir_exec=caps.filesystem.workdir_exec,
-            system_prompt_source=prep.system_prompt_source,
+            system_prompt_source=prompts.source,
             system_prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest() if prompt is not None else None,
             **({"system_prompt": prompt} if capsule.trace.include_tool_output and prompt is not None else {}),
-            effective_grants=effective_grants(capsule, prep.floor, prep.probe),
+            effective_grants=effective_grants(capsule, checked.floor, checked.probe),
         )
 
     def _session_end(self, stats: dict[str, int], exit_status: str, started: float) -> None:
@@ -99,10 +110,10 @@ class TaskExecutor:
 
     # --- the executor ----------------------------------------------------------------------------
 
-    def __call__(self, request: Any, context: Any) -> Any:
+    def __call__(self, request: TaskRequest, context: TaskContext) -> TaskOutcome:
         from mur.a2a.lifecycle import TaskOutcome
 
-        capsule = self.prep.loaded.capsule
+        capsule = self.checked.capsule
         max_turns = capsule.inference.max_turns if capsule.inference else 0
         started = time.monotonic()
         calls_before = (self.tools.tool_calls, self.tools.shell_calls)
@@ -144,12 +155,12 @@ class TaskExecutor:
     def _calls_since(self, before: tuple[int, int]) -> dict[str, int]:
         return {"tool_calls": self.tools.tool_calls - before[0], "shell_calls": self.tools.shell_calls - before[1]}
 
-    def _run_plain(self, request: Any, context: Any) -> tuple[str, str, dict, Any]:
+    def _run_plain(self, request: TaskRequest, context: TaskContext) -> tuple[str, str, dict, Any]:
         """A plain tool capsule: call capsule.wasm's run(); its out/result.txt is the result."""
         from mur.wasm.host import WasmHost
 
         tools = self.tools
-        capsule_tool = _CapsuleTool(self.prep.capsule_wasm)
+        capsule_tool = _CapsuleTool(self.checked.capsule_wasm)
         cfg = tools.guest_config(capsule_tool)
         host = WasmHost(shell=tools.guest_shell, request_input=context.request_input, engine=tools.host.engine,
                         catalog=tools.catalog(self.session_id), on_send=self._traced_send)
@@ -176,14 +187,14 @@ class TaskExecutor:
             return "failed", text, {"turns": 0}, None
         return "completed", text, {"turns": 0}, None
 
-    def _run_agent(self, request: Any, context: Any) -> tuple[str, str, dict, Any]:
+    def _run_agent(self, request: TaskRequest, context: TaskContext) -> tuple[str, str, dict, Any]:
         from mur.inference.loop import LoopConfig, run_agent_loop, run_reopenable_task
         from mur.inference.prompts import build_system_prompt
         from mur.session.driver import driver_client
         from mur.session.stream import TaskStream
 
-        prep = self.prep
-        capsule = prep.loaded.capsule
+        checked = self.checked
+        capsule = checked.capsule
         inf = capsule.inference
         tools = self.tools
         if inf.transport == "process":
@@ -192,10 +203,10 @@ class TaskExecutor:
 
             outcome = run_process_transport(
                 request.text,
-                command=prep.process_command or inf.effective_command,
+                command=checked.process_command or inf.effective_command,
                 model=inf.model,
                 max_turns=inf.max_turns,
-                system_prompt=build_process_system_prompt(prep.system_prompt),
+                system_prompt=build_process_system_prompt(checked.prompts.system),
                 workdir=self.wd.session,
                 cwd=self.wd.accessible,
                 env=_process_env(),
@@ -209,11 +220,11 @@ class TaskExecutor:
                 model=inf.model,
                 max_turns=inf.max_turns,
                 max_tokens=inf.effective_max_tokens,
-                system_prompt=build_system_prompt(prep.system_prompt, capsule_name=capsule.name,
+                system_prompt=build_system_prompt(checked.prompts.system, capsule_name=capsule.name,
                                                   capsule_version=capsule.version),
                 context_max_tokens=capsule.context.max_tokens,
                 compaction=inf.compaction,
-                compaction_system_prompt=prep.compaction_prompt,
+                compaction_system_prompt=checked.prompts.compaction,
                 max_task_reopens=inf.max_task_reopens,
                 should_stop=getattr(context, "stop_reason", None),
                 events=stream,
@@ -271,13 +282,13 @@ class TaskExecutor:
 class _CapsuleTool:
     """Adapter so the capsule component gets a GuestConfig like any tool (capsule-wide grants)."""
 
-    def __init__(self, wasm_path: Any):
+    def __init__(self, wasm_path: Path | None):
         self.name = "__capsule__"
         self.wasm_path = wasm_path
         self.role = "capsule"
 
 
-def _canceled(context: Any) -> bool:
+def _canceled(context: TaskContext) -> bool:
     """Did this task stop because a client canceled it (tasks/cancel)?"""
     from mur.a2a.tasks import CANCELED_MESSAGE
 

@@ -1,4 +1,4 @@
-"""The session's side of mur.hooks: a staged session -> the plain data build_hooks takes.
+"""The session's side of mur.hooks: a started session -> the plain data build_hooks takes.
 
 Also where an on-stage hook's manifest reaches the session: the description and input schema it
 wrote for an allow-listed binary replace the staged tool's, so the model sees them.
@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from mur.hooks.hookset import HookSet
+    from mur.session.runner import Session
+    from mur.session.staging import Staged
 
 
-def describe_staged(staged: Any) -> Callable[[str, dict[str, Any]], None]:
+def describe_staged(staged: Staged) -> Callable[[str, dict[str, Any]], None]:
     """`on_manifest` for build_hooks: copy a written manifest's description/input_schema onto the tool."""
 
     def describe(binary: str, manifest: dict[str, Any]) -> None:
@@ -28,24 +30,25 @@ def describe_staged(staged: Any) -> Callable[[str, dict[str, Any]], None]:
     return describe
 
 
-def session_hooks(tools: Any, trace: Any, loaded: Any, wd: Any, *, model_client: Any = None,
-                  **options: Any) -> HookSet | None:
-    """build_hooks for a staged session (`tools`: SessionTools, after its WasmHost is set).
+def session_hooks(session: Session, *, model_client: Any = None, **options: Any) -> HookSet | None:
+    """build_hooks for a session whose guests' host is started (its `tools`, `trace` and `wd`).
 
     The hooks' run-inference goes through the capsule's driver unless `model_client` is given;
     `options` are build_hooks' tuning knobs (on_artifact, queue_depth, drain_timeout, http_transport).
     """
+    tools, wd = session.tools, session.wd
     staged = tools.staged
     if not staged.by_role("hook"):
         return None  # (and the hook machinery is not even imported)
     from mur.hooks.launch import HookArtifact, build_hooks
     from mur.session.driver import driver_client
 
+    capsule = session.checked.capsule
     artifacts = [HookArtifact(t.name, t.kind, t.wasm_path, Path(t.dir) / "murmur.yaml") for t in staged.by_role("hook")]
     settings = tools.settings
     if model_client is None:
-        model_client = driver_client(tools, loaded.capsule.inference)
-    return build_hooks(artifacts, loaded.capsule, engine=tools.host.engine, emit=trace.write,
+        model_client = driver_client(tools, capsule.inference)
+    return build_hooks(artifacts, capsule, engine=tools.host.engine, emit=session.trace.write,
                        murmur_vars=settings.murmur_vars, grants=settings.grants, preopen_dir=tools.preopen_dir,
                        limits=settings.limits, logs_dir=wd.logs, tools_dir=wd.tools, model_client=model_client,
                        on_manifest=describe_staged(staged), **options)

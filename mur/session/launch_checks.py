@@ -1,22 +1,41 @@
 """`mur run`'s launch checks that need the resolved capsule (mur.resolve): the inference driver or
 CLI, murmur.lock, the prompt files, the capsule component, an aggregate cgroup bound. Each raises
-the spec's code; mur.session.prechecks runs them in upstream's order."""
+the spec's code or returns what it found; mur.session.prechecks runs them in upstream's order and
+keeps what they found in the CheckedRun."""
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mur.errors import MurError
-from mur.resolve.artifacts import find_skill_md
+
+if TYPE_CHECKING:
+    from mur.manifest.capsule import Capabilities, Capsule, Inference
+    from mur.resolve.artifacts import ResolvedArtifact
+    from mur.sandbox.probe import HostProbe
+
+    Resolved = dict[str, ResolvedArtifact]
 
 
-def check_inference(prep: Any) -> None:
-    """E-RUN-005 (no driver configured/declared), E-RUN-006 (driver not installed, CLI not on PATH)."""
-    inf = prep.loaded.capsule.inference
+@dataclass(frozen=True)
+class Prompts:
+    """The prompts a run uses, read once before anything is staged (E-RUN-009)."""
+
+    system: str | None = None
+    source: str = "none"  # none | manifest | cli
+    compaction: str | None = None
+    bound_skill: str | None = None  # the skill artifact used as the system prompt
+
+
+def check_inference(capsule: Capsule, resolved: Resolved) -> str | None:
+    """E-RUN-005 (no driver configured/declared), E-RUN-006 (driver not installed, CLI not on PATH);
+    returns the process transport's command as found on PATH (None for the http transport)."""
+    inf = capsule.inference
     if inf is None:
-        return
+        return None
     if inf.transport == "process":
         command = inf.effective_command
         found = shutil.which(command)
@@ -27,8 +46,7 @@ def check_inference(prep: Any) -> None:
                 "install the claude CLI (`npm install -g @anthropic-ai/claude-code`) or set inference.command "
                 "to a binary on PATH",
             )
-        prep.process_command = found
-        return
+        return found
     name = inf.driver_artifact
     if name is None:
         raise MurError(
@@ -36,28 +54,29 @@ def check_inference(prep: Any) -> None:
             "inference driver is not configured; add inference.driver.artifact to murmur.yaml",
             "add an inference.driver.artifact field naming the driver artifact to use",
         )
-    decl = prep.loaded.capsule.artifact(name)
+    decl = capsule.artifact(name)
     if decl is None or decl.runtime != "driver":
         raise MurError(
             "E-RUN-005",
             f"inference driver '{name}' is not declared in artifacts: with runtime: driver",
             f"add an artifacts: entry `- {{name: {name}, version: ..., runtime: driver}}`",
         )
-    if name not in prep.resolved:
+    if name not in resolved:
         raise MurError(
             "E-RUN-006",
             f"inference driver '{name}' is not installed in the local tool registry",
             f"run `mur install {name}@{decl.version}`",
         )
+    return None
 
 
-def check_lock(prep: Any, create: bool = False) -> None:
+def check_lock(manifest_dir: Path, resolved: Resolved, create: bool = False) -> None:
     """murmur.lock: verified (never refreshed) for store artifacts; `create`: written when absent."""
-    installed = [r.installed for r in prep.resolved.values() if r.kind == "store"]
+    installed = [r.installed for r in resolved.values() if r.kind == "store"]
     if installed:
         from mur.artifacts.installed import check_lock_for_run
 
-        check_lock_for_run(prep.loaded.dir, installed, create=create)
+        check_lock_for_run(manifest_dir, installed, create=create)
 
 
 def _read_prompt(path_text: str, base: Path, field: str) -> str:
@@ -74,9 +93,9 @@ def _read_prompt(path_text: str, base: Path, field: str) -> str:
         ) from exc
 
 
-def check_system_prompt_flag(prep: Any) -> None:
+def check_system_prompt_flag(system_prompt: str | None, capsule: Capsule) -> None:
     """`--system-prompt` needs an agent capsule (upstream: E-IO-003, before anything is staged)."""
-    if prep.options.system_prompt is not None and prep.loaded.capsule.inference is None:
+    if system_prompt is not None and capsule.inference is None:
         raise MurError(
             "E-IO-003",
             "--system-prompt requires an agent capsule: this manifest has no inference: block",
@@ -84,48 +103,46 @@ def check_system_prompt_flag(prep: Any) -> None:
         )
 
 
-def read_prompts(prep: Any) -> None:
+def read_prompts(cli_prompt: str | None, inf: Inference | None, base: Path, resolved: Resolved) -> Prompts:
     """Read system_prompt_file / the prompt artifact / the compaction prompt file (E-RUN-009).
 
-    `--system-prompt` replaces all three manifest forms (none of them is read, so a missing file
-    cannot fail a launch told not to use it); it is trimmed, and an all-whitespace value clears the
-    prompt: still the CLI's choice (source "cli"), with no text. A skill used as the prompt is
-    `bound_skill`: not separately callable, marked so in MURMUR.md."""
-    inf = prep.loaded.capsule.inference
-    if prep.options.system_prompt is not None:
-        prep.system_prompt = prep.options.system_prompt.strip() or None
-        prep.system_prompt_source = "cli"
+    `--system-prompt` (`cli_prompt`) replaces all three manifest forms (none of them is read, so a
+    missing file cannot fail a launch told not to use it); it is trimmed, and an all-whitespace value
+    clears the prompt: still the CLI's choice (source "cli"), with no text. A skill used as the prompt
+    is `bound_skill`: not separately callable, marked so in MURMUR.md. `base`: the manifest's directory."""
+    system, source, bound = None, "none", None
+    if cli_prompt is not None:
+        system, source = cli_prompt.strip() or None, "cli"
     if inf is None:
-        return
-    base = prep.loaded.dir
-    if prep.system_prompt_source != "cli":
+        return Prompts(system, source)
+    if source != "cli":
         if inf.system_prompt is not None:
-            prep.system_prompt, prep.system_prompt_source = inf.system_prompt, "manifest"
+            system, source = inf.system_prompt, "manifest"
         elif inf.system_prompt_file is not None:
-            prep.system_prompt = _read_prompt(inf.system_prompt_file, base, "inference.system_prompt_file")
-            prep.system_prompt_source = "manifest"
+            system, source = _read_prompt(inf.system_prompt_file, base, "inference.system_prompt_file"), "manifest"
         elif inf.system_prompt_artifact is not None:
-            prep.system_prompt = _prompt_artifact_text(prep, inf.system_prompt_artifact)
-            prep.system_prompt_source = "manifest"
-            prep.bound_skill = inf.system_prompt_artifact
+            system, source = _prompt_artifact_text(resolved, inf.system_prompt_artifact), "manifest"
+            bound = inf.system_prompt_artifact
+    compaction = None
     comp = inf.compaction
     if comp is not None:
         if comp.system_prompt is not None:
-            prep.compaction_prompt = comp.system_prompt
+            compaction = comp.system_prompt
         elif comp.system_prompt_file is not None:
-            prep.compaction_prompt = _read_prompt(
-                comp.system_prompt_file, base, "inference.compaction.system_prompt_file"
-            )
+            compaction = _read_prompt(comp.system_prompt_file, base, "inference.compaction.system_prompt_file")
+    return Prompts(system, source, compaction, bound)
 
 
-def _prompt_artifact_text(prep: Any, name: str) -> str:
-    res = prep.resolved.get(name)
+def _prompt_artifact_text(resolved: Resolved, name: str) -> str:
+    res = resolved.get(name)
     try:
         if res is None:
             raise FileNotFoundError("not resolved")
         if res.kind == "local" and res.path.is_file():
             return res.path.read_text(encoding="utf-8")
         if res.kind == "local":
+            from mur.resolve.artifacts import find_skill_md
+
             skill = find_skill_md(res.path)
             if skill is None:
                 raise FileNotFoundError("no skill.md")
@@ -142,11 +159,12 @@ def _prompt_artifact_text(prep: Any, name: str) -> str:
         ) from exc
 
 
-def check_capsule_component(prep: Any) -> None:
-    """A capsule without an inference block runs its own component: `capsule.wasm` beside murmur.yaml."""
-    if prep.loaded.capsule.inference is not None:
-        return
-    path = prep.loaded.dir / "capsule.wasm"
+def check_capsule_component(capsule: Capsule, manifest_dir: Path) -> Path | None:
+    """A capsule without an inference block runs its own component: `capsule.wasm` beside murmur.yaml
+    (E-RUN-004 when it is missing); returns its path (None for an agent capsule)."""
+    if capsule.inference is not None:
+        return None
+    path = manifest_dir / "capsule.wasm"
     if not path.is_file():
         raise MurError(
             "E-RUN-004",
@@ -154,25 +172,23 @@ def check_capsule_component(prep: Any) -> None:
             "a capsule without an `inference:` block runs its own component: build it to capsule.wasm next to "
             "murmur.yaml (for the examples: scripts/build-examples), or add an inference block",
         )
-    prep.capsule_wasm = path
+    return path
 
 
-def needs_subprocesses(prep: Any) -> bool:
+def needs_subprocesses(caps: Capabilities, resolved: Resolved) -> bool:
     """Can this capsule spawn native subprocesses (shell.allow, spawn.allow, a native tool)?"""
-    caps = prep.loaded.capsule.capabilities
-    return bool(caps.shell_allow or caps.spawn_allow or any(r.is_native for r in prep.resolved.values()))
+    return bool(caps.shell_allow or caps.spawn_allow or any(r.is_native for r in resolved.values()))
 
 
-def check_subprocess_bound(prep: Any) -> None:
+def check_subprocess_bound(caps: Capabilities, resolved: Resolved, host: HostProbe) -> None:
     """E-RUN-012: on Linux a subprocess-capable capsule needs an aggregate (cgroup) bound."""
-    host = prep.probe
-    if not needs_subprocesses(prep) or host.os != "linux":
+    if not needs_subprocesses(caps, resolved) or host.os != "linux":
         return
     if host.cgroup_delegated:
         return
     from mur.sandbox.enclosing import E012_HINT, unmet
 
-    resources = prep.loaded.capsule.capabilities.resources
+    resources = caps.resources
     why = unmet(getattr(host, "enclosing", None), resources.cgroup_memory_bytes, resources.cgroup_pids_max)
     if why is not None:
         raise MurError(

@@ -17,9 +17,9 @@ only after every other check passed: a refused run leaves nothing behind.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mur import __version__
 from mur.errors import MurError, warn
@@ -27,26 +27,39 @@ from mur.manifest import LoadedCapsule, load_capsule
 from mur.manifest.load import manifest_path
 from mur.manifest.config import MurConfig, load_config
 from mur.manifest.containment import Floor, check_floor, effective_floor, subprocess_shortfall
+from mur.session.launch_checks import Prompts, needs_subprocesses
 from mur.session.options import RunOptions
 
+if TYPE_CHECKING:
+    from mur.manifest.capsule import Capsule
+    from mur.resolve.artifacts import ResolvedArtifact
+    from mur.sandbox.probe import HostProbe
 
-@dataclass
+
+@dataclass(frozen=True)
 class CheckedRun:
-    """A capsule run that passed every pre-check, with what staging needs."""
+    """A capsule run that passed every pre-check: what was decided before anything exists on disk,
+    and all that staging and the session need (nothing here is resolved again)."""
 
-    loaded: LoadedCapsule
+    loaded: LoadedCapsule  # with murmur.lock's versions (mur.session.lockpins)
     options: RunOptions
     config: MurConfig
     floor: Floor
-    probe: Any
-    achieved: str
-    resolved: dict[str, Any] = field(default_factory=dict)  # name -> ResolvedArtifact
-    system_prompt: str | None = None
-    system_prompt_source: str = "none"
-    compaction_prompt: str | None = None
-    capsule_wasm: Path | None = None
-    process_command: str | None = None
-    bound_skill: str | None = None  # the skill artifact used as the system prompt
+    probe: HostProbe
+    achieved: str  # the containment class the host enforces for this capsule
+    resolved: dict[str, ResolvedArtifact]  # name -> where the artifact is (not its digest)
+    prompts: Prompts
+    capsule_wasm: Path | None = None  # a plain capsule's own component
+    process_command: str | None = None  # the process transport's command, as found on PATH
+
+    @property
+    def capsule(self) -> Capsule:
+        return self.loaded.capsule
+
+    @property
+    def subprocesses(self) -> bool:
+        """Can this run spawn native subprocesses (so it needs the shell sandbox)?"""
+        return needs_subprocesses(self.capsule.capabilities, self.resolved)
 
 
 def load_env_file(manifest: Path) -> None:
@@ -68,14 +81,14 @@ def load_env_file(manifest: Path) -> None:
             os.environ[key] = value
 
 
-def probe():
+def probe() -> HostProbe:
     """The host probe (lazy import keeps `mur --help` fast)."""
     from mur.sandbox.probe import probe_host
 
     return probe_host()
 
 
-def load_and_scope(opts: RunOptions) -> tuple[LoadedCapsule, MurConfig, Floor, Any]:
+def load_and_scope(opts: RunOptions) -> tuple[LoadedCapsule, MurConfig, Floor, HostProbe]:
     """Steps 1-2: parse + validate the manifest, merge config, compute the declared floor, probe."""
     manifest = manifest_path(opts.manifest)  # `-m DIR` means DIR/murmur.yaml, as for `mur build DIR`
     if not opts.no_env_file:
@@ -100,7 +113,7 @@ def explain(opts: RunOptions) -> dict[str, Any]:
     return explain_probed(opts)[0]
 
 
-def explain_probed(opts: RunOptions) -> tuple[dict[str, Any], Any]:
+def explain_probed(opts: RunOptions) -> tuple[dict[str, Any], HostProbe]:
     """`explain`, and the host probe the report was computed from."""
     from mur.sandbox.scope import scope_report
 
@@ -112,20 +125,20 @@ def explain_probed(opts: RunOptions) -> tuple[dict[str, Any], Any]:
 def prepare(opts: RunOptions) -> CheckedRun:
     """Run every pre-check; raises MurError on the first failure, before any workdir exists."""
     loaded, config, floor, host = load_and_scope(opts)
-    capsule = loaded.capsule
     from mur.resolve.artifacts import resolve_artifacts
     from mur.session import launch_checks as checks
     from mur.session.lockpins import pinned
 
-    checks.check_system_prompt_flag(CheckedRun(loaded, opts, config, floor, host, ""))
-    achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec,
-                           subprocess_shortfall(capsule.capabilities, host))
-    prep = CheckedRun(pinned(loaded), opts, config, floor, host, achieved)  # murmur.lock's versions
-    prep.resolved = resolve_artifacts(prep.loaded, hashed=False)  # a run needs where they are, not their digests
-    checks.check_inference(prep)
-    checks.check_lock(prep)
-    checks.read_prompts(prep)
-    checks.check_capsule_component(prep)
-    checks.check_subprocess_bound(prep)
-    checks.check_lock(prep, create=True)  # the only write, after every check passed
-    return prep
+    caps = loaded.capsule.capabilities
+    checks.check_system_prompt_flag(opts.system_prompt, loaded.capsule)
+    achieved = check_floor(floor, host, caps.filesystem.workdir_exec, subprocess_shortfall(caps, host))
+    loaded = pinned(loaded)  # murmur.lock's versions
+    capsule = loaded.capsule
+    resolved = resolve_artifacts(loaded, hashed=False)  # a run needs where they are, not their digests
+    process_command = checks.check_inference(capsule, resolved)
+    checks.check_lock(loaded.dir, resolved)
+    prompts = checks.read_prompts(opts.system_prompt, capsule.inference, loaded.dir, resolved)
+    capsule_wasm = checks.check_capsule_component(capsule, loaded.dir)
+    checks.check_subprocess_bound(capsule.capabilities, resolved, host)
+    checks.check_lock(loaded.dir, resolved, create=True)  # the only write, after every check passed
+    return CheckedRun(loaded, opts, config, floor, host, achieved, resolved, prompts, capsule_wasm, process_command)

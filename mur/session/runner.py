@@ -1,8 +1,8 @@
-"""`mur run` end to end: pre-checks, session, staging, sandbox, A2A service, tasks, teardown.
+"""`mur run` end to end: a :class:`Session` checked, bound, staged, its tools started, served, torn down.
 
 Order matters and is the contract users see:
-  1. every pre-check (mur.session.prechecks) — nothing exists on disk yet;
-  2. the A2A server binds (E-RUN-010 when network.internal_port is taken) — still nothing on disk;
+  1. every pre-check (mur.session.prechecks -> a CheckedRun) — nothing exists on disk yet;
+  2. the A2A door binds (E-RUN-010 when network.internal_port is taken) — still nothing on disk;
   3. the workdir is created and staged, the shell sandbox starts (cgroups, size watcher);
   4. the reporter gets the startup facts (the CLI prints the line, or one JSON line with --json:
      deploy's contract);
@@ -10,6 +10,9 @@ Order matters and is the contract users see:
   6. teardown always runs: sandbox processes killed and cgroups removed, trace closed, server stopped;
   7. the reporter gets the ending (status, the last task's answer, the error), then a session that
      did not end ok raises its MurError.
+
+Every step that acquires something registers its undo beside it, on the session's one ExitStack;
+teardown is closing that stack (in reverse order, each undo once, the rest still run when one fails).
 
 Ctrl-C (SIGINT) at any point: mur.wasm.interrupt holds it back while guest code runs, the task ends
 `interrupted` (session_end and task_end say so), teardown runs without being cut short, the
@@ -20,44 +23,26 @@ the startup line (compiling, staging) the half-made session directory is removed
 from __future__ import annotations
 
 import os
-from typing import Any
+from contextlib import ExitStack
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable
 
 from mur import ids
 from mur.errors import MurError, warn
 from mur.session.options import RunOptions
-from mur.session.reporter import Ending, SessionReporter, SilentReporter, Startup
+from mur.session.reporter import Ending, SessionReporter, SilentReporter
 
-
-def _card(prep: Any, staged: Any) -> dict[str, Any]:
-    capsule = prep.loaded.capsule
-    return {
-        "name": capsule.name,
-        "version": capsule.version,
-        "capabilities": {
-            "tools": [t.name for t in staged.by_role("tool")],
-            "shell": bool(capsule.capabilities.shell_allow),
-            "network": bool(capsule.capabilities.network.allow),
-            "streaming": True,
-        },
-    }
-
-
-def _startup(prep: Any, url: str, session_id: str, wd: Any, staged: Any) -> Startup:
-    capsule = prep.loaded.capsule
-    inf = capsule.inference
-    driver = inf.driver_artifact if inf and inf.transport == "http" else (inf.effective_command if inf else None)
-    return Startup(url=url, pid=os.getpid(), session_id=session_id, name=capsule.name, version=capsule.version,
-                   workdir=wd.session, tools_workdir=wd.accessible, driver=driver,
-                   skills=len(staged.by_role("skill")))
-
-
-def _launch_warnings(warnings: list[tuple[str, str]], wd: Any) -> None:
-    """W-SEC-001/002/005/010 go to stderr and to logs/bootstrap.log (upstream's rule)."""
-    if not warnings:
-        return
-    for code, message in warnings:
-        warn(code, message)
-    _bootstrap_logger(wd)("".join(f"warning[{code}]: {message}\n" for code, message in warnings))
+if TYPE_CHECKING:
+    from mur.a2a.auth import DoorAuth
+    from mur.a2a.lifecycle import TaskContext, TaskOutcome, TaskRequest
+    from mur.hooks.hookset import HookSet
+    from mur.otel.exporter import OtelExporter
+    from mur.sandbox.shell import ShellSandbox
+    from mur.session.executor import TaskExecutor
+    from mur.session.prechecks import CheckedRun
+    from mur.session.tools import SessionTools
+    from mur.session.workdir import Workdir
+    from mur.trace.writer import TraceWriter
 
 
 def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> None:
@@ -66,185 +51,243 @@ def run_session(opts: RunOptions, reporter: SessionReporter | None = None) -> No
     from mur.wasm.interrupt import deferred_sigint
 
     with deferred_sigint():
-        _run_session(opts, reporter or SilentReporter())
+        session = Session.check(opts, reporter or SilentReporter())
+        with session:
+            session.bind()
+            session.stage()
+            session.start_tools()
+            session.serve()
+        session.finish()
 
 
-def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
-    from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
-    from mur.a2a.auth import load_door_auth
-    from mur.session import murmur_md
-    from mur.session.prechecks import prepare
-    from mur.session.staging import stage
-    from mur.session.tools import SessionTools
-    from mur.trace.writer import TraceWriter
-    from mur.session.workdir import create_workdir, plan_workdir, write_task_input
-    from mur.wasm.interrupt import held, raise_soon
+class Session:
+    """One capsule session of `mur run`: its stages as methods, its resources on one ExitStack.
 
-    prep = prepare(opts)
-    door_auth = load_door_auth(opts.a2a_token_file, opts.tls_cert, opts.tls_key)
-    loaded = prep.loaded
-    capsule = loaded.capsule
-    session_id = ids.session_id()
-    wd = plan_workdir(loaded.dir, session_id, opts.workdir)
-    lifecycle = lifecycle_with_overrides(capsule.lifecycle, opts.task_acceptance, opts.after_task)
-    port = opts.port if opts.port is not None else capsule.network.internal_port
+    Public seams: the A2A door calls :meth:`run_task` for each task and :meth:`record` /
+    :meth:`flush_trace` for its trace events; hooks are built from :attr:`tools`, :attr:`trace` and
+    :attr:`wd` (mur.session.hookwiring). The attributes below exist from the stage that makes them."""
 
-    executor_box: dict[str, Any] = {}
-    trace_box: dict[str, Any] = {}
+    trace: TraceWriter  # stage()
+    staged: Staged  # stage()
+    initial: str | None  # stage(): the task given on the command line (task.md), if any
+    shell: ShellSandbox | None  # start_tools(): None when the capsule cannot spawn subprocesses
+    tools: SessionTools  # start_tools()
+    hooks: HookSet | None  # start_tools(): None without hook artifacts
+    tasks: TaskExecutor  # start_tools()
 
-    def execute(request: Any, context: Any) -> Any:
-        return executor_box["executor"](request, context)
+    def __init__(self, checked: CheckedRun, reporter: SessionReporter, auth: DoorAuth | None = None):
+        from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
+        from mur.session.workdir import plan_workdir
+        from mur.wasm.interrupt import raise_soon
 
-    def trace_event(event: dict) -> None:
-        writer = trace_box.get("writer")
-        if writer is not None:
-            writer.write(event)
+        opts = checked.options
+        capsule = checked.capsule
+        self.checked = checked
+        self.reporter = reporter
+        self.id = ids.session_id()
+        self.wd: Workdir = plan_workdir(checked.loaded.dir, self.id, opts.workdir)
+        # The agent card the door serves: its capabilities are filled in once the tools are staged.
+        self.card: dict[str, Any] = {"name": capsule.name, "version": capsule.version, "capabilities": {}}
+        self.door = CapsuleService(
+            card=self.card,
+            lifecycle=lifecycle_with_overrides(capsule.lifecycle, opts.task_acceptance, opts.after_task),
+            executor=self.run_task,
+            trace=self.record,
+            trace_flush=self.flush_trace,
+            workdir=self.wd.session,
+            task_dir=self.wd.accessible,
+            bind=opts.bind,
+            port=opts.port if opts.port is not None else capsule.network.internal_port,
+            # the agent loop and the claude CLI stop between steps on tasks/cancel; a plain capsule's
+            # run() cannot be stopped midway, so its running task is not cancelable
+            cancel_running=capsule.inference is not None,
+            auth=auth,
+            on_wait=lambda timeout: reporter.waiting(self.url, timeout),
+            raise_into=raise_soon,  # SIGTERM's Terminated never lands inside wasmtime's glue
+        )
+        self.url = ""  # bind()
+        self.status = "failed"  # serve(): what the lifecycle says
+        self.serving = False  # the startup line went out
+        self.interrupted = False  # a Ctrl-C ended the linger after the last task
+        self._stack = ExitStack()
 
-    def trace_flush() -> None:
-        writer = trace_box.get("writer")
-        if writer is not None:
-            writer.flush()
+    # --- the stages ------------------------------------------------------------------------------
 
-    card_box: dict[str, Any] = {"name": capsule.name, "version": capsule.version, "capabilities": {}}
-    service = CapsuleService(
-        card=card_box,
-        lifecycle=lifecycle,
-        executor=execute,
-        trace=trace_event,
-        trace_flush=trace_flush,
-        workdir=wd.session,
-        task_dir=wd.accessible,
-        bind=opts.bind,
-        port=port,
-        # the agent loop and the claude CLI stop between steps on tasks/cancel; a plain capsule's
-        # run() cannot be stopped midway, so its running task is not cancelable
-        cancel_running=capsule.inference is not None,
-        auth=door_auth,
-        on_wait=lambda timeout: reporter.waiting(url, timeout),
-        raise_into=raise_soon,  # SIGTERM's Terminated never lands inside wasmtime's glue
-    )
-    staged = shell = trace = otel = hooks = tools = engine = None
-    serving = interrupted = discard = False
-    url = service.start()
-    try:
-        loaded.emit_stage_warnings()
-        _native_grant_warnings(prep)
+    @classmethod
+    def check(cls, opts: RunOptions, reporter: SessionReporter) -> Session:
+        """Every pre-check and the door's credentials; raises MurError before anything exists."""
+        from mur.a2a.auth import load_door_auth
+        from mur.session.prechecks import prepare
+
+        checked = prepare(opts)
+        return cls(checked, reporter, load_door_auth(opts.a2a_token_file, opts.tls_cert, opts.tls_key))
+
+    def bind(self) -> str:
+        """The A2A door binds and serves (E-RUN-010 when the port is taken); returns the capsule URL."""
+        self.url = self.door.start()
+        self._stack.callback(self.door.stop)
+        return self.url
+
+    def stage(self) -> None:
+        """The session directory, the task, the trace (and its OTel export), the staged tools."""
+        from mur.session import facts
+        from mur.session.staging import stage
+        from mur.session.workdir import create_workdir, write_task_input
+        from mur.trace.writer import TraceWriter
+
+        checked, wd = self.checked, self.wd
+        checked.loaded.emit_stage_warnings()
+        _native_grant_warnings(checked)
         create_workdir(wd)
-        initial = write_task_input(wd, opts.task)  # before any tool can touch the workdir
-        trace = TraceWriter(wd.trace, session_id, wd.bootstrap_log)
-        trace_box["writer"] = trace
-        otel = _otel_exporter(capsule, wd)
+        self._stack.push(self._discard_unserved)
+        self.initial = write_task_input(wd, checked.options.task)  # before any tool can touch the workdir
+        otel = _otel_exporter(checked, wd)
         if otel is not None:
-            trace.listeners.append(otel.on_event)
-        staged = stage(prep.resolved, capsule.capabilities.shell_allow, wd)
-        card_box.update(_card(prep, staged))
-        shell = _start_shell(prep, wd, session_id, loaded, staged)
-        settings = _guest_settings(prep, session_id, url, wd, staged)
-        from mur.wasm.host import WasmHost
+            self._stack.callback(otel.export)  # never raises; bounded by its timeout; failures go to logs/otel.log
+        self.trace = TraceWriter(wd.trace, self.id, wd.bootstrap_log)
+        self._stack.callback(self.trace.close)
+        self._stack.callback(self.door.stop)  # again: the door closes before the trace, not after the export
+        if otel is not None:
+            self.trace.listeners.append(otel.on_event)
+        self.staged = stage(checked.resolved, checked.capsule.capabilities.shell_allow, wd)
+        self._stack.callback(self.staged.cleanup)
+        self.card.update(facts.card(checked, self.staged))
 
-        tools = SessionTools(staged, settings, None, shell, trace)
-        tools.host = WasmHost(shell=tools.guest_shell)
-        engine = tools.host.engine
-        engine.progress = lambda what: reporter.activity(f"compiling {what}")
-        _precompile(tools, staged, prep)
-        from mur.session.hookwiring import session_hooks
-
-        hooks = session_hooks(tools, trace, loaded, wd)  # None without hook artifacts
-        if hooks is not None:
-            hooks.on_stage(capsule.capabilities.shell_allow)
-            trace.listeners.append(hooks.on_event)
+    def start_tools(self, **hook_options: Any) -> None:
+        """The shell sandbox, the guests' host with every component compiled, the hooks, the task
+        executor, MURMUR.md; then the startup line. `hook_options`: build_hooks' model_client and
+        tuning knobs (mur.session.hookwiring)."""
+        from mur.session import facts, murmur_md
         from mur.session.executor import TaskExecutor
+        from mur.session.hookwiring import session_hooks
+        from mur.session.tools import SessionTools
 
-        executor = TaskExecutor(prep, session_id, wd, tools, trace, url, hooks=hooks, reporter=reporter)
-        executor_box["executor"] = executor
-        if prep.bound_skill is not None:
-            tools.hidden.add(prep.bound_skill)  # the prompt itself: not separately callable
-        murmur_md.write(wd, _inventory(prep, session_id, url, tools, staged, hooks))
-        if shell is not None:
-            _launch_warnings(shell.launch_warnings, wd)
-        reporter.started(_startup(prep, url, session_id, wd, staged))
-        serving = True
+        checked, wd, staged = self.checked, self.wd, self.staged
+        self.shell = self._start_shell()
+        tools = SessionTools(staged, facts.guest_settings(checked, self.id, self.url, wd), self.shell, self.trace)
+        self._stack.callback(tools.close)
+        engine = tools.host.engine
+        engine.progress = lambda what: self.reporter.activity(f"compiling {what}")
+        self._stack.callback(setattr, engine, "progress", None)
+        engine.prepare(facts.components(checked, staged))  # no first-call stall; missing ones compile in parallel
+        self.tools = tools
+        self.hooks = session_hooks(self, **hook_options)
+        if self.hooks is not None:
+            self._stack.callback(self.hooks.close)  # drains async hooks while the trace is still open
+            self.hooks.on_stage(checked.capsule.capabilities.shell_allow)
+            self.trace.listeners.append(self.hooks.on_event)
+        self.tasks = TaskExecutor(checked, self.id, wd, tools, self.trace, self.url, hooks=self.hooks,
+                                  reporter=self.reporter)
+        if checked.prompts.bound_skill is not None:
+            tools.hidden.add(checked.prompts.bound_skill)  # the prompt itself: not separately callable
+        murmur_md.write(wd, facts.inventory(checked, self.id, self.url, tools, self.hooks))
+        if self.shell is not None:
+            _launch_warnings(self.shell.launch_warnings, wd)
+        self.reporter.started(facts.startup(checked, self.url, self.id, wd, staged))
+        self.serving = True
+
+    def serve(self) -> str:
+        """Run the lifecycle to its end (mur.a2a.lifecycle); returns its status."""
         try:
-            status = service.run(initial)
+            self.status = self.door.run(self.initial)
         except KeyboardInterrupt:  # during the linger after the last task
-            status, interrupted = "failed", True
-    except KeyboardInterrupt:
-        discard = not serving  # compiling or staging: nothing ran, so nothing of this session is kept
-        raise
-    finally:
-        with held():  # a second Ctrl-C must not leave sandboxed processes or cgroups behind
-            _teardown(hooks, shell, staged, tools, engine, service, trace, otel)
-            if discard:
-                _remove_session_dir(wd)
-    executor = executor_box.get("executor")
-    # A queue + sleep service ends ok (idle, SIGTERM) whatever one task did; its tasks say how they ended.
-    final = status if service.keeps_serving else executor.status if executor is not None else "failed"
-    if final == "ok" and status != "ok":
-        final = "failed"
-    if interrupted or service.interrupted:
-        final = "interrupted"
-    error = None if final in ("ok", "interrupted") else (
-        (executor.last_error if executor is not None else None)
-        or MurError("E-RUN-007", "agent loop failed: the session did not complete"))
-    reporter.ended(_ending(final, session_id, service.last_task, wd, error))
-    if final == "interrupted":
-        raise KeyboardInterrupt
-    if error is not None:
-        raise error
+            self.status, self.interrupted = "failed", True
+        return self.status
+
+    def teardown(self, exc: BaseException | None = None) -> None:
+        """Every undo on the stack, in reverse order, with a second Ctrl-C held back (it must not leave
+        sandboxed processes or cgroups behind); `exc`: what ended the session early, if anything."""
+        from mur.wasm.interrupt import held
+
+        with held():
+            self._stack.__exit__(type(exc) if exc is not None else None, exc, exc.__traceback__ if exc else None)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.teardown(exc)
+
+    def ending(self) -> Ending:
+        """How the session ended, once it is torn down: its status, the last task's answer, the error."""
+        from mur.a2a.tasks import COMPLETED
+
+        door, tasks = self.door, self.tasks
+        # A queue + sleep service ends ok (idle, SIGTERM) whatever one task did; its tasks say how they ended.
+        final = self.status if door.keeps_serving else tasks.status
+        if final == "ok" and self.status != "ok":
+            final = "failed"
+        if self.interrupted or door.interrupted:
+            final = "interrupted"
+        error = None if final in ("ok", "interrupted") else (
+            tasks.last_error or MurError("E-RUN-007", "agent loop failed: the session did not complete"))
+        task = door.last_task
+        result = task.response if task is not None and task.state == COMPLETED else None
+        path = self.wd.result if task is not None and self.wd.result.is_file() else None
+        return Ending(status=final, session_id=self.id, result=result, result_path=path, error=error)
+
+    def finish(self) -> None:
+        """Report the ending; raise what a session that did not end ok ends with."""
+        ending = self.ending()
+        self.reporter.ended(ending)
+        if ending.status == "interrupted":
+            raise KeyboardInterrupt
+        if ending.error is not None:
+            raise ending.error
+
+    # --- the door's seams ------------------------------------------------------------------------
+
+    def run_task(self, request: TaskRequest, context: TaskContext) -> TaskOutcome:
+        """One task, run by the session's executor (the door calls this once the tools are started)."""
+        return self.tasks(request, context)
+
+    def record(self, event: dict) -> None:
+        """One trace event from the door (only while it serves, so the trace is open)."""
+        self.trace.write(event)
+
+    def flush_trace(self) -> None:
+        self.trace.flush()
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _start_shell(self) -> ShellSandbox | None:
+        """Start the shell sandbox when the capsule can spawn subprocesses (E-RUN-012 inside); native
+        tools run in it like shell.allow binaries (mur.session.native)."""
+        checked, wd = self.checked, self.wd
+        if not checked.subprocesses:
+            return None
+        from mur.sandbox.shell import ShellSandbox
+        from mur.session import native
+
+        caps = checked.capsule.capabilities
+        natives = [t.name for t in self.staged.tools.values() if t.kind == "native" and t.exec_path is not None]
+        shell = ShellSandbox(
+            native.SandboxCaps(caps, natives) if natives else caps, wd.accessible, self.id,
+            checked.loaded.network_allow, probe=checked.probe, log=_bootstrap_logger(wd), logs_dir=wd.logs,
+            host_env=native.sandbox_env(wd.session, dict(os.environ)) if natives else None,
+        )
+        shell.launch_warnings = shell.start()
+        self._stack.callback(shell.close)
+        return shell
+
+    def _discard_unserved(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        """The undo of creating the session directory: a Ctrl-C before the startup line (compiling,
+        staging) leaves nothing of this session behind; anything else keeps its logs."""
+        if kind is not None and issubclass(kind, KeyboardInterrupt) and not self.serving:
+            _remove_session_dir(self.wd)
+        return False
 
 
-def _inventory(prep: Any, session_id: str, url: str, tools: Any, staged: Any, hooks: Any) -> Any:
-    """MURMUR.md's facts: identity, model, budget, whether a hook can compact, tools, skills, shell."""
-    from mur.session import murmur_md
-
-    capsule = prep.loaded.capsule
-    skills = []
-    for t in staged.by_role("skill"):
-        first = next((ln.strip() for ln in (t.text or "").splitlines() if ln.strip()), "")
-        skills.append(murmur_md.ToolEntry(t.name, t.version, t.kind, t.description or first))
-    return murmur_md.Inventory(
-        capsule.name, capsule.version, session_id, url,
-        capsule.inference.model if capsule.inference else None,
-        capsule.context.max_tokens,
-        hooks is not None and hooks.compactor() is not None,
-        tools=[murmur_md.ToolEntry(t.name, t.version, t.kind, t.description) for t in tools.visible()
-               if t.role != "skill"],
-        skills=skills,
-        bound_skill=prep.bound_skill,
-        shell_allow=list(capsule.capabilities.shell_allow),
-    )
+def _launch_warnings(warnings: list[tuple[str, str]], wd: Workdir) -> None:
+    """W-SEC-001/002/005/010 go to stderr and to logs/bootstrap.log (upstream's rule)."""
+    if not warnings:
+        return
+    for code, message in warnings:
+        warn(code, message)
+    _bootstrap_logger(wd)("".join(f"warning[{code}]: {message}\n" for code, message in warnings))
 
 
-def _teardown(hooks: Any, shell: Any, staged: Any, tools: Any, engine: Any, service: Any, trace: Any,
-              otel: Any) -> None:
-    """Undo what the session set up, in order; idempotent (each part closes once)."""
-    if hooks is not None:
-        hooks.close()  # drains async hooks while the trace is still open
-    if shell is not None:
-        shell.close()
-    if staged is not None:
-        staged.cleanup()
-    if tools is not None:
-        tools.close()
-    if engine is not None:
-        engine.progress = None
-    service.stop()
-    if trace is not None:
-        trace.close()
-    if otel is not None:
-        otel.export()  # never raises; bounded by its timeout; failures go to logs/otel.log
-
-
-def _ending(status: str, session_id: str, task: Any, wd: Any, error: Any) -> Ending:
-    """The Ending of a session whose last task was `task` (None: no task ran)."""
-    from mur.a2a.tasks import COMPLETED
-
-    result = task.response if task is not None and task.state == COMPLETED else None
-    path = wd.result if task is not None and wd.result.is_file() else None
-    return Ending(status=status, session_id=session_id, result=result, result_path=path, error=error)
-
-
-def _remove_session_dir(wd: Any) -> None:
+def _remove_session_dir(wd: Workdir) -> None:
     """Remove a session directory that never served (never through a link); best effort."""
     from mur.fsafe import Tree
 
@@ -255,20 +298,21 @@ def _remove_session_dir(wd: Any) -> None:
         pass
 
 
-def _native_grant_warnings(prep: Any) -> None:
+def _native_grant_warnings(checked: CheckedRun) -> None:
     """W-SEC-008 for a grant on a native tool: only known once the artifact's own manifest is resolved."""
     from mur.manifest.grants import native_grant_warning
 
-    for res in prep.resolved.values():
-        grant = prep.loaded.grants.get(res.name)
+    for res in checked.resolved.values():
+        grant = checked.loaded.grants.get(res.name)
         if res.is_native and grant is not None:
             found = native_grant_warning(grant)
             if found is not None:
                 warn(*found)
 
 
-def _otel_exporter(capsule: Any, wd: Any) -> Any:
+def _otel_exporter(checked: CheckedRun, wd: Workdir) -> OtelExporter | None:
     """The OTel span exporter when observability.otel_endpoint is set (spec: "OTel span emission")."""
+    capsule = checked.capsule
     endpoint = capsule.observability.otel_endpoint
     if not endpoint:
         return None
@@ -279,28 +323,7 @@ def _otel_exporter(capsule: Any, wd: Any) -> Any:
     )
 
 
-def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any, staged: Any) -> Any:
-    """Start the shell sandbox when the capsule can spawn subprocesses (E-RUN-012 inside); native
-    tools run in it like shell.allow binaries (mur.session.native)."""
-    from mur.session.launch_checks import needs_subprocesses
-
-    if not needs_subprocesses(prep):
-        return None
-    from mur.sandbox.shell import ShellSandbox
-    from mur.session import native
-
-    caps = prep.loaded.capsule.capabilities
-    natives = [t.name for t in staged.tools.values() if t.kind == "native" and t.exec_path is not None]
-    shell = ShellSandbox(
-        native.SandboxCaps(caps, natives) if natives else caps, wd.accessible, session_id, loaded.network_allow,
-        probe=prep.probe, log=_bootstrap_logger(wd), logs_dir=wd.logs,
-        host_env=native.sandbox_env(wd.session, dict(os.environ)) if natives else None,
-    )
-    shell.launch_warnings = shell.start()
-    return shell
-
-
-def _bootstrap_logger(wd: Any):
+def _bootstrap_logger(wd: Workdir) -> Callable[[str], None]:
     from mur.fsafe import append_text
 
     def log(message: str) -> None:
@@ -310,47 +333,3 @@ def _bootstrap_logger(wd: Any):
             pass
 
     return log
-
-
-def _guest_settings(prep: Any, session_id: str, url: str, wd: Any, staged: Any) -> Any:
-    from mur.session.tools import GuestSettings
-
-    capsule = prep.loaded.capsule
-    caps = capsule.capabilities
-    murmur_vars = {
-        "MURMUR_SESSION_ID": session_id,
-        "MURMUR_CAPSULE_URL": url,
-        "MURMUR_CAPSULE_NAME": capsule.name,
-        "MURMUR_CAPSULE_VERSION": capsule.version,
-    }
-    if capsule.observability.otel_endpoint:
-        murmur_vars["MURMUR_OTEL_ENDPOINT"] = capsule.observability.otel_endpoint
-    extra: dict[str, dict[str, str]] = {}
-    inf = capsule.inference
-    if inf is not None and inf.transport == "http" and inf.driver_artifact:
-        from mur.inference.driver import driver_env  # the inference stack: only when there is a driver
-
-        extra[inf.driver_artifact] = driver_env(inf, prep.loaded.api_key)
-    return GuestSettings(
-        env_allow=list(caps.env.allow),
-        strip_env=list(caps.shell.strip_env) if caps.shell else [],
-        murmur_vars=murmur_vars,
-        limits=caps.limits,
-        ceiling=prep.loaded.network_allow,
-        accessible=wd.accessible,
-        capsule_scope=caps.filesystem.scope,
-        grants=prep.loaded.grants,
-        logs_dir=wd.logs,
-        include_output=capsule.trace.include_tool_output,
-        extra_vars=extra,
-    )
-
-
-def _precompile(tools: Any, staged: Any, prep: Any) -> None:
-    """Compile (or load from the cache) every component before the startup line: no first-call stall;
-    the missing ones compile in parallel (mur.wasm.compile)."""
-    wanted = [(tool.wasm_path, "driver" if tool.role == "driver" else "tool", tool.name)
-              for tool in staged.tools.values() if tool.kind == "wasm" and tool.wasm_path is not None]
-    if prep.capsule_wasm is not None:
-        wanted.append((prep.capsule_wasm, "capsule", prep.loaded.capsule.name))
-    tools.host.engine.prepare(wanted)

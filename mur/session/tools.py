@@ -14,13 +14,17 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mur.errors import MurError
 from mur.fsafe import LinkRefused, Tree, proc_path
 from mur.session.staging import Staged, StagedTool
 from mur.session.workdir import refused
 from mur.trace import events as ev, failures
+
+if TYPE_CHECKING:
+    from mur.sandbox.shell import ShellSandbox
+    from mur.trace.writer import TraceWriter
 
 PROC_FD = "/proc/self/fd"
 # What a shell or native tool sees of the session's identity (upstream: identity env for tools).
@@ -52,12 +56,14 @@ class GuestSettings:
 class SessionTools:
     """The session's tool registry and dispatcher."""
 
-    def __init__(self, staged: Staged, settings: GuestSettings, host: Any, shell: Any, trace: Any):
+    def __init__(self, staged: Staged, settings: GuestSettings, shell: ShellSandbox | None, trace: TraceWriter):
+        from mur.wasm.host import WasmHost
+
         self.staged = staged
         self.settings = settings
-        self.host = host
         self.shell = shell
         self.trace = trace
+        self.host = WasmHost(shell=self.guest_shell)  # the guests' host (a task's own while it runs: serving())
         self.turn = 0
         self.tool_calls = 0
         self.shell_calls = 0
