@@ -12,12 +12,15 @@ manifest's versions are resolved and the lock is written after every pre-check p
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mur.errors import MurError
 
+if TYPE_CHECKING:
+    from mur.manifest import LoadedCapsule
 
-def pinned(loaded: Any) -> Any:
+
+def pinned(loaded: LoadedCapsule) -> LoadedCapsule:
     """`loaded` with each registry artifact's version replaced by its murmur.lock pin (the same
     object when there is no lock)."""
     from mur.artifacts import lock as lockfile

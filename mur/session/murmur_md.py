@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mur import __version__
+
+if TYPE_CHECKING:
+    from mur.session.workdir import Workdir
 
 MAX_DESCRIPTION = 200
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
@@ -168,7 +171,7 @@ def render(inv: Inventory) -> str:
     return "\n".join(lines)
 
 
-def write(wd: Any, inv: Inventory) -> None:
+def write(wd: Workdir, inv: Inventory) -> None:
     """MURMUR.md into the tools' workdir, by rename (never through a link a tool may have left)."""
     from mur.errors import MurError
     from mur.fsafe import Tree

@@ -18,7 +18,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mur.fsafe import Tree
+    from mur.manifest.capsule import Capabilities
+    from mur.resolve.artifacts import ResolvedArtifact
+    from mur.sandbox.result import ShellResult
+    from mur.wasm.types import ToolResult
 
 BIN = "bin"
 
@@ -28,7 +35,7 @@ def exec_dir(session_dir: Path) -> Path:
     return Path(session_dir) / BIN
 
 
-def place(name: str, data: bytes, tool_dir: Any, session_dir: Path) -> Path:
+def place(name: str, data: bytes, tool_dir: Tree, session_dir: Path) -> Path:
     """Write `tools/<name>/<name>` (0755, in `tool_dir`, a mur.fsafe.Tree) and the runtime's copy;
     returns the runtime's copy."""
     fd = tool_dir.create(name, 0o755)
@@ -56,7 +63,7 @@ class SandboxCaps:
     """The capsule's capabilities as the shell sandbox sees them: shell.allow plus the native tools
     (everything else is the capsule's own)."""
 
-    def __init__(self, caps: Any, native: list[str]):
+    def __init__(self, caps: Capabilities, native: list[str]):
         self._caps = caps
         self._native = [n for n in native if n not in caps.shell_allow]
 
@@ -80,7 +87,7 @@ def stdin_for(raw: str, log_path: str | None) -> bytes:
     return json.dumps({"data": raw, "log_path": log_path}).encode()
 
 
-def tool_result(name: str, res: Any) -> Any:
+def tool_result(name: str, res: ShellResult) -> ToolResult:
     """A native run's ShellResult -> ToolResult, as upstream reads it: stdout's JSON object
     (`data` a string, or any other JSON value re-encoded); no stdout -> the exit status; stdout that
     is not JSON -> passed/error by exit status with stdout as data."""
@@ -107,7 +114,7 @@ def tool_result(name: str, res: Any) -> Any:
     return ToolResult(status if status in ("passed", "failed") else "error", summary=summary, data=data)
 
 
-def _limit_note(res: Any) -> str:
+def _limit_note(res: ShellResult) -> str:
     if not getattr(res, "resource_limit", None):
         return ""
     from mur.sandbox.shell import limit_error
@@ -115,7 +122,7 @@ def _limit_note(res: Any) -> str:
     return f" — {limit_error(res).render()}"
 
 
-def stage(res: Any, tool_dir: Any, session_dir: Path) -> Path:
+def stage(res: ResolvedArtifact, tool_dir: Tree, session_dir: Path) -> Path:
     """Stage a resolved native artifact (store `.mur.zip` or local directory); returns the runtime's
     copy. E-IO-003 when the payload is missing."""
     from mur.errors import MurError

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from mur.sandbox.shell import ShellSandbox
     from mur.session.executor import TaskExecutor
     from mur.session.prechecks import CheckedRun
+    from mur.session.staging import Staged
     from mur.session.tools import SessionTools
     from mur.session.workdir import Workdir
     from mur.trace.writer import TraceWriter
@@ -109,6 +110,7 @@ class Session:
         self.status = "failed"  # serve(): what the lifecycle says
         self.serving = False  # the startup line went out
         self.interrupted = False  # a Ctrl-C ended the linger after the last task
+        self.launch_warnings: list[tuple[str, str]] = []  # the shell sandbox's W-SEC-* for this host
         self._stack = ExitStack()
 
     # --- the stages ------------------------------------------------------------------------------
@@ -181,8 +183,7 @@ class Session:
         if checked.prompts.bound_skill is not None:
             tools.hidden.add(checked.prompts.bound_skill)  # the prompt itself: not separately callable
         murmur_md.write(wd, facts.inventory(checked, self.id, self.url, tools, self.hooks))
-        if self.shell is not None:
-            _launch_warnings(self.shell.launch_warnings, wd)
+        _launch_warnings(self.launch_warnings, wd)
         self.reporter.started(facts.startup(checked, self.url, self.id, wd, staged))
         self.serving = True
 
@@ -266,7 +267,7 @@ class Session:
             checked.loaded.network_allow, probe=checked.probe, log=_bootstrap_logger(wd), logs_dir=wd.logs,
             host_env=native.sandbox_env(wd.session, dict(os.environ)) if natives else None,
         )
-        shell.launch_warnings = shell.start()
+        self.launch_warnings = shell.start()
         self._stack.callback(shell.close)
         return shell
 

@@ -17,7 +17,10 @@ through the task's A2A context (mur.a2a.lifecycle), in upstream's order:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mur.a2a.lifecycle import TaskContext
 
 ARTIFACT_LIMIT = 64 * 1024  # bytes of a tool result a stream frame carries
 
@@ -25,7 +28,7 @@ ARTIFACT_LIMIT = 64 * 1024  # bytes of a tool result a stream frame carries
 class TaskStream:
     """Frames of one task, published through `context.emit` (a mur.a2a.lifecycle TaskContext)."""
 
-    def __init__(self, context: Any):
+    def __init__(self, context: TaskContext):
         self.context = context
         self.streamed = False  # emit-chunk was called since the current turn began
 

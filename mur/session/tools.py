@@ -23,8 +23,15 @@ from mur.session.workdir import refused
 from mur.trace import events as ev, failures
 
 if TYPE_CHECKING:
+    from mur.a2a.lifecycle import TaskContext
+    from mur.manifest.capsule import Limits
+    from mur.manifest.grants import ArtifactGrant
+    from mur.manifest.network import AllowEntry
+    from mur.sandbox.result import ShellResult
     from mur.sandbox.shell import ShellSandbox
     from mur.trace.writer import TraceWriter
+    from mur.wasm.host import GuestConfig
+    from mur.wasm.peer import Catalog
 
 PROC_FD = "/proc/self/fd"
 # What a shell or native tool sees of the session's identity (upstream: identity env for tools).
@@ -43,11 +50,11 @@ class GuestSettings:
     env_allow: list[str]
     strip_env: list[str]
     murmur_vars: dict[str, str]
-    limits: Any
-    ceiling: list[Any]
+    limits: Limits
+    ceiling: list[AllowEntry]
     accessible: Path
     capsule_scope: str | None
-    grants: dict[str, Any]
+    grants: dict[str, ArtifactGrant]
     logs_dir: Path | None = None  # guest stdout/stderr go to <logs_dir>/tool-<name>.log
     include_output: bool = False
     extra_vars: dict[str, dict[str, str]] = field(default_factory=dict)  # per-artifact MURMUR_* additions
@@ -106,7 +113,7 @@ class SessionTools:
         return out
 
     @contextlib.contextmanager
-    def serving(self, context: Any, on_chunk: Callable[[str, str], None] | None) -> Iterator[None]:
+    def serving(self, context: TaskContext | None, on_chunk: Callable[[str, str], None] | None) -> Iterator[None]:
         """While one A2A task runs: its tools may ask for input (murmur:task request-input ->
         input-required) and the driver's and tools' chunks become stream frames."""
         from mur.wasm.host import WasmHost
@@ -119,7 +126,7 @@ class SessionTools:
         finally:
             self.host = before
 
-    def catalog(self, session_id: str) -> Any:
+    def catalog(self, session_id: str) -> Catalog:
         """What murmur:artifact-manager lists: the model-visible tools and skills, then the shell binaries."""
         from mur.wasm.peer import Catalog, CatalogEntry
 
@@ -133,7 +140,7 @@ class SessionTools:
 
     # --- guest configuration -----------------------------------------------------------------
 
-    def guest_config(self, tool: StagedTool) -> Any:
+    def guest_config(self, tool: StagedTool) -> GuestConfig:
         """The GuestConfig for a tool or driver: preopen, env, limits, narrowed allow list."""
         from mur.wasm.env import guest_env
         from mur.wasm.host import GuestConfig
@@ -349,7 +356,7 @@ class SessionTools:
                 event[key] = value
         self.trace.emit(ev.TOOL_CALL, **event)
 
-    def _record_shell(self, res: Any) -> None:
+    def _record_shell(self, res: ShellResult) -> None:
         self.shell_calls += 1
         event = {
             "turn": self.turn,
