@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 URL_HELP = ("Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS), or a deployment id "
             "(an SSH deployment is reached through its own SSH forward, closed when the command ends).")
+Url = Annotated[str, typer.Argument(help=URL_HELP)]
 Token = Annotated[Optional[str], typer.Option("--token", help="Bearer token the capsule wants (else MURMUR_A2A_TOKEN).")]
 TokenFile = Annotated[
     Optional[Path], typer.Option("--token-file", help="File holding the bearer token (mode 600).")
@@ -85,90 +86,94 @@ def _reached(target: str, token: str | None, token_file: Path | None, cacert: Pa
         yield url, credentials, (target if url != named.url else None)
 
 
+def send(
+    url: Url,
+    text: str = typer.Argument(..., help="The task text (or the reply to a task waiting for input)."),
+    context: str = typer.Option(None, "--context", help="contextId to continue a threaded conversation."),
+    json_out: bool = typer.Option(False, "--json", help="Print the final task as one JSON line."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for the task to finish (0: forever)."),
+    token: Token = None,
+    token_file: TokenFile = None,
+    cacert: CaCert = None,
+    pin_sha256: Pin = None,
+) -> None:
+    """Send a task to a capsule and print its result."""
+    from mur.a2a.client import send_task, task_text
+    from mur.cli.render import emit_json, note, terminal_safe
+    from mur.errors import MurError
+
+    with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown):
+        task = send_task(base, text, context_id=context, timeout=timeout or None, credentials=credentials,
+                         shown_as=shown)
+    state = task.get("status", {}).get("state")
+    if json_out:
+        emit_json(task)
+        if state in ("failed", "rejected"):
+            raise typer.Exit(1)
+        return
+    if state == "completed":
+        answer = task_text(task)
+        sys.stdout.write(terminal_safe(answer if answer.endswith("\n") or not answer else answer + "\n"))
+        sys.stdout.flush()
+        return
+    if state == "input-required":
+        sys.stdout.write(f"input required: {task_text(task)}\n")
+        sys.stdout.flush()
+        note(f'  reply with: mur send {url} "<answer>"   (task {task.get("id")})')
+        return
+    raise MurError("E-A2A-001", f"task {task.get('id')} {state}: {task_text(task) or 'no message'}")
+
+
+def cancel(
+    url: Url,
+    task_id: str = typer.Argument(..., metavar="TASK_ID", help="The task id (tsk_...) message/send returned."),
+    json_out: bool = typer.Option(False, "--json", help="Print the task as one JSON line."),
+    token: Token = None,
+    token_file: TokenFile = None,
+    cacert: CaCert = None,
+    pin_sha256: Pin = None,
+) -> None:
+    """Cancel a task: queued, waiting for input, or (agent capsules) running, at its next step."""
+    from mur.a2a.client import A2AClient
+    from mur.cli.render import emit_json
+
+    with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown), \
+            A2AClient(base, credentials=credentials, shown_as=shown) as client:
+        task = client.cancel_task(task_id)
+    state = task.get("status", {}).get("state")
+    if json_out:
+        emit_json(task)
+    elif state == "working":  # accepted for a running task: it stops at its next step boundary
+        print(f"{task.get('id')} canceling (it stops before its next step)")
+    else:
+        print(f"{task.get('id')} {state}")
+
+
+def watch(
+    url: Url,
+    task: str = typer.Option(None, "--task", help="Only this task's events; exit when it ends."),
+    token: Token = None,
+    token_file: TokenFile = None,
+    cacert: CaCert = None,
+    pin_sha256: Pin = None,
+) -> None:
+    """Follow a capsule's event stream (stream/watch) until it closes."""
+    from mur.a2a.client import A2AClient
+    from mur.a2a.render import WatchRenderer
+
+    renderer = WatchRenderer()
+    with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown), \
+            A2AClient(base, credentials=credentials, shown_as=shown) as client:
+        for event in client.watch(task_id=task):
+            drawn = renderer.render(event.event, event.data)
+            if drawn.stdout:
+                sys.stdout.write(drawn.stdout)
+                sys.stdout.flush()
+            for line in drawn.stderr:
+                print(line, file=sys.stderr, flush=True)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("send")
-    def send(
-        url: str = typer.Argument(..., help=URL_HELP),
-        text: str = typer.Argument(..., help="The task text (or the reply to a task waiting for input)."),
-        context: str = typer.Option(None, "--context", help="contextId to continue a threaded conversation."),
-        json_out: bool = typer.Option(False, "--json", help="Print the final task as one JSON line."),
-        timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for the task to finish (0: forever)."),
-        token: Token = None,
-        token_file: TokenFile = None,
-        cacert: CaCert = None,
-        pin_sha256: Pin = None,
-    ) -> None:
-        """Send a task to a capsule and print its result."""
-        from mur.a2a.client import send_task, task_text
-        from mur.cli.render import emit_json, note, terminal_safe
-        from mur.errors import MurError
-
-        with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown):
-            task = send_task(base, text, context_id=context, timeout=timeout or None, credentials=credentials,
-                             shown_as=shown)
-        state = task.get("status", {}).get("state")
-        if json_out:
-            emit_json(task)
-            if state in ("failed", "rejected"):
-                raise typer.Exit(1)
-            return
-        if state == "completed":
-            answer = task_text(task)
-            sys.stdout.write(terminal_safe(answer if answer.endswith("\n") or not answer else answer + "\n"))
-            sys.stdout.flush()
-            return
-        if state == "input-required":
-            sys.stdout.write(f"input required: {task_text(task)}\n")
-            sys.stdout.flush()
-            note(f'  reply with: mur send {url} "<answer>"   (task {task.get("id")})')
-            return
-        raise MurError("E-A2A-001", f"task {task.get('id')} {state}: {task_text(task) or 'no message'}")
-
-    @app.command("cancel")
-    def cancel(
-        url: str = typer.Argument(..., help=URL_HELP),
-        task_id: str = typer.Argument(..., metavar="TASK_ID", help="The task id (tsk_...) message/send returned."),
-        json_out: bool = typer.Option(False, "--json", help="Print the task as one JSON line."),
-        token: Token = None,
-        token_file: TokenFile = None,
-        cacert: CaCert = None,
-        pin_sha256: Pin = None,
-    ) -> None:
-        """Cancel a task: queued, waiting for input, or (agent capsules) running, at its next step."""
-        from mur.a2a.client import A2AClient
-        from mur.cli.render import emit_json
-
-        with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown), \
-                A2AClient(base, credentials=credentials, shown_as=shown) as client:
-            task = client.cancel_task(task_id)
-        state = task.get("status", {}).get("state")
-        if json_out:
-            emit_json(task)
-        elif state == "working":  # accepted for a running task: it stops at its next step boundary
-            print(f"{task.get('id')} canceling (it stops before its next step)")
-        else:
-            print(f"{task.get('id')} {state}")
-
-    @app.command("watch")
-    def watch(
-        url: str = typer.Argument(..., help=URL_HELP),
-        task: str = typer.Option(None, "--task", help="Only this task's events; exit when it ends."),
-        token: Token = None,
-        token_file: TokenFile = None,
-        cacert: CaCert = None,
-        pin_sha256: Pin = None,
-    ) -> None:
-        """Follow a capsule's event stream (stream/watch) until it closes."""
-        from mur.a2a.client import A2AClient
-        from mur.a2a.render import WatchRenderer
-
-        renderer = WatchRenderer()
-        with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown), \
-                A2AClient(base, credentials=credentials, shown_as=shown) as client:
-            for event in client.watch(task_id=task):
-                drawn = renderer.render(event.event, event.data)
-                if drawn.stdout:
-                    sys.stdout.write(drawn.stdout)
-                    sys.stdout.flush()
-                for line in drawn.stderr:
-                    print(line, file=sys.stderr, flush=True)
+    app.command("send")(send)
+    app.command("cancel")(cancel)
+    app.command("watch")(watch)

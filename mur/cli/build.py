@@ -83,60 +83,61 @@ def _top_level_keys(path) -> set:
     return set(data) if isinstance(data, dict) else {"runtime"}
 
 
-def register(app: typer.Typer) -> None:
-    class BuildCommand(typer.core.TyperCommand):
-        def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
-            return super().parse_args(ctx, skill_value_explicit(list(args)))
+class BuildCommand(typer.core.TyperCommand):
+    """`mur build`'s parser: `--skill` takes zero or one value (see the module docstring)."""
 
-    @app.command("build", cls=BuildCommand)
-    def build(
-        source: str = typer.Argument(".", help="Artifact source directory (holds murmur.yaml), or the --skill input."),
-        output: Optional[str] = typer.Option(
-            None, "--output", "-o", help="Output .mur.zip path, or an existing directory to write into."
-        ),
-        skill: Optional[str] = typer.Option(
-            None,
-            "--skill",
-            metavar="[NAME|PATH]",
-            help="Package a skill directory or .zip holding SKILL.md (no murmur.yaml needed). A value "
-            "with '/' or '\\' or a leading '.' is the input; any other value is the artifact name.",
-        ),
-        version: Optional[str] = typer.Option(None, "--version", help="With --skill: the version (default 0.1.0)."),
-        summary: Optional[str] = typer.Option(None, "--summary", help="With --skill: the description."),
-        no_compile: bool = typer.Option(False, "--no-compile", help="Do not compile the components for `mur run` now."),
-        json_: bool = typer.Option(False, "--json", help="Print one JSON line (what was built and compiled)."),
-    ) -> None:
-        """Build a .mur.zip from murmur.yaml plus exactly its requires_files (or from a skill, with --skill)."""
-        if skill is None:
-            if version is not None or summary is not None:
-                flag = "--version" if version is not None else "--summary"
-                raise typer.BadParameter(f"{flag} is only valid with --skill", param_hint=flag)
-            from pathlib import Path
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        return super().parse_args(ctx, skill_value_explicit(list(args)))
 
-            from mur.artifacts import operations
-            from mur.artifacts.build import build_artifact
-            from mur.cli.render import StepReporter
 
-            placed = _build_guests(source)
-            if placed is not None:  # a capsule: its components are where `mur run -m` loads them
-                compiled = [] if no_compile else operations.compile_files(placed, StepReporter())
-                if json_:
-                    _emit({"capsule": source, "components": [str(p) for p in placed], "compiled": compiled})
-                    return
-                print(f"Built capsule {Path(source)}: {len(placed)} component{'s' * (len(placed) != 1)} "
-                      f"(run it with: mur run -m {Path(source)})", flush=True)
+def build(
+    source: str = typer.Argument(".", help="Artifact source directory (holds murmur.yaml), or the --skill input."),
+    output: Optional[str] = typer.Option(
+        None, "--output", "-o", help="Output .mur.zip path, or an existing directory to write into."
+    ),
+    skill: Optional[str] = typer.Option(
+        None,
+        "--skill",
+        metavar="[NAME|PATH]",
+        help="Package a skill directory or .zip holding SKILL.md (no murmur.yaml needed). A value "
+        "with '/' or '\\' or a leading '.' is the input; any other value is the artifact name.",
+    ),
+    version: Optional[str] = typer.Option(None, "--version", help="With --skill: the version (default 0.1.0)."),
+    summary: Optional[str] = typer.Option(None, "--summary", help="With --skill: the description."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Do not compile the components for `mur run` now."),
+    json_: bool = typer.Option(False, "--json", help="Print one JSON line (what was built and compiled)."),
+) -> None:
+    """Build a .mur.zip from murmur.yaml plus exactly its requires_files (or from a skill, with --skill)."""
+    if skill is None:
+        if version is not None or summary is not None:
+            flag = "--version" if version is not None else "--summary"
+            raise typer.BadParameter(f"{flag} is only valid with --skill", param_hint=flag)
+        from pathlib import Path
+
+        from mur.artifacts import operations
+        from mur.artifacts.build import build_artifact
+        from mur.cli.render import StepReporter
+
+        placed = _build_guests(source)
+        if placed is not None:  # a capsule: its components are where `mur run -m` loads them
+            compiled = [] if no_compile else operations.compile_files(placed, StepReporter())
+            if json_:
+                _emit({"capsule": source, "components": [str(p) for p in placed], "compiled": compiled})
                 return
-            path = build_artifact(source, output)
-            compiled = [] if no_compile else operations.compile_archives([Path(path).read_bytes()], StepReporter())
-        else:
-            from mur.artifacts.skillbuild import build_skill
-
-            path = build_skill(source, skill, version=version, summary=summary, output=output)
-            compiled = []  # a skill has no component
-        if json_:
-            _emit({"artifact": path, "compiled": compiled})
+            print(f"Built capsule {Path(source)}: {len(placed)} component{'s' * (len(placed) != 1)} "
+                  f"(run it with: mur run -m {Path(source)})", flush=True)
             return
-        print(f"Built artifact: {path}", flush=True)
+        path = build_artifact(source, output)
+        compiled = [] if no_compile else operations.compile_archives([Path(path).read_bytes()], StepReporter())
+    else:
+        from mur.artifacts.skillbuild import build_skill
+
+        path = build_skill(source, skill, version=version, summary=summary, output=output)
+        compiled = []  # a skill has no component
+    if json_:
+        _emit({"artifact": path, "compiled": compiled})
+        return
+    print(f"Built artifact: {path}", flush=True)
 
 
 def _emit(result: dict) -> None:
@@ -144,3 +145,7 @@ def _emit(result: dict) -> None:
     from mur.cli.render import emit_json
 
     emit_json(dict(result, compiled=compiled_json(result["compiled"])))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("build", cls=BuildCommand)(build)

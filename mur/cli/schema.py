@@ -7,17 +7,19 @@ import typer
 KINDS = ("capsule", "artifact")
 
 
+def schema(
+    kind: str = typer.Argument("capsule", metavar="[capsule|artifact]", autocompletion=lambda: list(KINDS),
+                               help="capsule: the murmur.yaml `mur run` reads; artifact: the one `mur build` reads."),
+) -> None:
+    """Print the JSON Schema of a manifest, e.g. `mur schema > murmur.schema.json` for the YAML language server."""
+    if kind not in KINDS:
+        raise typer.BadParameter(f"'{kind}' is not one of: {', '.join(KINDS)}", param_hint="KIND")
+    import json
+
+    from mur.manifest.schema import json_schema
+
+    print(json.dumps(json_schema(kind), indent=2, ensure_ascii=False))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("schema")
-    def schema(
-        kind: str = typer.Argument("capsule", metavar="[capsule|artifact]", autocompletion=lambda: list(KINDS),
-                                   help="capsule: the murmur.yaml `mur run` reads; artifact: the one `mur build` reads."),
-    ) -> None:
-        """Print the JSON Schema of a manifest, e.g. `mur schema > murmur.schema.json` for the YAML language server."""
-        if kind not in KINDS:
-            raise typer.BadParameter(f"'{kind}' is not one of: {', '.join(KINDS)}", param_hint="KIND")
-        import json
-
-        from mur.manifest.schema import json_schema
-
-        print(json.dumps(json_schema(kind), indent=2, ensure_ascii=False))
+    app.command("schema")(schema)

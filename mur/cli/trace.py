@@ -10,24 +10,30 @@ the address matched no session or several.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
 _ADDRESS = "Session address: full id, id suffix, @N (N-th most recent), or a path."
 
+Session = Annotated[Optional[str], typer.Argument(help=f"{_ADDRESS} Default @1.")]
+Workdir = Annotated[
+    Optional[Path], typer.Option("--workdir", help="Directory holding the ses_* session directories (default ./workdir).")
+]
+Manifest = Annotated[
+    Optional[Path], typer.Option("--manifest", "-m", help="Read the sessions of this capsule (its <dir>/workdir).")
+]
+Deployment = Annotated[
+    Optional[str],
+    typer.Option("--deployment", "-d", metavar="ID",
+                 help="Read a deployed session's trace where it runs (SSH: read-only over SFTP)."),
+]
 
-def _workdir_option() -> Optional[Path]:
-    return typer.Option(None, "--workdir", help="Directory holding the ses_* session directories (default ./workdir).")
+app = typer.Typer(help="Read the trace.jsonl a session wrote.", no_args_is_help=True)
 
 
-def _manifest_option() -> Optional[Path]:
-    return typer.Option(None, "--manifest", "-m", help="Read the sessions of this capsule (its <dir>/workdir).")
-
-
-def _deployment_option() -> Optional[str]:
-    return typer.Option(None, "--deployment", "-d", metavar="ID",
-                        help="Read a deployed session's trace where it runs (SSH: read-only over SFTP).")
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="trace")
 
 
 def _only_deployment(deployment: Optional[str], workdir: Optional[Path], manifest: Optional[Path]) -> None:
@@ -75,92 +81,89 @@ def _since(value: Optional[str]) -> Optional[str]:
     return value
 
 
-def register(app: typer.Typer) -> None:
-    trace_app = typer.Typer(help="Read the trace.jsonl a session wrote.", no_args_is_help=True)
+@app.command("show")
+def show(
+    session: Session = None,
+    workdir: Workdir = None,
+    manifest: Manifest = None,
+    deployment: Deployment = None,
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON line (summary + timeline)."),
+) -> None:
+    """Summarize one session's trace and list its events as a timeline."""
+    from mur.cli.render import emit
+    from mur.trace.show import render
+    from mur.trace.summary import show as show_session, summarize
 
-    @trace_app.command("show")
-    def show(
-        session: Optional[str] = typer.Argument(None, help=f"{_ADDRESS} Default @1."),
-        workdir: Optional[Path] = _workdir_option(),
-        manifest: Optional[Path] = _manifest_option(),
-        deployment: Optional[str] = _deployment_option(),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON line (summary + timeline)."),
-    ) -> None:
-        """Summarize one session's trace and list its events as a timeline."""
-        from mur.cli.render import emit
-        from mur.trace.show import render
-        from mur.trace.summary import show as show_session, summarize
+    _only_deployment(deployment, workdir, manifest)
+    if deployment is not None:
+        events, source = _deployed(deployment, session)
+        summary = {**summarize(events, source), "trace": source}
+    else:
+        summary = show_session(session, _sessions_dir(workdir, manifest))
+    emit(summary, json_out, render)
 
-        _only_deployment(deployment, workdir, manifest)
-        if deployment is not None:
-            events, source = _deployed(deployment, session)
-            summary = {**summarize(events, source), "trace": source}
-        else:
-            summary = show_session(session, _sessions_dir(workdir, manifest))
-        emit(summary, json_out, render)
 
-    @trace_app.command("steps")
-    def steps(
-        session: Optional[str] = typer.Argument(None, help=f"{_ADDRESS} Default @1."),
-        verbose: bool = typer.Option(False, "--verbose", "-v",
-                                     help="Add tool inputs, traced outputs and shell commands."),
-        workdir: Optional[Path] = _workdir_option(),
-        manifest: Optional[Path] = _manifest_option(),
-        deployment: Optional[str] = _deployment_option(),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON line (tasks, attempts, turns, calls)."),
-    ) -> None:
-        """Show one session turn by turn: each turn's decision and tokens, and the calls it made."""
-        from mur.cli.render import emit
-        from mur.trace.steps import build_steps, render, show as show_steps
+@app.command("steps")
+def steps(
+    session: Session = None,
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Add tool inputs, traced outputs and shell commands."),
+    workdir: Workdir = None,
+    manifest: Manifest = None,
+    deployment: Deployment = None,
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON line (tasks, attempts, turns, calls)."),
+) -> None:
+    """Show one session turn by turn: each turn's decision and tokens, and the calls it made."""
+    from mur.cli.render import emit
+    from mur.trace.steps import build_steps, render, show as show_steps
 
-        _only_deployment(deployment, workdir, manifest)
-        if deployment is not None:
-            events, source = _deployed(deployment, session)
-            result = {**build_steps(events, source, verbose), "trace": source}
-        else:
-            result = show_steps(session, _sessions_dir(workdir, manifest), verbose)
-        emit(result, json_out, render)
+    _only_deployment(deployment, workdir, manifest)
+    if deployment is not None:
+        events, source = _deployed(deployment, session)
+        result = {**build_steps(events, source, verbose), "trace": source}
+    else:
+        result = show_steps(session, _sessions_dir(workdir, manifest), verbose)
+    emit(result, json_out, render)
 
-    @trace_app.command("diff")
-    def diff(
-        before: Optional[str] = typer.Argument(None, help=f"Run A. {_ADDRESS} Default @2 (with AFTER omitted too)."),
-        after: Optional[str] = typer.Argument(None, help=f"Run B. {_ADDRESS} Default @1."),
-        workdir: Optional[Path] = _workdir_option(),
-        manifest: Optional[Path] = _manifest_option(),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON line (metrics, tool calls compared)."),
-    ) -> None:
-        """Compare two sessions: turns, tokens, calls, latency, status, and the tool-call sequence."""
-        from mur.cli.render import emit
-        from mur.trace.diff import render, show as show_diff
 
-        result = show_diff(before, after, _sessions_dir(workdir, manifest))
-        emit(result, json_out, render)
+@app.command("diff")
+def diff(
+    before: Optional[str] = typer.Argument(None, help=f"Run A. {_ADDRESS} Default @2 (with AFTER omitted too)."),
+    after: Optional[str] = typer.Argument(None, help=f"Run B. {_ADDRESS} Default @1."),
+    workdir: Workdir = None,
+    manifest: Manifest = None,
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON line (metrics, tool calls compared)."),
+) -> None:
+    """Compare two sessions: turns, tokens, calls, latency, status, and the tool-call sequence."""
+    from mur.cli.render import emit
+    from mur.trace.diff import render, show as show_diff
 
-    @trace_app.command("report")
-    def report(
-        sessions: Optional[List[str]] = typer.Argument(None, help=f"Sessions to include. {_ADDRESS} Default: all."),
-        last: Optional[int] = typer.Option(None, "--last", help="Only the N most recently created sessions."),
-        since: Optional[str] = typer.Option(None, "--since", callback=_since,
-                                            help="Only sessions created within this long: 30m, 2h, 1d."),
-        workdir: Optional[Path] = _workdir_option(),
-        manifest: Optional[Path] = _manifest_option(),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON line (sessions, totals, tools)."),
-    ) -> None:
-        """Aggregate several sessions: status breakdown, totals and averages, most used tools."""
-        from mur.cli.render import emit, note
-        from mur.trace.report import report as build_report
-        from mur.trace.report_view import render
+    result = show_diff(before, after, _sessions_dir(workdir, manifest))
+    emit(result, json_out, render)
 
-        if sessions and (last is not None or since is not None):
-            from mur.errors import MurError
 
-            flag = "--since" if since is not None else "--last"
-            raise MurError("E-TRC-002", f"{flag} cannot be combined with explicit session arguments")
-        result = build_report(list(sessions or []), _sessions_dir(workdir, manifest), last=last, since=since)
-        if result["skipped"]:
-            note(f"note: skipped {len(result['skipped'])} incomplete session(s)")
-        for skipped in result["skipped"]:
-            note(f"  {skipped['session']}: [{skipped['code']}] {skipped['message']}")
-        emit(result, json_out, render)
+@app.command("report")
+def report(
+    sessions: Optional[List[str]] = typer.Argument(None, help=f"Sessions to include. {_ADDRESS} Default: all."),
+    last: Optional[int] = typer.Option(None, "--last", help="Only the N most recently created sessions."),
+    since: Optional[str] = typer.Option(None, "--since", callback=_since,
+                                        help="Only sessions created within this long: 30m, 2h, 1d."),
+    workdir: Workdir = None,
+    manifest: Manifest = None,
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON line (sessions, totals, tools)."),
+) -> None:
+    """Aggregate several sessions: status breakdown, totals and averages, most used tools."""
+    from mur.cli.render import emit, note
+    from mur.trace.report import report as build_report
+    from mur.trace.report_view import render
 
-    app.add_typer(trace_app, name="trace")
+    if sessions and (last is not None or since is not None):
+        from mur.errors import MurError
+
+        flag = "--since" if since is not None else "--last"
+        raise MurError("E-TRC-002", f"{flag} cannot be combined with explicit session arguments")
+    result = build_report(list(sessions or []), _sessions_dir(workdir, manifest), last=last, since=since)
+    if result["skipped"]:
+        note(f"note: skipped {len(result['skipped'])} incomplete session(s)")
+    for skipped in result["skipped"]:
+        note(f"  {skipped['session']}: [{skipped['code']}] {skipped['message']}")
+    emit(result, json_out, render)
