@@ -95,7 +95,7 @@ def call_phases(host, cfg, calls: int) -> dict:
 
     from mur.wasm.host import TOOL_RUN, _Output, instantiate
     from mur.wasm.http import OutboundHttp
-    from mur.wasm.linker import CallContext
+    from mur.wasm.callcontext import CallContext
     from mur.wasm.types import ToolInput, input_to_value, result_from_value
 
     def faults() -> int:

@@ -78,6 +78,32 @@ def test_no_import_cycle_between_packages():
     assert cycles(package_graph()) == []
 
 
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the mur modules it imports (anywhere in the file: lazy and TYPE_CHECKING imports too)."""
+    modules = {".".join(path.relative_to(MUR.parent).with_suffix("").parts).removesuffix(".__init__"): path
+               for path in MUR.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = set()
+        for name in imported_modules(path):
+            parts = name.split(".")
+            known = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules), None)
+            if known is not None and known != module:
+                targets.add(known)
+        graph[module] = targets
+    return graph
+
+
+# Packages whose rework is under way elsewhere (issue 30, item 5: sandbox/access <-> sandbox/ancestors;
+# the image package): their cycles are theirs to remove, and this list goes with them.
+PENDING = ("mur.sandbox", "mur.image")
+
+
+def test_no_import_cycle_between_modules():
+    found = [c for c in cycles(module_graph()) if not all(package_of(m) in PENDING for m in c)]
+    assert found == []
+
+
 def test_nothing_below_the_cli_imports_it():
     assert sorted(p for p, targets in package_graph().items() if "mur.cli" in targets and p != "mur.__main__") == []
 

@@ -89,16 +89,20 @@ def archive_components(data: bytes) -> list[Any]:
 def compile_archives(archives: list[bytes], reporter: Reporter = QUIET) -> list[Any]:
     """Compile the components of these `.mur.zip` bytes into the engine cache, in parallel."""
     from mur.wasm.compile import ensure_compiled
+    from mur.wasm.engine import WasmEngine
 
     sources = [src for data in archives for src in archive_components(data)]
-    return ensure_compiled(sources, reporter=reporter) if sources else []
+    return ensure_compiled(sources, engine=WasmEngine(), reporter=reporter) if sources else []
 
 
 def compile_files(paths: list[Path], reporter: Reporter = QUIET) -> list[Any]:
     """Compile these .wasm files (a capsule dir's built components) into the engine cache, in parallel."""
     from mur.wasm.compile import Source, ensure_compiled
+    from mur.wasm.engine import WasmEngine
 
-    return ensure_compiled([Source(_shown(Path(p)), path=Path(p)) for p in paths], reporter=reporter) if paths else []
+    if not paths:
+        return []
+    return ensure_compiled([Source(_shown(Path(p)), path=Path(p)) for p in paths], engine=WasmEngine(), reporter=reporter)
 
 
 def _shown(path: Path) -> str:

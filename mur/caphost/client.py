@@ -41,7 +41,7 @@ def wanted(args: list[str]) -> bool:
 def host_command(sock_path: Path, key: str) -> list[str]:
     if getattr(sys, "frozen", False):  # the runtime bundle: its executable is mur itself
         return [sys.executable, "__capsule-host", str(sock_path), key]
-    return [sys.executable, "-P", "-m", "mur.cli.capsulehost", str(sock_path), key]
+    return [sys.executable, "-P", "-m", "mur", "__capsule-host", str(sock_path), key]
 
 
 def _connect(path: Path) -> socket.socket | None:

@@ -1,10 +1,11 @@
 """The capsule host process: import the runtime once, then fork a capsule for each client.
 
-    python -P -m mur.cli.capsulehost SOCKET KEY      (started by mur.caphost.client; the runtime
-                                                     bundle: `mur __capsule-host SOCKET KEY`)
+    mur __capsule-host SOCKET KEY      (started by mur.caphost.client: `python -P -m mur ...`, or the
+                                       runtime bundle's executable)
 
-It lives with the CLI because what it runs in each capsule is the CLI (mur.cli.main); the client,
-the wire format and the security context are below it, in mur.caphost.
+It lives with the CLI because what it runs in each capsule is the CLI: mur.cli.main hands it its own
+entry point (so this module never imports it back); the client, the wire format and the security
+context are below it, in mur.caphost.
 
 Single-threaded (a fork copies only the calling thread): one selector over the listening socket, the
 SIGCHLD wake-up pipe and each client's connection. It holds `<socket>.lock` (flock) for its life, so
@@ -36,6 +37,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 from mur.caphost import context, wire
 
@@ -51,8 +53,8 @@ PRELOAD = (
     "mur.session.driver", "mur.session.hookwiring", "mur.manifest", "mur.manifest.capsule", "mur.manifest.config",
     "mur.resolve.artifacts", "mur.artifacts.installed", "mur.artifacts.package", "mur.trace.writer",
     "mur.sandbox.scope", "mur.sandbox.probe", "mur.sandbox.shell", "mur.a2a.lifecycle", "mur.a2a.listen",
-    "mur.a2a.server", "mur.a2a.guard", "mur.wasm.host", "mur.wasm.engine", "mur.wasm.linker",
-    "mur.wasm.compile", "mur.wasm.tierup", "mur.inference.driver", "mur.inference.loop", "mur.hooks.launch",
+    "mur.a2a.server", "mur.a2a.guard", "mur.wasm.host", "mur.wasm.engine", "mur.wasm.linker", "mur.wasm.callcontext",
+    "mur.wasm.compile", "mur.wasm.cachekey", "mur.wasm.tierup", "mur.inference.driver", "mur.inference.loop", "mur.hooks.launch",
     "wasmtime", "wasmtime.component", "dotenv", "yaml",
 )
 
@@ -67,9 +69,10 @@ def preload() -> None:
 
 
 class Host:
-    def __init__(self, path: str, idle: float):
+    def __init__(self, path: str, idle: float, cli: Callable[[list[str]], None]):
         self.path = path
         self.idle = idle
+        self.cli = cli  # what a capsule runs: mur.cli.main.main
         self.selector = selectors.DefaultSelector()
         self.children: dict[int, socket.socket] = {}  # capsule pid -> its client's connection
         self.last_busy = time.monotonic()
@@ -243,7 +246,7 @@ class Host:
             os.close(go_r)
             os.setsid()
             _die_with_parent(host)  # the host gone means its client heard EOF and gave the capsule up
-            code = run_capsule(request, fds)
+            code = run_capsule(request, fds, self.cli)
         except BaseException:  # noqa: BLE001 - a capsule's failure must never reach the host's loop
             traceback.print_exc()
         finally:
@@ -305,8 +308,9 @@ def _die_with_parent(host: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run_capsule(request: dict, fds: list[int]) -> int:
-    """In the forked capsule: the client's stdio, environment, directory and arguments, then `mur`."""
+def run_capsule(request: dict, fds: list[int], cli: Callable[[list[str]], None]) -> int:
+    """In the forked capsule: the client's stdio, environment, directory and arguments, then `mur`
+    (`cli`, mur.cli.main.main)."""
     for target, fd in enumerate(fds):
         if fd != target:
             os.dup2(fd, target)
@@ -326,10 +330,8 @@ def run_capsule(request: dict, fds: list[int]) -> int:
     import random
 
     random.seed()  # every capsule forks the host's state: none may share its sequence
-    from mur.cli.main import main
-
     try:
-        main(argv)
+        cli(argv)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -357,9 +359,10 @@ def _reopen_stdio(unbuffered: bool) -> None:
         setattr(sys, f"__{name}__", stream)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], cli: Callable[[list[str]], None]) -> int:
+    """`mur __capsule-host SOCKET KEY`: serve capsules, each running `cli` (mur.cli.main.main)."""
     if len(argv) != 2:
-        print("usage: python -m mur.cli.capsulehost SOCKET KEY", file=sys.stderr)
+        print("usage: mur __capsule-host SOCKET KEY", file=sys.stderr)
         return 2
     path, key = argv
     if wire.code_key() != key:
@@ -368,13 +371,9 @@ def main(argv: list[str]) -> int:
         idle = float(os.environ.get(IDLE_ENV, "") or DEFAULT_IDLE)
     except ValueError:
         idle = DEFAULT_IDLE
-    host = Host(path, idle)
+    host = Host(path, idle, cli)
     if not host.listen():
         return 0  # another host took it
     preload()
     host.serve()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -74,7 +74,7 @@ def _fast(args: list[str]) -> bool:
     if args[:1] == ["__capsule-host"]:  # the runtime bundle's capsule host (mur.caphost.client.host_command)
         from mur.cli.capsulehost import main as capsule_host
 
-        sys.exit(capsule_host(args[1:]))
+        sys.exit(capsule_host(args[1:], main))
     if args[:1] == ["run"] and os.environ.get("MUR_CAPSULE_HOST"):  # a service's run, forked by the host
         from mur.caphost.client import run_via_host, wanted
 

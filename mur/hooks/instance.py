@@ -30,7 +30,8 @@ from mur.wasm.engine import WasmEngine
 from mur.wasm.host import GuestConfig, LiveInstance, OutputTail, instantiate
 from mur.wasm.http import OutboundHttp
 from mur.wasm.limits import GuestError, classify_call_failure, deadline_ticks
-from mur.wasm.linker import HOOK_LIFECYCLE, LIFECYCLE_FUNCS, CallContext
+from mur.wasm.callcontext import CallContext
+from mur.wasm.linker import HOOK_LIFECYCLE, LIFECYCLE_FUNCS
 
 REQUIRED = ("on-session-start", "on-inference", "on-tool-call", "on-shell", "on-compaction", "on-session-end")
 MISSING = object()  # an optional export the component does not have

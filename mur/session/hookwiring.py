@@ -7,12 +7,24 @@ wrote for an allow-listed binary replace the staged tool's, so the model sees th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
     from mur.hooks.hookset import HookSet
-    from mur.session.runner import Session
+    from mur.session.prechecks import CheckedRun
     from mur.session.staging import Staged
+    from mur.session.tools import SessionTools
+    from mur.session.workdir import Workdir
+    from mur.trace.writer import TraceWriter
+
+
+class StartedSession(Protocol):
+    """What the hooks are built from: a mur.session.runner.Session whose guests' host is started."""
+
+    checked: CheckedRun
+    tools: SessionTools
+    trace: TraceWriter
+    wd: Workdir
 
 
 def describe_staged(staged: Staged) -> Callable[[str, dict[str, Any]], None]:
@@ -30,7 +42,7 @@ def describe_staged(staged: Staged) -> Callable[[str, dict[str, Any]], None]:
     return describe
 
 
-def session_hooks(session: Session, *, model_client: Any = None, **options: Any) -> HookSet | None:
+def session_hooks(session: StartedSession, *, model_client: Any = None, **options: Any) -> HookSet | None:
     """build_hooks for a session whose guests' host is started (its `tools`, `trace` and `wd`).
 
     The hooks' run-inference goes through the capsule's driver unless `model_client` is given;

@@ -207,11 +207,12 @@ def _store_payload(name: str, archive_sha256: str, entry: str, archive: Any, sta
     or, where that cache is not private or cannot be written, a copy in this session's private
     directory."""
     from mur.wasm import sources
-    from mur.wasm.engine import _private_dir, default_cache_dir
+    from mur.wasm.compile import private_cache_dir
+    from mur.wasm.engine import default_cache_dir
 
     cache = default_cache_dir()
     payload = None
-    if _private_dir(cache):
+    if private_cache_dir(cache):
         digest = sources.remembered_entry(archive_sha256, entry)
         kept = sources.trusted_kept(cache, digest) if digest is not None else None
         if kept is not None:

@@ -86,18 +86,26 @@ class Compiled:
                 "seconds": round(self.seconds, 2), "detail": self.detail or None}
 
 
-def ensure_compiled(sources: Sequence[Source], *, engine: Any = None, reporter: Reporter = QUIET,
-                    jobs: int | None = None) -> list[Compiled]:
-    """Every source's entry in `engine`'s cache (a mur.wasm.engine.WasmEngine; default: a new one on
-    today's cache dir), compiling the missing ones in parallel; one Compiled per source, in order (a
-    digest seen twice is compiled once)."""
-    from mur.wasm.engine import WasmEngine, _private_dir
+def private_cache_dir(path: Path) -> bool:
+    """Create `path` 0700 if missing; True when it is ours and not writable by others (only then is
+    a compiled entry in it trusted, or written)."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not (st.st_mode & 0o022)
 
-    engine = engine if engine is not None else WasmEngine()
+
+def ensure_compiled(sources: Sequence[Source], *, engine: Any, reporter: Reporter = QUIET,
+                    jobs: int | None = None) -> list[Compiled]:
+    """Every source's entry in `engine`'s cache (a mur.wasm.engine.WasmEngine, or anything with its
+    `engine`, `cache_dir` and `cache_path`), compiling the missing ones in parallel; one Compiled per
+    source, in order (a digest seen twice is compiled once)."""
     results: dict[int, Compiled] = {}
     todo: dict[str, tuple[Source, Path]] = {}  # digest -> (first source, cache file)
     waiting: dict[str, list[int]] = {}  # digest -> indexes of the sources that share it
-    usable = _private_dir(engine.cache_dir)
+    usable = private_cache_dir(engine.cache_dir)
     for i, src in enumerate(sources):
         try:
             is_component = src.head() == COMPONENT_PREAMBLE

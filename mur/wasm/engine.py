@@ -31,83 +31,28 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import os
-import platform
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 from mur.fsutil import file_sha256, mark_used  # noqa: F401 - file_sha256 is re-exported (wasm.build, tests)
-from mur.paths import cache_root
 from mur.wasm import sources
-from mur.wasm.compile import compiling, run_interruptibly, store  # noqa: F401 - compiling: mur.cli.run
+from mur.wasm.cachekey import (  # noqa: F401 - re-exported: what names an entry (gc, deploy's precompile, tests)
+    ENGINE_SETTINGS, FAST, OPTIMIZED, TIERS, default_cache_dir, engine_config, engine_fingerprint, entry_path,
+    fingerprints,
+)
+from mur.wasm.compile import compiling, private_cache_dir, run_interruptibly, store  # noqa: F401 - compiling: mur.cli.run
 from mur.wasm.limits import EpochTicker, GuestError
 
-ENGINE_SETTINGS = "component-model,epoch-interruption"
-OPTIMIZED, FAST = "optimized", "fast"
-TIERS = (OPTIMIZED, FAST)
 # A component smaller than this compiles optimized at once (well under a second): no tiering.
 TIER_MIN_BYTES = 1 << 20
 TIERING_ENV = "MUR_WASM_TIERING"
-_WINCH = 2  # wasmtime_strategy_t: WASMTIME_STRATEGY_WINCH (wasmtime-py's setter names only auto and cranelift)
-
-
-@functools.lru_cache(maxsize=None)
-def wasmtime_version() -> str:
-    """The installed wasmtime-py version (also the embedded wasmtime's major version)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("wasmtime")
-    except metadata.PackageNotFoundError:  # pragma: no cover - wasmtime is a hard dependency
-        return "unknown"
-
-
-def default_cache_dir() -> Path:
-    return cache_root() / "wasm"
-
-
-@functools.lru_cache(maxsize=None)
-def engine_fingerprint(tier: str = OPTIMIZED) -> str:
-    settings = ENGINE_SETTINGS if tier == OPTIMIZED else f"{ENGINE_SETTINGS},winch"
-    text = f"wasmtime {wasmtime_version()}; {settings}; {platform.machine()}; {sys.platform}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def fingerprints() -> dict[str, str]:
-    """The fingerprint of each tier (what `mur gc` keeps)."""
-    return {tier: engine_fingerprint(tier) for tier in TIERS}
 
 
 def tiering_enabled() -> bool:
     return os.environ.get(TIERING_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
-
-
-def _private_dir(path: Path) -> bool:
-    """Create `path` 0700 if missing; True when it is ours and not writable by others."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = path.stat()
-    except OSError:
-        return False
-    return st.st_uid == os.geteuid() and not (st.st_mode & 0o022)
-
-
-def engine_config(tier: str = OPTIMIZED) -> Any:
-    """A wasmtime Config with the runtime's settings (ENGINE_SETTINGS); deploy's precompile builds on it."""
-    from wasmtime import Config
-
-    config = Config()
-    config.wasm_component_model = True
-    config.epoch_interruption = True
-    if tier == FAST:
-        from wasmtime import _ffi
-
-        _ffi.wasmtime_config_strategy_set(config.ptr(), _WINCH)
-    return config
 
 
 @functools.lru_cache(maxsize=None)
@@ -177,7 +122,7 @@ class WasmEngine:
         self._components.clear()
 
     def cache_path(self, digest: str, tier: str | None = None) -> Path:
-        return self.cache_dir / f"{digest}.{engine_fingerprint(tier or self.tier or OPTIMIZED)}.cwasm"
+        return entry_path(self.cache_dir, digest, tier or self.tier or OPTIMIZED)
 
     # --- what a path holds -------------------------------------------------------------------
 
@@ -216,7 +161,7 @@ class WasmEngine:
         from wasmtime import WasmtimeError
 
         path = Path(path)
-        usable = _private_dir(self.cache_dir)
+        usable = private_cache_dir(self.cache_dir)
         item = self._identify(path, usable)
         item.who = _who(path, kind, label)
         with self._lock:
@@ -265,7 +210,7 @@ class WasmEngine:
         and imports no wasmtime until its first task."""
         from mur.wasm.compile import compile_parallel
 
-        usable = _private_dir(self.cache_dir)
+        usable = private_cache_dir(self.cache_dir)
         items = []
         for path, kind, label in wanted:
             item = self._identify(Path(path), usable)

@@ -35,7 +35,8 @@ from mur.wasm.limits import (
     classify_instantiate_failure,
     deadline_ticks,
 )
-from mur.wasm.linker import CAPSULE_RUN, TOOL_RUN, CallContext, shared_linker
+from mur.wasm.callcontext import CallContext
+from mur.wasm.linker import CAPSULE_RUN, TOOL_RUN, shared_linker
 from mur.wasm.types import ToolInput, ToolResult, input_to_value, result_from_value
 
 OUTPUT_TAIL_BYTES = 64 * 1024

@@ -21,7 +21,7 @@ below.
 One linker per engine serves every guest call (building one costs about a third of a
 millisecond, and closing one as much again): its host functions close over nothing per call. Each
 call's grants live in a CallContext carried as its Store's data, and every import reads them from
-the Store it is called with (:func:`call_context`), so call A's grants cannot be reached from call
+the Store it is called with (mur.wasm.callcontext), so call A's grants cannot be reached from call
 B's Store. Every import is wrapped in mur.wasm.interrupt.host_import, so a Ctrl-C (or SIGTERM's Terminated) raised while one runs traps the guest instead of escaping
 wasmtime-py's ctypes trampoline.
 """
@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from mur.errors import MurError
-from mur.wasm.http import OutboundHttp
+from mur.wasm.callcontext import call_context
 from mur.wasm.interrupt import host_import
 from mur.wasm.types import ToolInput, ToolResult, input_from_value, result_to_value
 
@@ -56,24 +55,6 @@ NO_INFERENCE = "no inference driver is configured for this capsule"
 NO_REGISTRY = "tool registry is not available to this guest"
 
 
-@dataclass
-class CallContext:
-    """Everything the host imports of one guest call may use."""
-
-    kind: str
-    label: str
-    http: OutboundHttp
-    invoke: Callable[[str, ToolInput], ToolResult] | None = None
-    shell: Callable[..., Any] | None = None
-    request_input: Callable[[str], str] | None = None
-    on_chunk: Callable[[str, str], None] | None = None
-    run_inference: Callable[[Any], Any] | None = None
-    catalog: Any = None  # mur.wasm.peer.Catalog: the session inventory artifact-manager answers from
-    on_send: Callable[[dict], None] | None = None  # each murmur:message/send that reached a peer (trace)
-    engine: Any = None  # the wasmtime Engine of this call's Store (wasi:http's helper is per engine)
-    wasi_http: Any = None  # mur.wasm.wasi_http's helper instance in this Store, made on first use
-
-
 def _record(**fields: Any) -> Any:
     from wasmtime.component import Record
 
@@ -87,19 +68,6 @@ def _field(obj: Any, name: str, default: Any = None) -> Any:
     if isinstance(obj, dict):
         return obj.get(name, default)
     return getattr(obj, name, default)
-
-
-def call_context(store: Any) -> CallContext:
-    """The CallContext of the guest call running in `store` (a Store or a host import's StoreContext).
-
-    wasmtime-py's StoreContext has no ``data()`` (its Store does, reading the context pointer both
-    share), so the Store method is applied to it directly."""
-    from wasmtime import Store
-
-    ctx = Store.data(store)
-    if not isinstance(ctx, CallContext):  # a Store mur did not create: no grants at all
-        raise MurError("E-RUN-001", "host import called from a store without a mur call context")
-    return ctx
 
 
 def _invoke(store: Any, name: str, value: Any) -> Any:

@@ -64,7 +64,7 @@ def _summary(entry: CatalogEntry) -> Any:
 
 
 def _catalog(store: Any) -> Catalog | None:
-    from mur.wasm.linker import call_context
+    from mur.wasm.callcontext import call_context
 
     return call_context(store).catalog
 
@@ -119,7 +119,7 @@ def peer_url(text: str) -> str:
 
 def send(store: Any, peer: str, message: Any) -> Any:
     """`message/send`: one A2A message to a peer capsule; ok(task-result) or err(reason)."""
-    from mur.wasm.linker import call_context
+    from mur.wasm.callcontext import call_context
 
     ctx = call_context(store)
     url = peer_url(peer)

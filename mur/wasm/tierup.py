@@ -74,13 +74,12 @@ def _lower_priority() -> None:
 def compile_one(cache_dir: Path, digest: str) -> str:
     """Compile one digest's kept source into its optimized entry: compiled, present, busy or why not."""
     from mur.wasm import sources
-    from mur.wasm.compile import store
-    from mur.wasm.engine import OPTIMIZED, WasmEngine, _private_dir
+    from mur.wasm.cachekey import OPTIMIZED, engine_config, entry_path
+    from mur.wasm.compile import private_cache_dir, store
 
-    if not _private_dir(cache_dir):
+    if not private_cache_dir(cache_dir):
         return "cache directory is not private"
-    engine = WasmEngine(cache_dir=cache_dir, tier=OPTIMIZED)
-    target = engine.cache_path(digest)
+    target = entry_path(cache_dir, digest, OPTIMIZED)
     if target.is_file():
         return "present"
     lock = cache_dir / f"{LOCK_PREFIX}{digest}.lock"
@@ -101,9 +100,10 @@ def compile_one(cache_dir: Path, digest: str) -> str:
         data = source.read_bytes()
         if hashlib.sha256(data).hexdigest() != digest:
             return "kept source does not match its digest"
+        from wasmtime import Engine
         from wasmtime.component import Component
 
-        blob = bytes(Component(engine.engine, data).serialize())
+        blob = bytes(Component(Engine(engine_config(OPTIMIZED)), data).serialize())
         why = store(target, blob)
         return why or "compiled"
     finally:

@@ -275,7 +275,7 @@ def handle(store: Any, request: Any, options: Any) -> Any:
 
     from mur.manifest.network import url_allowed
     from mur.wasm.http import _redact
-    from mur.wasm.linker import call_context
+    from mur.wasm.callcontext import call_context
 
     ctx = call_context(store)
     helper = ctx.wasi_http

@@ -18,6 +18,7 @@ import mur.wasm.linker as linker_mod
 from mur.errors import MurError
 from mur.manifest.capsule import Limits
 from mur.manifest.network import parse_allow_list
+from mur.wasm.callcontext import call_context
 from mur.wasm.host import GuestConfig, WasmHost
 from mur.wasm.limits import GuestError
 from mur.wasm.linker import shared_linker
@@ -125,7 +126,7 @@ def test_a_store_without_a_call_context_gets_no_host_import(engine, counter_wasm
     from wasmtime import Store
 
     with pytest.raises(MurError) as info:
-        linker_mod.call_context(Store(engine.engine))
+        call_context(Store(engine.engine))
     assert info.value.code == "E-RUN-001"
 
 
