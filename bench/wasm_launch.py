@@ -34,9 +34,9 @@ import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 from mur.manifest.capsule import Limits
+from mur.testing.toolregistry import ToolRegistry
 from mur.wasm.engine import WasmEngine
 from mur.wasm.host import GuestConfig, WasmHost
-from mur.wasm.registry import ToolRegistry
 cache, hello, work = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 t1 = time.perf_counter()
 engine = WasmEngine(cache_dir=cache)

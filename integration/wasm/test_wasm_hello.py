@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from mur.manifest.capsule import Limits
+from mur.testing.toolregistry import ToolRegistry
 from mur.wasm.build import build_guest_dir
 from mur.wasm.env import guest_env
 from mur.wasm.host import GuestConfig, WasmHost
-from mur.wasm.registry import ToolRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 HELLO = ROOT / "examples" / "hello"

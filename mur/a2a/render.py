@@ -22,7 +22,6 @@ WIDTH = 80
 class Rendered:
     stdout: str = ""
     stderr: list[str] = field(default_factory=list)
-    closed: bool = False  # the capsule said it closed the stream
 
 
 def short_context(context_id: str) -> str:
@@ -66,7 +65,6 @@ class WatchRenderer:
             out.stderr.append("[murmur] warning: this watcher fell behind the stream; reconnecting")
         elif event == "capsule-closed":
             out.stderr.append("[murmur] capsule closed")
-            out.closed = True
         elif event == "status":
             out.stdout = self._status(data)
         elif event == "artifact":

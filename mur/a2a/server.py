@@ -21,15 +21,13 @@ mur/a2a/guard.py (head deadline, connection cap, write-stall deadline).
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
-import ipaddress
 import logging
 import re
 import socket
 import threading
 import time
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -38,7 +36,7 @@ from mur import ids
 from mur.a2a import protocol as rpc
 from mur.a2a.auth import DoorAuth, bearer_matches, token_in_query
 from mur.a2a.guard import GuardedH11Protocol
-from mur.a2a.listen import DoorLimits, bind_socket, capsule_url  # noqa: F401 - bind_socket, capsule_url: re-exported
+from mur.a2a.listen import DoorLimits
 from mur.a2a.sse import CLOSED, HEARTBEAT, LAGGED, EventHub, Frame, format_frame
 from mur.a2a.tasks import INPUT_REQUIRED, SUBMITTED, Task, TaskRegistry
 from mur.errors import MurError

@@ -23,7 +23,6 @@ SIGTERMed. With no capsule and no client for MUR_CAPSULE_HOST_IDLE_SECS (default
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import gc
 import importlib

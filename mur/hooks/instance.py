@@ -2,8 +2,8 @@
 
 Upstream (capsule-runtime `hooks.rs`) instantiates every hook exactly once and keeps its Store for
 the session, so a hook can keep state in memory across lifecycle calls (murmur-hook-eval collects
-the tool calls it saw and scores them at on-session-end). `WasmHost.call_export` gives every call a
-fresh Store, which would lose that state, so hooks get their own long-lived instance here, built
+the tool calls it saw and scores them at on-session-end). `WasmHost` gives every call a fresh
+Store, which would lose that state, so hooks get their own long-lived instance here, built
 from the same pieces (`WasmEngine` compile cache, `build_linker` imports, store limits, epoch
 deadlines, the failure classification of mur.wasm.limits), through mur.wasm.host.instantiate.
 

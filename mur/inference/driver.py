@@ -23,9 +23,6 @@ from mur.inference.continuation import KEY
 from mur.inference.messages import estimate_tokens, from_driver_reply, to_driver_payload
 from mur.inference.provider import ProviderError, RetryPolicy, parse_retry_after, with_retries
 
-DEFAULT_MAX_TOKENS = 8192
-
-
 def driver_env(inference: Any | None, api_key: str | None = None) -> dict[str, str]:
     """The MURMUR_INFERENCE_* variables for a driver (and every hook) WASI env, per the spec table.
 

@@ -44,7 +44,6 @@ class ArtifactManifest:
     implementation: str | None = None
     execution: str | None = None
     requires_files: tuple[str, ...] = ()
-    requires_files_declared: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -130,8 +129,7 @@ def _parse_artifact_manifest(text: str) -> ArtifactManifest:
                 f"(expected one of: wasm, native, static, got {execution})",
             )
         execution = execution.lower()
-    declared = "requires_files" in root
-    if declared:
+    if "requires_files" in root:
         files = root["requires_files"]
         if not isinstance(files, list):
             raise invalid_type("requires_files", "sequence of strings", files)
@@ -149,7 +147,6 @@ def _parse_artifact_manifest(text: str) -> ArtifactManifest:
         implementation=implementation,
         execution=execution,
         requires_files=requires,
-        requires_files_declared=declared,
         extra=extra,
     )
 

@@ -26,7 +26,6 @@ PosInt = Annotated[int, Field(gt=0, le=I64_MAX)]
 
 ROLES = ("tool", "driver", "hook", "skill")
 CONTAINMENT_CLASSES = ("advisory", "scoped", "sealed")
-SCORER_TYPES = ("exit_ok", "max_turns", "max_tokens", "tool_sequence", "llm_judge")
 
 
 class Model(BaseModel):

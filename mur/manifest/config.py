@@ -16,8 +16,6 @@ unknown keys are ignored (they may belong to a newer mur).
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,23 +134,6 @@ BUILTIN_DEFAULT: dict[str, Any] = {
         "sources": [{"name": "official", "type": "github", "repo": "murmur-nexus/default-artifacts"}],
     }
 }
-
-
-def resolve_source_token(entry: dict[str, Any], env: dict[str, str] | None = None) -> str | None:
-    """A registry source's token as upstream reads it: `${VAR}` -> that variable (None when unset);
-    a bare UPPER_SNAKE name -> that variable, or the literal when unset; anything else -> the
-    literal; no token -> GITHUB_TOKEN."""
-    env = dict(os.environ) if env is None else env
-    token = entry.get("token")
-    if not isinstance(token, str) or not token.strip():
-        return env.get("GITHUB_TOKEN") or None
-    token = token.strip()
-    match = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", token)
-    if match:
-        return env.get(match.group(1)) or None
-    if re.fullmatch(r"[A-Z_][A-Z0-9_]*", token):
-        return env.get(token) or token
-    return token
 
 
 def load_config(cwd: Path | None = None, home: Path | None = None,

@@ -69,16 +69,6 @@ class Floor:
     source: str  # "manifest" | "config" | "cli" | "default"
 
 
-def parse_class(value: str, what: str = "--containment") -> str:
-    """Validate a containment class name (usage error text for CLI flags)."""
-    if value not in CLASS_RANK:
-        raise MurError(
-            "E-MAN-003",
-            f"invalid {what} value '{value}': must be one of: advisory, scoped, sealed",
-        )
-    return value
-
-
 def effective_floor(manifest: str | None, config: str | None, cli: str | None) -> Floor:
     """Strongest of the three sources; ties are credited to the first of manifest, config, cli."""
     best: Floor | None = None

@@ -89,20 +89,6 @@ def valid_host(host: str) -> bool:
     return all(_LABEL.match(label) for label in name.split("."))
 
 
-def is_loopback_host(host: str) -> bool:
-    """`localhost` or an IP literal for which Rust's IpAddr::is_loopback holds (127.0.0.0/8, ::1)."""
-    host = host.strip().lower()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if host == "localhost":
-        return True
-    try:
-        ip = ip_literal(host)
-    except ValueError:
-        return False
-    return ip is not None and ip.is_loopback
-
-
 def _port(entry: str, text: str) -> int:
     if not text.isdigit():
         raise _bad(entry, "invalid port number")

@@ -206,7 +206,7 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _tb: TracebackType | None) -> None:
         self.teardown(exc)
 
     def ending(self) -> Ending:
@@ -271,7 +271,7 @@ class Session:
         self._stack.callback(shell.close)
         return shell
 
-    def _discard_unserved(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+    def _discard_unserved(self, kind: type[BaseException] | None, _exc: BaseException | None, _tb: Any) -> bool:
         """The undo of creating the session directory: a Ctrl-C before the startup line (compiling,
         staging) leaves nothing of this session behind; anything else keeps its logs."""
         if kind is not None and issubclass(kind, KeyboardInterrupt) and not self.serving:

@@ -22,6 +22,3 @@ NETWORK_DENIED = "network_denied"
 HOOK_DISPATCH_ERROR = "hook_dispatch_error"
 A2A_SEND = "a2a_send"  # a capsule's murmur:message/send reached a peer (upstream's event)
 
-EVENT_TYPES = (SESSION_START, SESSION_END, TASK_START, TASK_END, TASK_REOPENED, A2A_TASK_RECEIVED, INFERENCE,
-               TOOL_CALL, SKILL_CALL, SHELL, COMPACTION, NETWORK_DENIED, HOOK_DISPATCH_ERROR, A2A_SEND)
-COMMON_FIELDS = ("event_type", "session_id", "timestamp")  # on every line

@@ -33,11 +33,6 @@ def fmt_avg(value: float | None) -> str:
     return NOTHING if value is None else f"{value:.0f}"
 
 
-def fmt_avg_ms(value: float | None) -> str:
-    """An average duration (whole milliseconds, as fmt_ms), `—` when there is none."""
-    return NOTHING if value is None else fmt_ms(int(value))
-
-
 def mean(values: list[int] | list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 

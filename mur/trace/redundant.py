@@ -24,7 +24,7 @@ from mur.trace import events as ev
 from mur.trace.fmt import as_int
 
 PATH_FIELDS = ("path", "file", "file_path", "filepath", "filename")
-READ, MUTATE = "read", "mutate"
+READ = "read"  # a call's declared state_effect ("read" or "mutate")
 
 
 def resource_of(call: dict[str, Any]) -> str | None:

@@ -37,7 +37,3 @@ def guest_env(
         out[name] = str(value)
     return list(out.items())
 
-
-def dropped_names(env_allow: list[str], strip_env: list[str]) -> list[str]:
-    """Declared names the backstop or strip_env removes (for --explain-scope and warnings)."""
-    return [n for n in env_allow if is_credential_name(n) or matches_any(n, list(strip_env))]

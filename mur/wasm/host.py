@@ -212,10 +212,6 @@ class WasmHost:
             raise GuestError("E-RUN-001", f"{kind} '{cfg.label}' returned a malformed tool-result: {exc}",
                              kind="trap") from exc
 
-    def call_export(self, cfg: GuestConfig, interface: str, func: str, *args: Any, kind: str = "hook") -> Any:
-        """Call any exported function (e.g. a hook's murmur:hook/lifecycle@0.5.0 handler)."""
-        return self._call(cfg, kind, interface, func, args)
-
     def precompile(self, wasm_path: Path, *, kind: str = "tool", label: str = "") -> None:
         """Compile (or load from cache) ahead of the first call, e.g. while staging."""
         self.engine.component(Path(wasm_path), kind=kind, label=label)

@@ -39,8 +39,6 @@ _INSTANCES = re.compile(r"instance count too high at (?P<count>\d+)")
 _MISSING_IMPORT = "matching implementation was not found in the linker"
 _PY_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):? ?(.*)$")
 
-LIMIT_FIELDS = ("memory_bytes", "table_elements", "instances", "deadline_seconds")
-
 
 class GuestError(MurError):
     """E-RUN-001 / E-RUN-002 from a guest. ``limit`` names the capabilities.limits field that

@@ -35,7 +35,7 @@ from typing import Any, Callable
 from mur.errors import MurError
 from mur.wasm.callcontext import call_context
 from mur.wasm.interrupt import host_import
-from mur.wasm.types import ToolInput, ToolResult, input_from_value, result_to_value
+from mur.wasm.types import ToolResult, input_from_value, result_to_value
 
 TOOL_RUN = "murmur:tool/run@0.1.0"
 CAPSULE_RUN = "murmur:capsule/run@0.1.0"

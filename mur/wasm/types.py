@@ -12,11 +12,6 @@ from typing import Any
 
 STATUSES = ("passed", "failed", "error")
 
-# Reserved tool-result metadata keys (WIT doc comment on tool-result.metadata).
-META_CONTINUATION_ID = "continuation_id"
-META_STATE_EFFECT = "state_effect"
-META_RESOURCE_ID = "resource_id"
-
 
 @dataclass
 class ToolInput:

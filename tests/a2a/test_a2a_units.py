@@ -270,7 +270,7 @@ def test_watch_renderer_lines():
     done = r.render("status", status("completed", "task completed", True, "the answer")).stdout
     assert done == "\n[completed]\n  the answer\n\n"
     assert r.render("status", status("failed", "boom", True)).stdout == "[failed]  boom\n"
-    assert r.render("capsule-closed", {}).closed
+    assert r.render("capsule-closed", {}).stderr == ["[murmur] capsule closed"]
     assert "first available id: 9" in r.render("gap", {"first_available_id": 9}).stderr[0]
 
     threaded = WatchRenderer()

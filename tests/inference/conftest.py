@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mur.inference.provider import AnthropicClient, RetryPolicy
+from mur.inference.provider import RetryPolicy
+from mur.testing.anthropic import AnthropicClient
 
 if TYPE_CHECKING:
     from mur.testing.modelserver import ModelServer

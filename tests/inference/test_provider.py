@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mur.errors import MurError
-from mur.inference.provider import ProviderError, RetryPolicy, parse_retry_after, provider_message, with_retries
+from mur.inference.provider import ProviderError, RetryPolicy, parse_retry_after, with_retries
+from mur.testing.anthropic import provider_message
 
 REQUEST = {"model": "m", "max_tokens": 32, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
 

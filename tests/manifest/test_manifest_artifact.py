@@ -35,7 +35,6 @@ def _identity(text: str) -> tuple[dict | None, str]:
         "execution": m.execution,
         "registry_runtime": m.registry_runtime,
         "requires_files": list(m.requires_files),
-        "requires_files_declared": m.requires_files_declared,
         "extra": m.extra,
     }, ""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mur.errors import MurError, collect_warnings
-from mur.manifest.config import load_config, resolve_source_token
+from mur.manifest.config import load_config
 
 
 def write(base: Path, text: str) -> Path:
@@ -153,17 +153,6 @@ def test_config_containment_reaches_mur_run(project, monkeypatch):
     monkeypatch.setattr(prechecks, "probe", lambda: SCOPED_HOST)
     report = prechecks.explain(RunOptions(manifest=Path("murmur.yaml"), containment="advisory"))
     assert (report["containment"]["declared"], report["containment"]["declared_source"]) == ("scoped", "config")
-
-
-def test_source_tokens_resolve_as_upstream_does():
-    env = {"GH": "from-env", "GITHUB_TOKEN": "fallback"}
-    assert resolve_source_token({"token": "${GH}"}, env) == "from-env"
-    assert resolve_source_token({"token": "${UNSET}"}, env) is None
-    assert resolve_source_token({"token": "GH"}, env) == "from-env"
-    assert resolve_source_token({"token": "NOT_SET_VAR"}, env) == "NOT_SET_VAR"
-    assert resolve_source_token({"token": "ghp_literal"}, env) == "ghp_literal"
-    assert resolve_source_token({}, env) == "fallback"
-    assert resolve_source_token({}, {}) is None
 
 
 def test_a_removed_working_directory_holds_no_project_file(project, monkeypatch):

@@ -21,7 +21,6 @@ from mur.manifest.containment import (
     achieved_class,
     check_floor,
     effective_floor,
-    parse_class,
     shortfall_reason,
 )
 from mur.sandbox.scope import render_scope_report, scope_report
@@ -208,13 +207,6 @@ def test_a_scoped_floor_is_refused_where_subprocesses_could_signal_any_process_o
         assert scope_report(no_net, effective_floor("scoped", None, None), able)["containment"]["floor_met"], able
     advisory = scope_report(no_net, effective_floor("advisory", None, None), bare)["containment"]
     assert advisory["floor_met"]  # below scoped: runs, and W-SEC-005 says a tool can signal mur's processes
-
-
-def test_parse_class_rejects_unknown_names():
-    assert parse_class("sealed") == "sealed"
-    with pytest.raises(MurError) as err:
-        parse_class("strict")
-    assert err.value.code == "E-MAN-003"
 
 
 @pytest.mark.requires_landlock

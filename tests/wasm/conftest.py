@@ -50,12 +50,6 @@ def capsule_probe_wasm() -> Path:
 
 
 @pytest.fixture(scope="session")
-def hook_probe_wasm() -> Path:
-    _need_componentize_py()
-    return build_component(GUESTS / "hook_probe", "hook")
-
-
-@pytest.fixture(scope="session")
 def sockets_wasm(tmp_path_factory) -> Path:
     """A tool built against a test world that imports raw wasi:sockets."""
     _need_componentize_py()

@@ -7,11 +7,10 @@ import json
 import pytest
 
 from mur.errors import MurError
-from mur.manifest.capsule import Limits
+from mur.testing.toolregistry import ToolRegistry
 from mur.wasm.host import WasmHost
 from mur.wasm.limits import GuestError
 from mur.wasm.linker import NO_SHELL, NO_TASK
-from mur.wasm.registry import ToolRegistry
 from mur.wasm.types import ToolInput
 
 
@@ -94,29 +93,3 @@ def test_text_chunks_reach_on_chunk(engine, make_cfg, probe_wasm):
     host = WasmHost(engine=engine, on_chunk=lambda kind, text: chunks.append((kind, text)))
     call(host, make_cfg(probe_wasm), op="chunks", texts=["a", "b"])
     assert chunks == [("text", "a"), ("text", "b"), ("thinking", "hmm")]
-
-
-def _session_context():
-    from wasmtime.component import Record
-
-    ctx = Record()
-    for name, value in {"capsule-name": "demo", "capsule-version": "1.0.0", "session-id": "ses_x",
-                        "model": "m", "capabilities": ["network"]}.items():
-        setattr(ctx, name, value)
-    return ctx
-
-
-def test_hook_world_links_and_inference_import_answers(engine, make_cfg, hook_probe_wasm):
-    cfg = make_cfg(hook_probe_wasm, label="demo-hook", preopen=None, limits=Limits(deadline_seconds=5))
-    out = WasmHost(engine=engine).call_export(cfg, "murmur:hook/lifecycle@0.5.0", "on-session-start",
-                                              _session_context())
-    assert out.tag == "artifact"
-    assert json.loads(out.payload) == {"error": "no inference driver is configured for this capsule"}
-
-    def run_inference(request):
-        return {"text": f"{len(request.messages)} message(s)", "model_used": "tiny", "input_tokens": 1,
-                "output_tokens": 2}
-
-    out = WasmHost(engine=engine, run_inference=run_inference).call_export(
-        cfg, "murmur:hook/lifecycle@0.5.0", "on-session-start", _session_context())
-    assert json.loads(out.payload) == {"text": "1 message(s)", "model": "tiny"}

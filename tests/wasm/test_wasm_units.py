@@ -10,11 +10,11 @@ import pytest
 
 from mur.errors import MurError
 from mur.manifest.network import parse_allow_list
+from mur.testing.toolregistry import ToolRegistry
 from mur.wasm import build
-from mur.wasm.env import dropped_names, guest_env
+from mur.wasm.env import guest_env
 from mur.wasm.http import OutboundHttp
 from mur.wasm.limits import classify_call_failure, deadline_ticks
-from mur.wasm.registry import ToolRegistry
 from mur.wasm.types import (
     ToolInput,
     ToolResult,
@@ -40,10 +40,6 @@ def test_guest_env_filters_and_orders():
 def test_murmur_vars_bypass_the_credential_backstop():
     # The runtime's own injection (spec: MURMUR_INFERENCE_API_KEY for a driver) is its choice.
     assert guest_env([], [], {}, {"MURMUR_INFERENCE_API_KEY": "k"}) == [("MURMUR_INFERENCE_API_KEY", "k")]
-
-
-def test_dropped_names():
-    assert dropped_names(["A", "OPENAI_API_KEY", "X_TMP"], ["*_TMP"]) == ["OPENAI_API_KEY", "X_TMP"]
 
 
 # --- records ---------------------------------------------------------------------------------

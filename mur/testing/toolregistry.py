@@ -1,8 +1,10 @@
-"""The tool registry a capsule's `murmur:tool-registry/invoke` reaches: tool name -> handler.
+"""A tool registry for driving a capsule component in tests and benchmarks: tool name -> handler,
+the `invoke` that `WasmHost.run_capsule` hands `murmur:tool-registry/invoke` (a session's own is
+mur.session.tools.SessionTools.invoke).
 
 A handler takes a ToolInput and returns a ToolResult (a WASM tool's handler is usually
 ``lambda data: host.call_tool(cfg, data)``). An unknown name, or a handler that raises, becomes an
-``err`` string for the calling guest; ``on_call`` sees every call for the trace.
+``err`` string for the calling guest; ``on_call`` sees every call.
 """
 
 from __future__ import annotations
