@@ -68,6 +68,7 @@ class Session:
     :meth:`flush_trace` for its trace events; hooks are built from :attr:`tools`, :attr:`trace` and
     :attr:`wd` (mur.session.hookwiring). The attributes below exist from the stage that makes them."""
 
+    url: str  # bind(): the capsule URL (MURMUR_CAPSULE_URL)
     trace: TraceWriter  # stage()
     staged: Staged  # stage()
     initial: str | None  # stage(): the task given on the command line (task.md), if any
@@ -75,6 +76,7 @@ class Session:
     tools: SessionTools  # start_tools()
     hooks: HookSet | None  # start_tools(): None without hook artifacts
     tasks: TaskExecutor  # start_tools()
+    status: str  # serve(): what the lifecycle says ("ok" or "failed")
 
     def __init__(self, checked: CheckedRun, reporter: SessionReporter, auth: DoorAuth | None = None):
         from mur.a2a.lifecycle import CapsuleService, lifecycle_with_overrides
@@ -106,8 +108,6 @@ class Session:
             on_wait=lambda timeout: reporter.waiting(self.url, timeout),
             raise_into=raise_soon,  # SIGTERM's Terminated never lands inside wasmtime's glue
         )
-        self.url = ""  # bind()
-        self.status = "failed"  # serve(): what the lifecycle says
         self.serving = False  # the startup line went out
         self.interrupted = False  # a Ctrl-C ended the linger after the last task
         self.launch_warnings: list[tuple[str, str]] = []  # the shell sandbox's W-SEC-* for this host
