@@ -16,13 +16,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import secrets
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from mur import ids
 from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
 from mur.fsutil import atomic_write_bytes, locked
@@ -32,10 +31,8 @@ STATUSES = ("running", "stopped", "failed", "starting", "incomplete")
 
 
 def new_deployment_id() -> str:
-    """`dep_` + a UUIDv7 in simple form (32 lowercase hex): time-ordered, like upstream's ids."""
-    ms = int(time.time() * 1000) & ((1 << 48) - 1)
-    value = (ms << 80) | (0x7 << 76) | (secrets.randbits(12) << 64) | (0b10 << 62) | secrets.randbits(62)
-    return "dep_" + f"{value:032x}"
+    """`dep_` + 32 lowercase hex, random first, time after (mur.ids.deployment_id says why)."""
+    return ids.deployment_id()
 
 
 def now_rfc3339() -> str:
