@@ -12,7 +12,8 @@ import typer
 if TYPE_CHECKING:
     from mur.a2a.client import Credentials
 
-URL_HELP = "Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS), or a deployment id."
+URL_HELP = ("Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS), a deployment id, "
+            "NAME@TARGET, or a capsule or fleet name (an answering deployment of it).")
 Token = Annotated[Optional[str], typer.Option("--token", help="Bearer token the capsule wants (else MURMUR_A2A_TOKEN).")]
 TokenFile = Annotated[
     Optional[Path], typer.Option("--token-file", help="File holding the bearer token (mode 600).")
@@ -27,20 +28,24 @@ Pin = Annotated[
 
 
 def resolve_credentials(
-    target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None
+    target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None,
+    fleet_target: str | None = None,
 ) -> tuple[str, "Credentials"]:
     """The URL to call and the credentials to call it with. The token: --token, else --token-file,
     else MURMUR_A2A_TOKEN, else the deployment record's token file; the server check: --cacert or
     --pin-sha256, else the record's pin (an https:// URL without either is verified against the
-    system's CAs). `target` may be a URL or a deployment id / unique prefix (`mur deploy ls`)."""
+    system's CAs). `target` may be a URL, a deployment id / unique prefix or NAME@TARGET (`mur deploy ls`),
+    or a capsule or fleet name: an answering deployment of it (on `fleet_target` when given)."""
     from mur.a2a.auth import read_token_file
     from mur.a2a.client import Credentials, normalize_url, parse_pin
 
     if token and token_file:
         raise typer.BadParameter("give --token or --token-file, not both", param_hint="--token")
     from mur.deploy.operations import credentials_for
+    from mur.fleet.address import pick
 
-    recorded = credentials_for(target)  # a deployment id/prefix, or a URL a deployment recorded
+    # a capsule or fleet name, else a deployment id/prefix or NAME@TARGET, or a URL a deployment recorded
+    recorded = pick(target, fleet_target) or credentials_for(target)
     if recorded is not None:
         target = recorded[0]
         if not (token or token_file or os.environ.get("MURMUR_A2A_TOKEN")) and recorded[1]:
@@ -71,13 +76,14 @@ def register(app: typer.Typer) -> None:
         token_file: TokenFile = None,
         cacert: CaCert = None,
         pin_sha256: Pin = None,
+        fleet_target: Optional[str] = typer.Option(None, "--target", help="With a capsule or fleet name: send to its deployment on this target."),
     ) -> None:
         """Send a task to a capsule and print its result."""
         from mur.a2a.client import send_task, task_text
         from mur.cli.render import emit_json, note, terminal_safe
         from mur.errors import MurError
 
-        base, credentials = resolve_credentials(url, token, token_file, cacert, pin_sha256)
+        base, credentials = resolve_credentials(url, token, token_file, cacert, pin_sha256, fleet_target)
         task = send_task(base, text, context_id=context, timeout=timeout or None, credentials=credentials)
         state = task.get("status", {}).get("state")
         if json_out:

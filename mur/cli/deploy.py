@@ -83,23 +83,6 @@ def _human_result(r: dict) -> str:
     return " · ".join(parts) + "\n"
 
 
-def render_table(records: list[dict]) -> str:
-    """Upstream's `mur ps` table, with the provider's real address instead of an empty region."""
-    if not records:
-        return "no deployments\n"
-    rows = []
-    for r in records:
-        t = r.get("target") or {}
-        where = (f"{t.get('user')}@{t.get('host')}:{t.get('port')}" if r.get("provider") == "ssh"
-                 else r.get("container") or r.get("provider", ""))
-        rows.append([str(r.get("deployment_id", "")), str(r.get("provider", "")), where, str(r.get("name", "")),
-                     str(r.get("status", "")), str(r.get("url", ""))])
-    head = ["DEPLOYMENT_ID", "PROVIDER", "TARGET", "NAME", "STATUS", "URL"]
-    widths = [max(len(x[i]) for x in rows + [head]) for i in range(len(head) - 1)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
-    return "\n".join(fmt.format(*row).rstrip() for row in [head] + rows) + "\n"
-
-
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Deploy a capsule as a supervised service (this machine, SSH host, Docker).",
                         invoke_without_command=True, no_args_is_help=False)
@@ -142,8 +125,15 @@ def register(app: typer.Typer) -> None:
         start_timeout: float = typer.Option(180.0, "--start-timeout", help="Seconds to wait for the agent card."),
         check: bool = typer.Option(False, "--check", help="Only run the preflight and print its report."),
         json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
+        fleet: Optional[Path] = typer.Option(None, "--fleet", help="Fleet file (default: deploy.yaml beside the manifest)."),
+        no_fleet: bool = typer.Option(False, "--no-fleet", help="Ignore deploy.yaml: deploy to the one target given."),
+        destination: Optional[str] = typer.Option(None, "--destination", "-d", help="Fleet: merge deploy.DESTINATION.yaml over deploy.yaml."),
+        only: List[str] = typer.Option([], "--only", help="Fleet: only these targets or groups (repeatable, or comma-separated)."),
+        batch: Optional[str] = typer.Option(None, "--batch", help="Fleet: targets switched at once, N or P% (default: the file's, else 1)."),
+        skip_unreachable: bool = typer.Option(False, "--skip-unreachable", help="Fleet: leave out targets that cannot be reached instead of stopping."),
+        lock_wait: float = typer.Option(0.0, "--lock-wait", help="Wait this long for another command holding the lock (default: fail at once)."),
     ) -> None:
-        """Deploy a capsule (default target: this machine)."""
+        """Deploy a capsule (default target: this machine; with deploy.yaml: its fleet)."""
         if ctx.invoked_subcommand is not None:
             return
         if init not in INITS:
@@ -161,6 +151,24 @@ def register(app: typer.Typer) -> None:
 
         if host is not None and not host.strip():
             raise MurError("E-DEPLOY-001", "no host specified; create a VM first, then pass its IP via --host")
+        from mur.cli import fleet as fleet_cli
+
+        fleet_path = fleet_cli.fleet_file(manifest, fleet, no_fleet, single=docker or dep_id is not None)
+        if fleet_path is not None:  # deploy.yaml: a rolling deploy to its targets (--host/--only narrow it)
+            fleet_cli.deploy_fleet(
+                fleet_path, manifest, destination=destination, only=only, host=host, env=env, batch=batch,
+                skip_unreachable=skip_unreachable, lock_wait=lock_wait, json_out=json_out, check=check,
+                common=dict(workdir=workdir.resolve() if workdir else None, release_source=release_source,
+                            mur_binary=mur_binary, use_bundle=use_bundle, publish=publish, init=init,
+                            containment=containment, trust_new_host=trust_new_host, start_timeout=start_timeout,
+                            base_image=base_image, seccomp_profile=str(seccomp_profile) if seccomp_profile else None,
+                            keep_lifecycle=keep_lifecycle, precompile=not no_precompile, keep_sessions=keep_sessions,
+                            no_boot_hook=no_boot_hook, tls=tls, tls_cert=tls_cert.resolve() if tls_cert else None,
+                            tls_key=tls_key.resolve() if tls_key else None))
+            return
+        if destination or only or batch or skip_unreachable:
+            raise MurError("E-DEPLOY-001", "--destination, --only, --batch and --skip-unreachable need a fleet file",
+                           "write deploy.yaml beside murmur.yaml (docs/deploy.md, \"Fleets\"), or pass --fleet FILE")
         if host:
             spec = TargetSpec("ssh", host=host, port=ssh_port, user=ssh_user,
                               key_file=str(ssh_key.expanduser().resolve()) if ssh_key else None,
@@ -186,14 +194,23 @@ def register(app: typer.Typer) -> None:
     @group.command("ls")
     def ls(json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
         """List deployments."""
+        from mur.cli.fleet import render_ls
         from mur.deploy.operations import list_deployments
 
-        emit(list_deployments(), json_out, render_table)
+        emit(list_deployments(), json_out, render_ls)
 
     @group.command("status")
     def status(dep: str = typer.Argument(..., metavar="ID"),
-               json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Service state, URL, and whether the agent card answers (exit 3 when it is not running)."""
+               json_out: bool = typer.Option(False, "--json", help="One JSON line."),
+               only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Service state, URL, and whether the agent card answers (exit 3 when it is not running).
+
+        ID is a deployment id or prefix, NAME@TARGET, or a capsule or fleet name (all its deployments)."""
+        from mur.cli import fleet as fleet_cli
+        from mur.fleet import ops
+
+        if only or ops.covers_many(dep):
+            return fleet_cli.many(ops.status(dep, only, StepReporter()), json_out, "status", running=True)
         from mur.deploy.operations import status as run
 
         result = run(dep, StepReporter())
@@ -205,8 +222,15 @@ def register(app: typer.Typer) -> None:
     def logs(dep: str = typer.Argument(..., metavar="ID"),
              follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
              lines: int = typer.Option(200, "--lines", "-n", help="Lines of history."),
-             json_out: bool = typer.Option(False, "--json", help="One JSON line (with -f: one per log line).")) -> None:
-        """Show the service log (journal, supervisor log, or container log)."""
+             json_out: bool = typer.Option(False, "--json", help="One JSON line (with -f: one per log line)."),
+             only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Show the service log (journal, supervisor log, or container log); a fleet's, merged, each line
+        labelled with its NAME@TARGET."""
+        from mur.cli import fleet as fleet_cli
+        from mur.fleet import ops
+
+        if only or ops.covers_many(dep):
+            return fleet_cli.logs(dep, lines, follow, only, json_out)
         from mur.deploy.operations import logs as run
 
         pending = bytearray()
@@ -238,8 +262,14 @@ def register(app: typer.Typer) -> None:
 
     @group.command("stop")
     def stop(dep: str = typer.Argument(..., metavar="ID"),
-             json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Stop the service and everything it started; files stay."""
+             json_out: bool = typer.Option(False, "--json", help="One JSON line."),
+             only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Stop the service and everything it started; files stay (a capsule or fleet name: all its targets)."""
+        from mur.cli import fleet as fleet_cli
+        from mur.fleet import ops
+
+        if only or ops.covers_many(dep):
+            return fleet_cli.many(ops.stop(dep, only, StepReporter()), json_out, "stopped")
         from mur.deploy.operations import stop as run
 
         emit(run(dep, StepReporter()), json_out, _human_result)
@@ -247,8 +277,15 @@ def register(app: typer.Typer) -> None:
     @group.command("destroy")
     def destroy(dep: str = typer.Argument(..., metavar="ID"),
                 force: bool = typer.Option(False, "--force", help="Forget it even if the remote cleanup fails."),
-                json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Stop, remove everything of the deployment from its target, then forget it."""
+                json_out: bool = typer.Option(False, "--json", help="One JSON line."),
+                only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Stop, remove everything of the deployment from its target, then forget it (a capsule or fleet
+        name: all its targets)."""
+        from mur.cli import fleet as fleet_cli
+        from mur.fleet import ops
+
+        if only or ops.covers_many(dep):
+            return fleet_cli.many(ops.destroy(dep, only, StepReporter(), force=force), json_out, "destroyed")
         from mur.deploy.operations import destroy as run
 
         emit(run(dep, StepReporter(), force=force), json_out,
@@ -256,8 +293,15 @@ def register(app: typer.Typer) -> None:
 
     @group.command("rollback")
     def rollback(dep: str = typer.Argument(..., metavar="ID"),
-                 json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Serve the previous release again (bundle, capsule and config together)."""
+                 json_out: bool = typer.Option(False, "--json", help="One JSON line."),
+                 only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Serve the previous release again (bundle, capsule and config together; a capsule or fleet name:
+        on all its targets)."""
+        from mur.cli import fleet as fleet_cli
+        from mur.fleet import ops
+
+        if only or ops.covers_many(dep):
+            return fleet_cli.many(ops.rollback(dep, only, StepReporter()), json_out, "rolled back")
         from mur.deploy.operations import rollback as run
 
         emit(run(dep, StepReporter()), json_out, _human_result)
@@ -275,7 +319,7 @@ def register(app: typer.Typer) -> None:
                       force: bool = typer.Option(False, "--force", help="Forget it even if the remote cleanup fails."),
                       json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
         """Stop, remove the remote files, then forget a deployment (same as `mur deploy destroy`)."""
-        destroy(dep, force, json_out)
+        destroy(dep, force, json_out, [])
 
     supervise = typer.Typer(help="Internal: the on-target half of `mur deploy` (not for direct use).",
                             no_args_is_help=True)

@@ -212,11 +212,38 @@ def _unknown(ident: str) -> MurError:
     return MurError("E-DEPLOY-008", f"no deployment found with id '{ident}'", "list deployments with `mur deploy ls`")
 
 
+def fleet_tag(rec: Deployment) -> dict[str, Any]:
+    """Where a fleet deploy put this deployment: {name, destination, target, groups} (mur.fleet), or {}."""
+    tag = rec.extra.get("fleet")
+    return tag if isinstance(tag, dict) else {}
+
+
+def _by_place(records: list[Deployment], ident: str) -> Deployment:
+    """`capsule@target`: the capsule's deployment on a fleet target (by its name in the fleet file, or
+    the host); the part before `@` may be the fleet's `name.destination` to tell destinations apart."""
+    who, _, where = ident.partition("@")
+    hits = []
+    for rec in records:
+        tag = fleet_tag(rec)
+        fleet = f"{tag.get('name')}.{tag['destination']}" if tag.get("destination") else tag.get("name")
+        if who in (rec.name, fleet) and where in (tag.get("target"), rec.target.host, rec.target.label):
+            hits.append(rec)
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        names = ", ".join(f"{r.deployment_id} ({fleet_tag(r).get('destination') or 'no destination'})" for r in hits)
+        raise MurError("E-DEPLOY-008", f"'{ident}' matches several deployments: {names}",
+                       "name the destination too, as NAME.DESTINATION@TARGET, or give the id")
+    raise MurError("E-DEPLOY-008", f"no deployment of '{who}' on '{where}'", "list deployments with `mur deploy ls`")
+
+
 def resolve_id(records: list[Deployment], ident: str) -> Deployment:
-    """Exact id first, then a unique prefix (with or without `dep_`); E-DEPLOY-008 otherwise."""
+    """Exact id first, then `capsule@target`, then a unique prefix (with or without `dep_`); E-DEPLOY-008 otherwise."""
     ident = ident.strip()
     if not ident:
         raise _unknown(ident)
+    if "@" in ident and not ident.startswith("dep_"):
+        return _by_place(records, ident)
     for rec in records:
         if rec.deployment_id == ident:
             return rec
