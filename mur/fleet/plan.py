@@ -184,7 +184,7 @@ def resolve(fleet: Fleet, path: Path, *, capsule: str, destination: str | None =
     for t in plan.targets:
         key = (t.kind, t.spec.host, t.spec.port)
         if key in places:
-            raise MurError("E-FLEET-001", f"targets '{places[key]}' and '{t.name}' are the same place ({t.where})",
+            raise MurError("E-FLEET-001", f"{path.name}: targets '{places[key]}' and '{t.name}' are the same place ({t.where})",
                            "one deployment per capsule and place: remove one of them")
         places[key] = t.name
     return plan
