@@ -55,6 +55,7 @@ class FrontConfig:
     switch_wait: float = 30.0  # how long a new active backend has to answer its agent card
     retain_tasks: int = 1000  # finished tasks of retired backends kept for tasks/get
     max_connections: int = 512
+    head_timeout: float = 10.0  # from accept (or the end of the previous answer) to a complete request head
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

@@ -28,7 +28,6 @@ from mur.front import http
 from mur.front.config import Backend, FrontConfig
 from mur.front.drain import TaskBook, DrainStatus, follow
 
-HEAD_TIMEOUT = 10.0  # from accept (or the end of the previous answer) to a complete request head
 IDLE_TIMEOUT = 60.0  # a keep-alive connection with no new request
 BODY_TIMEOUT = 30.0
 STALL_TIMEOUT = 60.0  # a client that reads nothing of a relayed answer for this long is dropped
@@ -190,7 +189,7 @@ class Front:
             first = True
             while True:
                 try:
-                    head = await self._next_head(reader, HEAD_TIMEOUT if first else IDLE_TIMEOUT, first)
+                    head = await self._next_head(reader, self.cfg.head_timeout if first else IDLE_TIMEOUT, first)
                 except asyncio.TimeoutError:
                     if first:
                         writer.write(http.simple_response(408, b"", "text/plain", close=True))
