@@ -151,7 +151,8 @@ def render_many(results: list[dict[str, Any]], verb: str) -> str:
             detail.append("answers" if r.get("agent_card_ok") else f"does not answer ({r.get('error') or '?'})")
         if r.get("url") and r.get("status") == "running":
             detail.append(str(r["url"]))
-        lines.append(f"✓ {r['address']}  {r['deployment_id']}  " + " · ".join(detail))
+        mark = "✓" if verb != "status" or r.get("status") == "running" else "·"
+        lines.append(f"{mark} {r['address']}  {r['deployment_id']}  " + " · ".join(detail))
     return "\n".join(lines) + "\n"
 
 

@@ -40,7 +40,7 @@ def _each(deps: list[Deployment], fn: Callable[[Deployment], dict[str, Any]]) ->
         base = {"address": address(dep), "deployment_id": dep.deployment_id, "target": fleet_tag(dep).get("target"),
                 "fleet": fleet_key(dep)}
         try:
-            return {**base, **fn(dep), "ok": True}
+            return {**fn(dep), **base, "ok": True}
         except MurError as err:
             return {**base, "ok": False, "code": err.code, "error": err.message}
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(deps)))) as pool:
