@@ -59,6 +59,8 @@ class Settings(Model):
     tls: Optional[Literal["self-signed"]] = Field(None, description="HTTPS with a generated, pinned certificate")
     init: Optional[Literal["auto", "systemd", "supervisor"]] = Field(None, description="supervision")
     base_image: Optional[str] = Field(None, description="Docker base image (images/build-base.sh)")
+    no_boot_hook: Optional[bool] = Field(
+        None, description="accept a service that does not come back after a reboot (no systemd, no cron there)")
 
     @field_validator("env")
     @classmethod

@@ -19,7 +19,7 @@ from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
 from mur.fleet.config import Fleet, Settings, Smoke, Target
 
-SETTINGS = ("user", "port", "key", "known_hosts", "publish", "tls", "init", "base_image")
+SETTINGS = ("user", "port", "key", "known_hosts", "publish", "tls", "init", "base_image", "no_boot_hook")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class TargetPlan:
     tls: str | None = None
     init: str = "auto"
     base_image: str | None = None
+    no_boot_hook: bool = False
 
     @property
     def where(self) -> str:
@@ -147,7 +148,7 @@ def target_plan(fleet: Fleet, name: str, base: Path, cli_env: dict[str, str]) ->
         spec = TargetSpec(t.kind)
     return TargetPlan(name=name, kind=t.kind, spec=spec, groups=tuple(t.groups), env=tuple(sorted(env.items())),
                       secret_keys=frozenset(secrets), publish=bool(s["publish"]), tls=s["tls"], init=s["init"] or "auto",
-                      base_image=s["base_image"])
+                      base_image=s["base_image"], no_boot_hook=bool(s["no_boot_hook"]))
 
 
 def select(fleet: Fleet, only: list[str], host: str | None) -> list[str]:

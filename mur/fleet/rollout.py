@@ -152,6 +152,8 @@ def request_for(plan: FleetPlan, t: TargetPlan, opts: Options, existing: Deploym
         common.pop(key, None)
     if t.base_image:
         common["base_image"] = t.base_image
+    if t.no_boot_hook:
+        common["no_boot_hook"] = True
     env = tuple(f"{k}={v}" for k, v in t.env)
     return DeployRequest(manifest=plan.manifest, target=t.spec, env_args=env,
                          env_file=None if env else Path("/dev/null"),  # the fleet file says it all: no .env fallback
