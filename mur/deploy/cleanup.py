@@ -4,7 +4,7 @@ files nobody uses, and a whole deployment.
     sweep_command      under the deployment's lock: its staging area, release directories without
                        release.json (older mur versions built releases in place), smoke leftovers
     prune_command      old complete releases beyond the ones kept (incomplete ones never count)
-    gc_shared_command  with the host's shared lock taken exclusively and without waiting: runtimes,
+    gc_shared_command  (collect_step) with the host's shared lock taken exclusively, without waiting: runtimes,
                        unpacked runtimes, artifacts and compiled components no deployment references,
                        partial copies, payload caches of sessions that are gone, then empty directories
     destroy_steps      stop, remove unit and boot hook, the deployment's files and references
@@ -105,9 +105,9 @@ def gc_shared_command(lay: Layout, keep_bundles: bool = False) -> str:
 
 
 def destroy_steps(lay: Layout, init: str, sudo: bool, keep_bundles: bool = False) -> list[Step]:
-    """Stop, remove unit, boot hook and the deployment's files and references, then collect the
-    shared files nobody uses any more (a host's last deployment leaves nothing). Run holding the
-    deployment's lock; the lock files themselves go last (TargetLock.remove_files)."""
+    """Stop, remove unit, boot hook and the deployment's files and references. Run holding the
+    deployment's lock; then the lock files go (TargetLock.remove_files), then `gc_shared_command`
+    collects the shared files nobody uses any more (a host's last deployment leaves nothing)."""
     q = shlex.quote
     system = init_for(init)
     steps = [*system.stop(lay, sudo), *system.remove(lay, sudo)]
@@ -118,5 +118,8 @@ def destroy_steps(lay: Layout, init: str, sudo: bool, keep_bundles: bool = False
     steps.append(Run(f"rm -rf {q(lay.root)} {q(lay.staging)}", sudo=sudo, label="remove deployment files"))
     refs = f"{q(lay.bin_dir)}/.refs/*/{lay.dep_id} {q(lay.artifacts)}/*/*/.refs/{lay.dep_id} {q(lay.wasm_cache)}/.refs/*/{lay.dep_id}"
     steps.append(Run(f"rm -f -- {refs}; true", check=False, label="drop references"))
-    steps.append(Run(gc_shared_command(lay, keep_bundles), check=False, label="collect unused shared files"))
     return steps
+
+
+def collect_step(lay: Layout, keep_bundles: bool = False) -> Run:
+    return Run(gc_shared_command(lay, keep_bundles), check=False, label="collect unused shared files")

@@ -187,6 +187,11 @@ def derive(v: HostView, svc: ServiceState, answers: bool, record: int | None, pe
         note = f"; {who} is under way" if who != "?" else "; another command is under way"
     else:
         note = ""
+    also = f"; an interrupted command also left {', '.join(left)}" if left else ""
+    if v.serving is not None and v.current is not None and v.serving != v.current:
+        return Truth("diverged", f"release {v.serving} serves while current names release {v.current}"
+                     f"{'' if record is None else f' and the record release {record}'}{also}{note}: the next "
+                     "deploy repairs it", **base)
     if (pending or left) and not other and not consistent:
         what = f"`mur deploy {pending['command']}`" if pending and pending.get("command") not in (None, "deploy") else \
             "deploy"
@@ -197,9 +202,6 @@ def derive(v: HostView, svc: ServiceState, answers: bool, record: int | None, pe
             reason = f"a {what} was interrupted" + (f" (left: {'; '.join(done)})" if done else "")
             reason += ": deploy again to repair it, or destroy it"
         return Truth("incomplete", reason, **base)
-    if v.serving is not None and v.current is not None and v.serving != v.current:
-        return Truth("diverged", f"release {v.serving} serves while current names release {v.current}"
-                     f"{'' if record is None else f' and the record release {record}'}{note}", **base)
     if v.listener and v.serving is None and v.serving_cwd and v.current is not None:
         return Truth("diverged", f"the service port is held by a process outside the releases "
                      f"(pid {v.serving_pid}, in {v.serving_cwd}){note}", **base)

@@ -263,18 +263,20 @@ def plan_release(inp: ReleaseInputs) -> ReleasePlan:
     return ReleasePlan(
         layout=lay, release_dir=final, digest=digest, capsule_digest=meta["capsule_digest"],
         config_digest=meta["config_digest"], stage_dir=stage, prepare=tuple(steps),
-        commit=Run(commit_command(stage, final), label=f"commit release {inp.n}"),
+        commit=Run(commit_command(stage, final, scratch), label=f"commit release {inp.n}"),
         activate=tuple(activate_steps(lay, inp.n, svc, inp.sudo)), service_spec=spec, release_meta=meta,
     )
 
 
-def commit_command(stage: str, final: str) -> str:
+def commit_command(stage: str, final: str, scratch: str = "") -> str:
     """Make a staged release a release: fsync every file (release.json was written last), then
-    rename the directory into releases/ (atomic: it is there complete, or not at all)."""
+    rename the directory into releases/ (atomic: it is there complete, or not at all). The
+    deploy's scratch directory (shared files were renamed out of it) goes too."""
     q = shlex.quote
     parent = final.rsplit("/", 1)[0]
+    tidy = f" && rm -rf {q(scratch)}" if scratch else ""
     return (f"test -f {q(stage + '/release.json')} && find {q(stage)} -type f -exec sync -- {{}} + && "
-            f"sync -- {q(stage)} && mv -T {q(stage)} {q(final)} && sync -- {q(parent)}")
+            f"sync -- {q(stage)} && mv -T {q(stage)} {q(final)} && sync -- {q(parent)}{tidy}")
 
 
 def artifact_verify_command(lay: Layout, artifacts: tuple[ArtifactRef, ...]) -> str | None:

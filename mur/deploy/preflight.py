@@ -257,11 +257,14 @@ def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id
     have_bundle = target.digests([remote_bundle]).get(remote_bundle) == bundle.sha256
     # the runtime file, plus its one-time unpacking into ~/.murmur/runtime (~2.5x the file)
     need_home = need + (0 if have_bundle else bundle.size) + (bundle.size * 3 if bundle.origin != "installed" else 0)
-    room = parse_df_full(target.run(f"df -Pk {q(home)}", check=False, what="disk space").stdout)
+    # where deploy writes: ~/.murmur, or the nearest existing directory above it (it may be a
+    # filesystem of its own)
+    room = parse_df_full(target.run(f"p={q(home + '/.murmur')}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do "
+                                    "p=$(dirname \"$p\"); done; df -Pk \"$p\"", check=False, what="disk space").stdout)
     df_home = room[2] if room else None
     report.facts.update({"disk_free_bytes": df_home, "disk_needed_bytes": need_home,
                          "disk_filesystem": room[0] if room else None, "disk_mount": room[1] if room else None})
-    where = f"{room[0]} (mounted on {room[1]}, holding {home})" if room else home
+    where = f"{room[0]} (mounted on {room[1]}, holding {home}/.murmur)" if room else home
     report.add("disk", df_home is None or df_home >= need_home,
                f"{_mb(df_home)} free on {where}, {_mb(need_home)} needed ({need_home} bytes)")
     if df_home is not None and df_home < need_home:

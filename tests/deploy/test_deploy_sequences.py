@@ -361,6 +361,7 @@ def test_an_interrupt_with_the_connection_gone_leaves_a_record_that_says_what_is
     provider_for("ssh").destroy(rec, ctx_for(env, t2))
     assert after(t2.labels(), "stop supervisor", "remove boot hook", "remove deployment files", "drop references",
                  "collect unused shared files")
+    assert t2.holds[0].sent.index(b"r") >= 0  # the lock files went before the collection (still held)
     assert t2.lock_files_removed == 1
 
 

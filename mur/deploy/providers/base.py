@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
@@ -281,6 +282,12 @@ def undo_or_leave(ctx: Context, s: Any, a: Attempt, exc: BaseException, dep_id: 
     budget = ctx.deadlines.undo
     t0 = time.monotonic()
     why, left = "", []
+    # the budget is a promise (one Ctrl-C ends the command within it): past it, the connection is
+    # cut from here, which ends whatever the undo waits for
+    target = getattr(s, "t", None)
+    timer = threading.Timer(budget + 1.0, lambda: target.abort("the undo ran out of time") if target else None)
+    timer.daemon = True
+    timer.start()
     try:
         with ctx.phase("undo", f"interrupted: undoing this {command}" if interrupted else f"undoing this {command}", s.t):
             if not s.regain(budget):
@@ -293,6 +300,8 @@ def undo_or_leave(ctx: Context, s: Any, a: Attempt, exc: BaseException, dep_id: 
         left, why = a.pending(), "interrupted again"
     except MurError as err:
         left, why = a.pending(), err.message.splitlines()[0]
+    finally:
+        timer.cancel()
     if not left:
         return []
     pending = {"command": command, "at": now_rfc3339(), "phase": a.phase.value, "left": left, "why": why,

@@ -30,7 +30,7 @@ from typing import Any
 from mur import __version__
 from mur.deploy import auth
 from mur.deploy.apply import apply_steps, run_step
-from mur.deploy.cleanup import destroy_steps, gc_shared_command, prune_command, sweep_command
+from mur.deploy.cleanup import collect_step, destroy_steps, gc_shared_command, prune_command, sweep_command
 from mur.deploy.init import init_for
 from mur.deploy.init.supervisor import stop_smoke_command
 from mur.deploy.observe import HostView
@@ -346,21 +346,23 @@ class HostDeploy:
         t.run(f"rm -rf {q(lay.scratch(self.nonce))} {q(lay.stage(self.n, self.nonce))}; "
               f"rmdir {q(lay.staging)} 2>/dev/null; true", check=False, what="remove this deploy's staging")
         s.lock.drop_shared()
+        if not t.exists(lay.root) and not t.exists(lay.staging):
+            s.lock.remove_files()  # (still held: a waiting command takes a fresh lock file)
+            self._forget_if_reserved()
         t.run(gc_shared_command(lay, keep_bundles=self.job.req.target.provider == "local"), check=False,
               what="collect unused shared files")
-        if not t.exists(lay.root) and not t.exists(lay.staging):
-            s.lock.remove_files()
-            self._forget_if_reserved()
 
     def _remove_all(self) -> None:
         """A first deploy: the target had nothing of this deployment, and has nothing again."""
         s, t = self.s, self.s.t
         assert t is not None and s.lock is not None
         s.lock.drop_shared()
-        apply_steps(t, destroy_steps(s.lay, s.init, s.sudo, keep_bundles=self.job.req.target.provider == "local"))
+        local = self.job.req.target.provider == "local"
+        apply_steps(t, destroy_steps(s.lay, s.init, s.sudo, keep_bundles=local))
         if t.exists(s.lay.root):
             raise MurError("E-DEPLOY-003", f"{s.lay.root} is still present on {t.label}")
         s.lock.remove_files()
+        run_step(t, collect_step(s.lay, keep_bundles=local))
         with uninterrupted():
             self.ctx.store.remove(self.job.dep_id)
         auth.forget(self.job.dep_id)

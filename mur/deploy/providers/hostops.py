@@ -13,7 +13,7 @@ import shlex
 from typing import Any, Callable
 
 from mur.deploy.apply import apply_steps, run_step
-from mur.deploy.cleanup import destroy_steps, gc_shared_command, sweep_command
+from mur.deploy.cleanup import collect_step, destroy_steps, gc_shared_command, sweep_command
 from mur.deploy.lock import TargetLock
 from mur.deploy.observe import HostView, Truth
 from mur.deploy.preflight import Report
@@ -128,9 +128,8 @@ class HostProvider:
                 apply_steps(s.t, destroy_steps(s.lay, dep.init, s.svc.sudo, keep_bundles=self.kind == "local"))
                 if s.t.exists(s.lay.root):
                     raise MurError("E-DEPLOY-003", f"{s.lay.root} is still present on {s.t.label} after destroy")
-                s.lock.remove_files()
-                s.t.run(gc_shared_command(s.lay, keep_bundles=self.kind == "local"), check=False,
-                        what="collect unused shared files")
+                s.lock.remove_files()  # still held until this command ends; then the shared files nobody uses
+                run_step(s.t, collect_step(s.lay, keep_bundles=self.kind == "local"))
 
     def rollback(self, dep: Deployment, ctx: Context, to: int | None = None) -> Deployment:
         with self._session(dep, ctx, "rollback") as s:
@@ -182,7 +181,7 @@ class HostProvider:
                         out = t.run(sweep_command(lay), check=False, what="sweep leftovers").stdout
                         removed += [f"{dep_id}: {ln[8:]}" for ln in out.splitlines() if ln.startswith("@@swept ")]
                         view = parse_view(t, lay)
-                        if not view.releases:  # nothing ever completed here: a first deploy that was cut off
+                        if not view.releases and view.exists:  # nothing ever completed: a first deploy cut off
                             apply_steps(t, destroy_steps(lay, "supervisor", False, keep_bundles=self.kind == "local"))
                             removed.append(f"{dep_id}: an unfinished first deploy")
                         if not t.exists(lay.root):

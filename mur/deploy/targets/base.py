@@ -95,6 +95,9 @@ class Target:
     def reconnect(self, budget: float | None = None) -> None:
         """Replace a dead connection by a fresh one (a transport without connections: nothing)."""
 
+    def abort(self, why: str = "") -> None:
+        """From another thread: end every wait on this connection now (a transport without one: nothing)."""
+
     def open_port(self, port: int) -> contextlib.AbstractContextManager[tuple[str, int]]:
         """(host, port) on this machine that reaches 127.0.0.1:<port> on the target, while open."""
         raise NotImplementedError

@@ -214,6 +214,7 @@ class SSHTarget(Target):
         self._sftp = None
         self._watchdog: Watchdog | None = None
         self.dead: str | None = None  # why the current connection is known dead (None: alive)
+        self._aborted: str | None = None  # abort() was called: no new connection either
         self._connect()
 
     @property
@@ -320,6 +321,13 @@ class SSHTarget(Target):
     def _died(self, why: str) -> None:
         self.dead = why
 
+    def abort(self, why: str = "stopped: the command ran out of time") -> None:
+        """End every wait on this connection now (from another thread), and refuse new ones."""
+        self._aborted = why
+        self.dead = self.dead or why
+        if self._watchdog is not None:
+            self._watchdog.kill()
+
     def close(self) -> None:
         if self._watchdog is not None:
             self._watchdog.stop.set()
@@ -336,15 +344,20 @@ class SSHTarget(Target):
     def reconnect(self, budget: float | None = None) -> None:
         """Drop this connection (and whatever it held on the target) and open a fresh one."""
         self.close()
+        if self._aborted:
+            raise MurError("E-DEPLOY-003", f"{self.label}: {self._aborted}")
         self.dead = None
         self._connect(budget)
+        if self._aborted:  # aborted while connecting
+            self.abort(self._aborted)
+            raise MurError("E-DEPLOY-003", f"{self.label}: {self._aborted}")
 
     def alive(self, timeout: float = 3.0) -> bool:
         """Whether the connection still carries a command right now (paramiko may call a dead one active)."""
         if self.dead is not None or self._client is None:
             return False
         try:
-            return self._exec("true", timeout, None).rc == 0
+            return self._exec("true", timeout, None, open_timeout=timeout).rc == 0
         except MurError:
             return False
 
@@ -370,10 +383,10 @@ class SSHTarget(Target):
 
     # primitives -------------------------------------------------------------------------------
 
-    def _exec(self, cmd: str, timeout: float | None, stdin: bytes | None) -> Result:
+    def _exec(self, cmd: str, timeout: float | None, stdin: bytes | None, open_timeout: float | None = None) -> Result:
         limit = timeout if timeout is not None else self.deadlines.command
         try:
-            chan = self._transport().open_session(timeout=self.deadlines.connect)
+            chan = self._transport().open_session(timeout=open_timeout or self.deadlines.connect)
             try:
                 chan.settimeout(self.deadlines.dead_after)
                 chan.exec_command(cmd)
