@@ -49,7 +49,7 @@ def render_rollout(r: dict[str, Any]) -> str:
 
 def deploy_fleet(path: Path, manifest: Path, *, destination: str | None, only: list[str], host: str | None,
                  env: list[str], batch: str | None, skip_unreachable: bool, lock_wait: float, json_out: bool,
-                 common: dict[str, Any], check: bool) -> None:
+                 common: dict[str, Any], check: bool, ctx: Any = None) -> None:
     """`mur deploy` with a fleet file: the rollout, its report, exit 1 unless every target is done."""
     from mur.fleet import config, plan as fplan
     from mur.fleet.rollout import Options, Rollout
@@ -63,16 +63,16 @@ def deploy_fleet(path: Path, manifest: Path, *, destination: str | None, only: l
 
         raise MurError("E-FLEET-001", f"{path.name} deploys {plan.manifest}, not {manifest.resolve()}",
                        "drop --manifest, or fix manifest: in the fleet file")
-    reporter = StepReporter()
+    reporter = ctx.reporter if ctx is not None else StepReporter()
     if check:
         from mur.fleet.rollout import preflight_only
 
-        reports = preflight_only(plan, Options(common=common), reporter)
+        reports = preflight_only(plan, Options(common=common), reporter, ctx)
         emit({"fleet": plan.key, "ok": all(x.get("ok") for x in reports), "targets": reports}, json_out,
              lambda r: "".join(x.get("render") or f"{x['target']}: {x.get('error')}\n" for x in r["targets"]))
         raise typer.Exit(0 if all(x.get("ok") for x in reports) else 1)
     report = Rollout(plan, Options(common=common, skip_unreachable=skip_unreachable, lock_wait=lock_wait,
-                                   command=_command_line()), reporter).run()
+                                   command=_command_line()), reporter, ctx).run()
     data = report.to_dict()
     emit(data, json_out, render_rollout)
     if not report.ok:
