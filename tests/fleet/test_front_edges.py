@@ -120,9 +120,12 @@ def test_a_restarting_backend_makes_requests_wait_not_fail(one, procs):
     procs.append(start_backend("r1b", one["token_file"], port=r1.port))
     time.sleep(0.6)
     traffic.stop()
-    # tasks r1 had accepted are gone with it (a crash); every request itself was answered
+    # tasks r1 had accepted are gone with it (a crash), and a request it was answering at that moment
+    # fails (502, or its answer breaks off: it may have been acted on, so it is not retried); every
+    # request sent after the crash waited for the restart
     sent_failures = [f for f in traffic.failures if "(tasks/get)" not in f and "ended" not in f]
-    assert sent_failures == [] and len(traffic.sent) >= 15
+    assert len(sent_failures) <= 1, sent_failures
+    assert len(traffic.sent) >= 15
     assert any(a.startswith("r1b: ") for a in traffic.answers.values())
 
 

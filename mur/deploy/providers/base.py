@@ -196,7 +196,8 @@ def new_record(job: DeployJob, runtime: Bundle, *, home: str, init: str, port: i
         bundles=list(old.bundles) if old else [], artifacts=list(old.artifacts) if old else [],
         precompiled=list(old.precompiled) if old else [], mur_version=runtime.version,
         token_file=str(token_file), tls_pin=tls.pin_sha256 if tls else None,
-        tunnel=old.tunnel if old else None, tunnel_port=old.tunnel_port if old else None)
+        tunnel=old.tunnel if old else None, tunnel_port=old.tunnel_port if old else None,
+        extra=dict(old.extra) if old else {})  # keys other commands keep (a fleet's place: mur.fleet)
     dep.uses(runtime.name, [(a.name, a.version) for a in cap.artifacts], [])
     return dep
 
