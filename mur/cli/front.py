@@ -15,8 +15,20 @@ def register(app: typer.Typer) -> None:
     @front.command("run")
     def run(config: str = typer.Option(..., "--config", help="The front's front.json.")) -> None:
         """Serve until SIGTERM (foreground; logs on stderr)."""
+        import os
+        from pathlib import Path
+
+        from mur.deploy import procid
         from mur.front.server import run as serve
 
-        raise typer.Exit(serve(config))
+        # front.pid beside front.json, with the process's identity, once the address is held: the shell
+        # commands of deploy (mur_alive) signal only this very process; a successor replaces the file
+        pidfile = Path(config).resolve().parent / "front.pid"
+
+        def stopped() -> None:
+            if procid.recorded_pid(pidfile) == os.getpid():
+                procid.remove_pidfile(pidfile)
+
+        raise typer.Exit(serve(config, lambda: procid.write_pidfile(pidfile, os.getpid()), stopped))
 
     app.add_typer(front, name="front", hidden=True)

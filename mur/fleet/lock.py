@@ -84,3 +84,43 @@ def local_lock(fleet_key: str, command: str, wait: float = 0.0, reporter: Report
         yield
     finally:
         os.close(fd)  # the lock goes with the descriptor (and with the process, however it ends)
+
+
+class TargetLocks:
+    """The fleet's lock on every target (`fleet-<fleet>`, mur.deploy.lock), taken in a fixed order and
+    held, each over its own connection, until `release` (or until this process or its links die)."""
+
+    def __init__(self, fleet_key: str, command: str, wait: float, ctx: Any):
+        self.key, self.command, self.wait, self.ctx = fleet_key, command, wait, ctx
+        self.held: list[tuple[Any, Any]] = []  # (target, TargetLock)
+
+    @property
+    def name(self) -> str:
+        return f"fleet-{self.key}"
+
+    def take(self, spec: Any, label: str) -> None:
+        """Connect and lock one target (call in sorted label order); E-FLEET-004 when another rollout holds it."""
+        from mur.deploy.lock import TargetLock
+        from mur.deploy.targets import TargetSpec
+
+        # a Docker target's engine is this machine's: the lock lives here
+        t = self.ctx.connect(spec if spec.provider == "ssh" else TargetSpec("local"), note=self.ctx.reporter.note)
+        try:
+            lock = TargetLock(t, self.name, command=self.command, wait=self.wait, reporter=self.ctx.reporter,
+                              deadlines=self.ctx.deadlines, what=f"fleet {self.key}").acquire()
+        except MurError as err:
+            t.close()
+            if err.code == "E-DEPLOY-013":
+                raise MurError("E-FLEET-004", err.message.replace(f"fleet {self.key} is locked", f"fleet {self.key} is being rolled"),
+                               "one rollout per fleet at a time: wait for it with --lock-wait SECONDS") from err
+            raise
+        self.held.append((t, lock))
+        self.ctx.reporter.note(f"{label}: holding the lock of fleet {self.key}")
+
+    def release(self) -> None:
+        for t, lock in reversed(self.held):
+            try:
+                lock.release()
+            finally:
+                t.close()
+        self.held = []

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from mur.deploy import operations
+from mur.deploy.providers.base import Context
 from mur.deploy.state import Deployment, DeploymentStore, fleet_tag
 from mur.errors import MurError
 from mur.fleet.address import fleet_key, resolve_many
@@ -66,26 +67,34 @@ def targets(ident: str, only: list[str] | None = None, store: DeploymentStore | 
     return deps
 
 
+def _context(dep: Deployment, reporter: Reporter, lock_wait: float = 0.0) -> Context:
+    """A context per deployment: its own labelled reporter (targets work at once), the lock wait."""
+    return Context(reporter=Labelled(reporter, address(dep)), lock_wait=lock_wait)
+
+
 def status(ident: str, only: list[str] | None = None, reporter: Reporter = QUIET) -> list[dict[str, Any]]:
-    return _each(targets(ident, only), lambda d: operations.status(d.deployment_id, Labelled(reporter, address(d))))
+    return _each(targets(ident, only),
+                 lambda d: operations.status(d.deployment_id, ctx=_context(d, reporter)))
 
 
 def stop(ident: str, only: list[str] | None = None, reporter: Reporter = QUIET, lock_wait: float = 0.0
          ) -> list[dict[str, Any]]:
     return _locked(targets(ident, only), f"mur deploy stop {ident}", lock_wait, reporter,
-                   lambda d: operations.stop(d.deployment_id, Labelled(reporter, address(d))))
+                   lambda d: operations.stop(d.deployment_id, ctx=_context(d, reporter, lock_wait)))
 
 
 def rollback(ident: str, only: list[str] | None = None, reporter: Reporter = QUIET, lock_wait: float = 0.0
              ) -> list[dict[str, Any]]:
-    return _locked(targets(ident, only), f"mur deploy rollback {ident}", lock_wait, reporter,
-                   lambda d: operations.rollback(d.deployment_id, Labelled(reporter, address(d))))
+    def one(d: Deployment) -> dict[str, Any]:
+        ctx = _context(d, reporter, lock_wait)
+        return operations.rollback(d.deployment_id, timeout=ctx.timeout, ctx=ctx)
+    return _locked(targets(ident, only), f"mur deploy rollback {ident}", lock_wait, reporter, one)
 
 
 def destroy(ident: str, only: list[str] | None = None, reporter: Reporter = QUIET, force: bool = False,
             lock_wait: float = 0.0) -> list[dict[str, Any]]:
     return _locked(targets(ident, only), f"mur deploy destroy {ident}", lock_wait, reporter,
-                   lambda d: operations.destroy(d.deployment_id, Labelled(reporter, address(d)), force=force))
+                   lambda d: operations.destroy(d.deployment_id, force=force, ctx=_context(d, reporter, lock_wait)))
 
 
 class _Lines:

@@ -32,7 +32,7 @@ from mur.deploy.state import Deployment, DeploymentStore, fleet_tag
 from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
 from mur.fleet import gate
-from mur.fleet.lock import local_lock
+from mur.fleet.lock import TargetLocks, local_lock
 from mur.fleet.plan import FleetPlan, TargetPlan
 from mur.progress import Reporter
 
@@ -179,13 +179,16 @@ class Rollout:
         t0 = time.monotonic()
         report = FleetReport(self.plan.key, ok=False, targets=list(self.results.values()),
                              left_out=[n for n in self.plan.all_targets if n not in self.results])
+        locks = TargetLocks(self.plan.key, self.opts.command, self.opts.lock_wait, self.ctx)
         try:
             with local_lock(self.plan.key, self.opts.command, self.opts.lock_wait, self.r):
                 self._prepare()
-                targets = self._preflight(report)
+                targets = self._preflight(report, self._lock(locks, report))
                 self._roll(targets, report)
         except MurError as err:
             report.error, report.code = err.message, err.code
+        finally:
+            locks.release()
         report.ok = report.error is None
         report.elapsed = time.monotonic() - t0
         return report
@@ -204,10 +207,32 @@ class Rollout:
                 res.had_release = existing.release is not None
             self.requests[t.name] = request_for(self.plan, t, self.opts, existing)
 
-    # --- 2. preflight everywhere ----------------------------------------------------------------------
+    # --- 2. lock and preflight everywhere -------------------------------------------------------------
 
-    def _preflight(self, report: FleetReport) -> list[TargetPlan]:
+    def _lock(self, locks: TargetLocks, report: FleetReport) -> dict[str, MurError]:
+        """The fleet's lock on every target, in a fixed order (one per machine); what could not be locked."""
+        failed: dict[str, MurError] = {}
+        places: dict[str, str] = {}
+        for t in self.plan.targets:
+            places.setdefault(t.spec.label if t.kind == "ssh" else "this machine", t.name)
+        with self.r.step(f"lock fleet {self.plan.key} on {len(places)} machine(s)"):
+            for place in sorted(places):
+                t = next(x for x in self.plan.targets if x.name == places[place])
+                try:
+                    locks.take(t.spec, place)
+                except MurError as err:
+                    if err.code == "E-FLEET-004":
+                        report.stopped_at = t.name
+                        raise
+                    for x in self.plan.targets:
+                        if (x.spec.label if x.kind == "ssh" else "this machine") == place:
+                            failed[x.name] = err
+        return failed
+
+    def _preflight(self, report: FleetReport, unlocked: dict[str, MurError]) -> list[TargetPlan]:
         def one(t: TargetPlan) -> tuple[TargetPlan, Any]:
+            if t.name in unlocked:
+                return t, unlocked[t.name]
             try:
                 return t, operations.check(self.requests[t.name], ctx=self._ctx(t, 60))
             except MurError as err:
@@ -316,12 +341,15 @@ class Rollout:
 
         def undo(res: TargetResult) -> None:
             assert res.deployment_id is not None
+            t = next(x for x in self.plan.targets if x.name == res.name)
+            ctx = self._ctx(t, self.ctx.timeout)
             try:
-                if res.had_release:
-                    operations.rollback(res.deployment_id, Labelled(self.r, res.name))
+                if res.had_release:  # exactly the release it served before this rollout
+                    to = res.old_release if isinstance(res.old_release, int) else None
+                    operations.rollback(res.deployment_id, timeout=ctx.timeout, to=to, ctx=ctx)
                     res.result = "rolled back"
                 else:
-                    operations.destroy(res.deployment_id, Labelled(self.r, res.name))
+                    operations.destroy(res.deployment_id, ctx=ctx)
                     res.result = "removed"
                 res.new_version, res.new_release = res.old_version, res.old_release
             except MurError as err:

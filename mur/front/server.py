@@ -16,8 +16,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from mur import __version__ as VERSION  # what state.json says runs (a deploy of another runtime replaces it)
 from mur.front import handoff, http
 from mur.front.config import CONTROL_NAME, STATE_NAME, TASKS_NAME, ConfigError, FrontConfig, load, read_state, write_json
 from mur.front.proxy import Front, server_tls
@@ -60,8 +61,23 @@ async def card_answers(front: Front, port: int, wait: float) -> str | None:
         await asyncio.sleep(0.2)
 
 
+def cert_pin(path: str | None) -> str | None:
+    """SHA-256 of the certificate's DER form (what clients pin)."""
+    if not path:
+        return None
+    import hashlib
+    import ssl
+
+    try:
+        return hashlib.sha256(ssl.PEM_cert_to_DER_cert(Path(path).read_text())).hexdigest()
+    except (OSError, ValueError):
+        return None
+
+
 class FrontProcess:
-    def __init__(self, config_path: Path):
+    def __init__(self, config_path: Path, on_serving: Callable[[], None] = lambda: None,
+                 on_stopped: Callable[[], None] = lambda: None):
+        self.on_serving, self.on_stopped = on_serving, on_stopped
         self.path = config_path
         self.dir = config_path.parent
         self.front: Front | None = None
@@ -73,6 +89,7 @@ class FrontProcess:
         self.reload_now = asyncio.Event()
         self.state_dirty = True
         self.handed_off = False
+        self.tls_pin: str | None = None  # the certificate this process serves (loaded once, at start)
 
     # --- state.json -----------------------------------------------------------------------------------
 
@@ -88,7 +105,7 @@ class FrontProcess:
         return {"pid": os.getpid(), "generation": self.applied, "error": self.error, "listen_port": f.cfg.listen_port,
                 "backends": backends, "cached_tasks": len(f.book.cached), "known_tasks": len(f.book.owner),
                 "connections": f.connections, "counts": dict(f.counts), "handed_off": self.handed_off,
-                "updated": time.time()}
+                "version": VERSION, "tls_pin": self.tls_pin, "updated": time.time()}
 
     def save_tasks(self) -> None:
         """tasks.json: the finished tasks the front answers for (a restarted or successor front reads it)."""
@@ -214,6 +231,7 @@ class FrontProcess:
             return 1
         self.server = await asyncio.start_server(self.front.handle, sock=sock, ssl=server_tls(cfg),
                                                  limit=http.MAX_HEAD)
+        self.tls_pin = cert_pin(cfg.tls_cert)
         self.applied = cfg.generation
         self.front.apply(cfg)
         control = handoff.control_socket(self.dir / CONTROL_NAME)
@@ -224,6 +242,7 @@ class FrontProcess:
             await loop.run_in_executor(None, handoff.release, predecessor)
             self.load_tasks()  # what the predecessor knew when it stopped accepting
         _log(f"serving {cfg.listen_host}:{cfg.listen_port} (pid {os.getpid()})")
+        self.on_serving()
         self.write_state()
         watcher = asyncio.create_task(self.watch())
         await self.stopping.wait()
@@ -241,6 +260,7 @@ class FrontProcess:
             except OSError:
                 pass
             self.write_state()
+        self.on_stopped()
         _log("stopped")
         return 0
 
@@ -248,5 +268,7 @@ class FrontProcess:
         self.state_dirty = True
 
 
-def run(config_path: str | Path) -> int:
-    return asyncio.run(FrontProcess(Path(config_path).resolve()).main())
+def run(config_path: str | Path, on_serving: Callable[[], None] = lambda: None,
+        on_stopped: Callable[[], None] = lambda: None) -> int:
+    """Serve until SIGTERM; `on_serving` runs once the address is held, `on_stopped` at the end."""
+    return asyncio.run(FrontProcess(Path(config_path).resolve(), on_serving, on_stopped).main())
