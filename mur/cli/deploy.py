@@ -179,6 +179,8 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
         fleet: Optional[Path] = typer.Option(None, "--fleet", help="Fleet file (default: deploy.yaml beside the manifest)."),
         no_fleet: bool = typer.Option(False, "--no-fleet", help="Ignore deploy.yaml: deploy to the one target given."),
+        front: bool = typer.Option(False, "--front", help="SSH/local: a front holds the address, so later releases "
+                                                          "switch without refusing a request (chosen at the first deploy)."),
         destination: Optional[str] = typer.Option(None, "--destination", "-d", help="Fleet: merge deploy.DESTINATION.yaml over deploy.yaml."),
         only: List[str] = typer.Option([], "--only", help="Fleet: only these targets or groups (repeatable, or comma-separated)."),
         batch: Optional[str] = typer.Option(None, "--batch", help="Fleet: targets switched at once, N or P% (default: the file's, else 1)."),
@@ -193,6 +195,9 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"'{containment}' is not one of: {', '.join(CLASSES)}", param_hint="--containment")
         if host is not None and docker:
             raise typer.BadParameter("choose one target: --host or --docker", param_hint="--docker")
+        if front and docker:
+            raise typer.BadParameter("--front is for SSH hosts and this machine (a container restarts in place)",
+                                     param_hint="--front")
         if tls is not None and (tls_cert or tls_key):
             raise typer.BadParameter("--tls self-signed or --tls-cert/--tls-key, not both", param_hint="--tls")
         from mur.deploy import operations
@@ -236,7 +241,7 @@ def register(app: typer.Typer) -> None:
             seccomp_profile=str(seccomp_profile) if seccomp_profile else None, keep_lifecycle=keep_lifecycle,
             precompile=not no_precompile, keep_sessions=keep_sessions, no_boot_hook=no_boot_hook, tls=tls,
             tls_cert=tls_cert.resolve() if tls_cert else None, tls_key=tls_key.resolve() if tls_key else None,
-            image=image, image_archive=image_archive.resolve() if image_archive else None)
+            image=image, image_archive=image_archive.resolve() if image_archive else None, front=front)
         if check:
             report = operations.check(req, ctx.reporter, ctx)
             emit(report.to_dict(), json_out, lambda _r: report.render())

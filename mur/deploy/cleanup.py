@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shlex
 
+from mur.deploy.fronted import remove_command as fronted_remove_command
 from mur.deploy.init import init_for
 from mur.deploy.init.supervisor import stop_smoke_command
 from mur.deploy.lock import SHARED
@@ -114,6 +115,7 @@ def destroy_steps(lay: Layout, init: str, sudo: bool, keep_bundles: bool = False
     if init != "supervisor":  # a boot hook may exist from an earlier supervisor release
         steps += init_for("supervisor").remove(lay, sudo)
     steps.append(Run(stop_smoke_command(lay), check=False, label="stop a smoke start"))
+    steps.append(Run(fronted_remove_command(lay), sudo=sudo, check=False, label="stop the front and the twin"))
     # Run and log files may belong to root (a supervisor started through sudo).
     steps.append(Run(f"rm -rf {q(lay.root)} {q(lay.staging)}", sudo=sudo, label="remove deployment files"))
     refs = f"{q(lay.bin_dir)}/.refs/*/{lay.dep_id} {q(lay.artifacts)}/*/*/.refs/{lay.dep_id} {q(lay.wasm_cache)}/.refs/*/{lay.dep_id}"

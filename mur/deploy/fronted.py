@@ -330,3 +330,57 @@ class Fronted:
         return {"port": self.ports.front, "alive": alive, "pid": state.get("pid") if alive else None,
                 "backends": state.get("backends") or [], "error": state.get("error"),
                 "counts": state.get("counts") or {}}
+
+
+def recorded(dep: Any) -> dict[str, Any] | None:
+    """The front a deployment record names ({"port": P}), or None (a deployment without one)."""
+    front = dep.extra.get("front") if dep is not None else None
+    return front if isinstance(front, dict) and front.get("port") else None
+
+
+def ports_for(dep_id: str, internal_port: int | None, existing: Any, want: bool, service_port: int | None,
+              busy: set[int], where: str) -> Ports | None:
+    """The front's, the service's and the twin's ports, or None when this deployment has no front.
+
+    A front is chosen at a deployment's first deploy (`want`) and kept: the front takes the port the
+    service would have had (network.internal_port when declared), the service a derived private one."""
+    from mur.deploy.plan import choose_port, pick_port
+
+    old = recorded(existing)
+    if old is None and not (want and (existing is None or existing.release is None)):
+        return None
+    if old is not None:
+        front = int(internal_port or old["port"])
+        service = int(service_port or pick_port(dep_id, busy | {front}, salt=3))
+    else:
+        front = choose_port(dep_id, internal_port, None, busy, where)
+        service = pick_port(dep_id, busy | {front}, salt=3)
+    twin = pick_port(dep_id, busy | {front, service}, salt=2)
+    return Ports(front=front, service=service, twin=twin)
+
+
+def for_record(t: Target, lay: Layout, dep: Any, sudo: bool, token: bytes | None, reporter: Any,
+               gate: Gate | None = None, busy: set[int] | None = None) -> Fronted | None:
+    """The Fronted of a recorded deployment (None when it has no front)."""
+    from mur.deploy.plan import pick_port
+
+    front = recorded(dep)
+    if front is None:
+        return None
+    service = int(dep.service_port or 0)
+    twin = pick_port(dep.deployment_id, (busy or set()) | {int(front["port"]), service}, salt=2)
+    return Fronted(t, lay, Ports(front=int(front["port"]), service=service, twin=twin), sudo=sudo, token=token,
+                   pin=dep.tls_pin, publish=front.get("bind") == "0.0.0.0", gate=gate, reporter=reporter)
+
+
+def install_boot(t: Target, lay: Layout, sudo: bool, boot: str) -> None:
+    """After a reboot the front starts with the service: the cron hook's script starts both (a host
+    whose service runs under systemd: see docs/deploy.md, "Fleets")."""
+    if boot != "cron":
+        return
+    from mur.deploy.apply import apply_steps
+    from mur.deploy.init.supervisor import boot_script
+    from mur.deploy.steps import WriteFile
+
+    script = boot_script(lay, sudo) + (front_start_command(lay, f"{lay.current}/mur") + "\n").encode()
+    apply_steps(t, [WriteFile(lay.boot_script, script, 0o755)])

@@ -107,6 +107,8 @@ class Rollout(Model):
     batch: Union[int, str] = Field(1, description='targets switched at once: a count, or a percentage ("25%")')
     smoke: Optional[Smoke] = Field(None, description="the smoke task (default: the authenticated health check only)")
     rollback: bool = Field(True, description="on a failure, return the targets already switched to their previous release")
+    front: bool = Field(True, description="SSH and local targets get a front at their first deploy: a new release "
+                                          "takes the address without a request refused (docs/deploy.md, Fleets)")
 
     @field_validator("batch")
     @classmethod

@@ -59,6 +59,7 @@ class FleetPlan:
     batch: int | str = 1
     smoke: Smoke | None = None
     rollback: bool = True
+    front: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -180,7 +181,7 @@ def resolve(fleet: Fleet, path: Path, *, capsule: str, destination: str | None =
                      manifest=(base / fleet.manifest).resolve(),
                      targets=tuple(target_plan(fleet, n, base, cli_env) for n in names), all_targets=tuple(fleet.targets),
                      batch=fleet.rollout.batch if batch is None else batch, smoke=fleet.rollout.smoke,
-                     rollback=fleet.rollout.rollback)
+                     rollback=fleet.rollout.rollback, front=fleet.rollout.front)
     places = {}
     for t in plan.targets:
         key = (t.kind, t.spec.host, t.spec.port)

@@ -155,7 +155,7 @@ def request_for(plan: FleetPlan, t: TargetPlan, opts: Options, existing: Deploym
     if t.no_boot_hook:
         common["no_boot_hook"] = True
     env = tuple(f"{k}={v}" for k, v in t.env)
-    return DeployRequest(manifest=plan.manifest, target=t.spec, env_args=env,
+    return DeployRequest(manifest=plan.manifest, target=t.spec, env_args=env, front=plan.front,
                          env_file=None if env else Path("/dev/null"),  # the fleet file says it all: no .env fallback
                          publish=t.publish or bool(opts.common.get("publish")), tls=t.tls or opts.common.get("tls"),
                          init=t.init if t.init != "auto" else str(opts.common.get("init") or "auto"),
@@ -172,8 +172,10 @@ class Rollout:
         self.requests: dict[str, DeployRequest] = {}
 
     def _ctx(self, t: TargetPlan, timeout: float) -> Context:
+        smoke = self.plan.smoke
+        check = None if smoke is None else (lambda target, port, token, pin: gate.check(target, port, token, pin, smoke))
         return replace(self.ctx, reporter=Labelled(self.r, t.name), runtime=self.shared.runtime,
-                       precompile=self.shared.precompile, timeout=timeout)
+                       precompile=self.shared.precompile, timeout=timeout, gate=check)
 
     def run(self) -> FleetReport:
         t0 = time.monotonic()

@@ -53,6 +53,7 @@ class FrontConfig:
     drain_timeout: float = 300.0  # a draining backend counts as drained after this long regardless
     connect_wait: float = 30.0  # how long a request waits for a backend that refuses connections
     switch_wait: float = 30.0  # how long a new active backend has to answer its agent card
+    busy_wait: float = 10.0  # how long a message/send answered "capsule is busy" is retried (0: never)
     retain_tasks: int = 1000  # finished tasks of retired backends kept for tasks/get
     max_connections: int = 512
     head_timeout: float = 10.0  # from accept (or the end of the previous answer) to a complete request head

@@ -11,7 +11,11 @@ client to a backend that is being drained. A backend that refuses connections (a
 restarting after a crash) is retried until `connect_wait`, re-reading which backend is active at
 every try, so a request waits through a switch instead of failing. A request that reached a backend
 which then closed without answering is retried only when repeating it cannot do anything twice
-(GET, `tasks/get`); otherwise the client gets 502 with a JSON-RPC error.
+(GET, `tasks/get`); otherwise the client gets 502 with a JSON-RPC error. A `message/send` answered
+"task rejected: capsule is busy" (the service's queue is full, as it is for a moment while a new
+release warms up beside the old one) is sent again, pausing 50 ms doubling to 0.5 s, for up to
+`busy_wait` seconds: a burst becomes latency instead of refusals (the rejected attempts stay
+rejected tasks in the service; the client sees the task that was accepted).
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ STALL_TIMEOUT = 60.0  # a client that reads nothing of a relayed answer for this
 ANSWER_TIMEOUT = 3600.0  # the longest a backend may take to start answering (message/send blocks)
 CLOSING_IDLE = 6.0  # httpx drops an idle pooled connection after 5 s
 RETRY_PAUSE = 0.05
+BUSY_PAUSE = 0.05
+BUSY_TEXT = "task rejected: capsule is busy"  # mur.a2a.tasks.REJECTED_BUSY
+BUSY = object()
 TASK_METHODS = ("tasks/get", "tasks/cancel", "tasks/resubscribe")
 SAFE_METHODS = ("tasks/get",)
 TASK_NOT_FOUND, TASK_NOT_CANCELABLE, UNAUTHORIZED, INTERNAL = -32001, -32002, -32030, -32603
@@ -61,7 +68,8 @@ class Front:
         self.report, self.log = report, log
         self.connections = 0
         self.closing = 0.0  # when this front stopped accepting (monotonic), 0 while it accepts
-        self.counts = {"requests": 0, "answered_from_cache": 0, "refused": 0, "backend_errors": 0, "retries": 0}
+        self.counts = {"requests": 0, "answered_from_cache": 0, "refused": 0, "backend_errors": 0, "retries": 0,
+                       "busy_retries": 0}
         self._client_tls: ssl.SSLContext | None = None
 
     # --- configuration --------------------------------------------------------------------------------
@@ -294,9 +302,17 @@ class Front:
         safe = line.method in ("GET", "HEAD") or method in SAFE_METHODS
         out = http.render_head(f"{line.method} {line.target} HTTP/1.1",
                                head.forwarded([("content-length", str(len(body))), ("connection", "close")])) + body
+        busy_until = time.monotonic() + self.cfg.busy_wait if method == "message/send" and self.cfg.busy_wait else 0.0
+        pause = BUSY_PAUSE
         for attempt in range(4 if safe else 1):
             try:
-                return await self._try(line, rpc, out, names, writer, keep)
+                while True:
+                    done = await self._try(line, rpc, out, names, writer, keep, busy_until)
+                    if done is not BUSY:
+                        return bool(done)
+                    self.counts["busy_retries"] += 1  # the capsule's queue is full: hold the request a moment
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 0.5)
             except RelayBroken as exc:
                 self.log(f"an answer to a {method} request broke off: {exc}")
                 return False
@@ -312,9 +328,12 @@ class Front:
         return False
 
     async def _try(self, line: http.RequestLine, rpc: dict[str, Any], out: bytes, names: list[str | None],
-                   writer: asyncio.StreamWriter, keep: bool) -> bool:
+                   writer: asyncio.StreamWriter, keep: bool, busy_until: float = 0.0) -> bool | object:
+        """Forward to the candidates in turn; BUSY when the answer is "capsule is busy" and the request
+        may still wait (nothing was written to the client then)."""
         for i, name in enumerate(names):
             last = i == len(names) - 1
+            hold = busy_until > time.monotonic()
             try:
                 backend, breader, bwriter = await self.connect(self._pick(name),
                                                                self.cfg.connect_wait if i == 0 else 2.0)
@@ -330,10 +349,12 @@ class Front:
                 if rhead is None:
                     raise ConnectionResetError("closed before answering")
                 status = http.status_of(rhead)
-                if not last and status == 200 and not rhead.chunked:
+                if (not last or hold) and status == 200 and not rhead.chunked:
                     data = await http.read_body(breader, rhead, until_close=True)
-                    if _not_found(data):
+                    if not last and _not_found(data):
                         continue
+                    if hold and _busy(data):
+                        return BUSY
                     self.book.learn(data, backend.name)
                     writer.write(http.render_head(rhead.first, rhead.forwarded(
                         [("content-length", str(len(data))), ("connection", "keep-alive" if keep else "close")])) + data)
@@ -398,6 +419,18 @@ def _task_of(rpc: dict[str, Any]) -> str | None:
         msg = params.get("message")
         tid = msg.get("taskId") if isinstance(msg, dict) else None
     return tid if isinstance(tid, str) and tid.startswith("tsk_") else None
+
+
+def _busy(data: bytes) -> bool:
+    """A message/send answered "rejected: capsule is busy" (its queue is full; mur.a2a.tasks)."""
+    if b"rejected" not in data or BUSY_TEXT.encode() not in data:
+        return False
+    try:
+        result = json.loads(data).get("result") or {}
+    except (ValueError, AttributeError):
+        return False
+    status = result.get("status") or {} if isinstance(result, dict) else {}
+    return status.get("state") == "rejected" and BUSY_TEXT in json.dumps(status.get("message"))
 
 
 def _not_found(data: bytes) -> bool:

@@ -29,6 +29,7 @@ def main() -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--token-file", required=True)
     p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--queue-depth", type=int, default=64)
     p.add_argument("--tls-cert")
     p.add_argument("--tls-key")
     args = p.parse_args()
@@ -42,7 +43,7 @@ def main() -> int:
     auth = DoorAuth(token=Path(args.token_file).read_text().strip(),
                     tls_cert=Path(args.tls_cert) if args.tls_cert else None,
                     tls_key=Path(args.tls_key) if args.tls_key else None)
-    service = CapsuleService(card=card, lifecycle=Lifecycle(task_acceptance="queue", after_task="sleep", queue_depth=64),
+    service = CapsuleService(card=card, lifecycle=Lifecycle(task_acceptance="queue", after_task="sleep", queue_depth=args.queue_depth),
                              executor=executor, trace=lambda event: None, workdir=Path(tempfile.mkdtemp()),
                              port=args.port, idle_timeout=0, auth=auth, term_grace=30)
     service.start()

@@ -47,10 +47,10 @@ class Proc:
 
 
 def start_backend(name: str, token_file: Path, delay: float = 1.5, port: int | None = None,
-                  tls: tuple[Path, Path] | None = None) -> Proc:
+                  tls: tuple[Path, Path] | None = None, queue_depth: int = 64) -> Proc:
     port = port or free_port()
     argv = [sys.executable, str(HERE / "a2a_backend.py"), "--name", name, "--port", str(port),
-            "--token-file", str(token_file), "--delay", str(delay)]
+            "--token-file", str(token_file), "--delay", str(delay), "--queue-depth", str(queue_depth)]
     if tls:
         argv += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -171,3 +171,30 @@ def test_no_backend_answering_is_a_503_after_the_wait(tmp_path, procs):
                                                          "params": message("x")},
                    headers={"authorization": f"Bearer {token}"}, timeout=10)
     assert r.status_code == 503 and r.json()["id"] == 3 and "Service unavailable" in r.json()["error"]["message"]
+
+
+def test_a_full_queue_makes_requests_wait_not_fail(tmp_path, procs):
+    """queue_depth 1 and tasks of 0.4 s: six sent at once all complete (the front holds the ones the
+    service answers "busy" and sends them again); with busy_wait 0 the service's refusals come through."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    token_file = tmp_path / "token"
+    token = write_token(token_file)
+    r1 = start_backend("r1", token_file, delay=0.4, queue_depth=1)
+    procs.append(r1)
+    listen = free_port()
+    first_config(tmp_path / "front", listen, Backend("r1", r1.port), token_file, busy_wait=10)
+    procs.append(start_front(tmp_path / "front", tmp_path / "front.log"))
+    url = f"http://127.0.0.1:{listen}"
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda i: rpc(url, token, "message/send", message(f"slow-{i}"), i), range(6)))
+    assert [a["result"]["status"]["state"] for a in answers].count("rejected") == 0
+    state = json.loads((tmp_path / "front" / "state.json").read_text())
+    assert state["counts"]["busy_retries"] > 0
+    ctl = control(tmp_path / "front")
+    from dataclasses import replace
+
+    ctl.apply(replace(ctl.config(), busy_wait=0, generation=ctl.config().generation + 1))
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda i: rpc(url, token, "message/send", message(f"slow-{i}"), i), range(6)))
+    assert [a["result"]["status"]["state"] for a in answers].count("rejected") > 0

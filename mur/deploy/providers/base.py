@@ -83,6 +83,9 @@ class Context:
     deadlines: Deadlines = field(default_factory=current_deadlines)
     # progress as machine-readable events (`MUR_DEPLOY_EVENTS`, for fault tests): name + fields
     event: Callable[..., None] = _no_event
+    # what a new release must pass before it takes traffic (a fleet's smoke task; mur.deploy.fronted):
+    # (target, port, token, pin) -> {"ok", "error"}; None: the authenticated health check
+    gate: Callable[..., dict[str, Any]] | None = None
 
     def open(self, spec: TargetSpec, trust_new_host: bool = False) -> Target:
         with self.phase("connect", f"connect {spec.label}"):

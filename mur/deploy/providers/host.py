@@ -28,7 +28,7 @@ import shlex
 from typing import Any
 
 from mur import __version__
-from mur.deploy import auth
+from mur.deploy import auth, fronted
 from mur.deploy.apply import apply_steps, run_step
 from mur.deploy.cleanup import collect_step, destroy_steps, gc_shared_command, prune_command, sweep_command
 from mur.deploy.init import init_for
@@ -67,6 +67,9 @@ class HostDeploy:
         self.before: HostView | None = None
         self.was_serving = False
         self.old_init = ""
+        self.ports: fronted.Ports | None = None
+        self.front: fronted.Fronted | None = None
+        self.handed_over = False
 
     # the attempt --------------------------------------------------------------------------------
 
@@ -147,10 +150,12 @@ class HostDeploy:
                 view = s.observe(recorded)
             self.before, self.first = view, not view.releases
             busy = listening_ports(t.run(LISTENING_COMMAND, check=False, what="listening ports").stdout)
-        port = choose_port(job.dep_id, cap.internal_port, recorded, busy, t.label)
+        # with a front (mur.deploy.fronted), the URL is the front's port and the service's is private
+        self.ports = fronted.ports_for(job.dep_id, cap.internal_port, job.existing, req.front, recorded, busy, t.label)
+        port = self.ports.service if self.ports else choose_port(job.dep_id, cap.internal_port, recorded, busy, t.label)
         token_file, token, tls = credentials(job, req.target.host or "127.0.0.1")
         self.token, self.pin, self.port = token, (tls.pin_sha256 if tls else None), port
-        bind = "0.0.0.0" if req.publish else "127.0.0.1"
+        bind = "0.0.0.0" if req.publish and not self.ports else "127.0.0.1"
         svc = ServiceConfig(
             port=port, bind=bind, restart=cap.restart_policy, init=init, user=None if t.is_root else t.user,
             memory_bytes=cap.service_memory_bytes, tasks_max=cap.service_tasks_max, env=tuple(sorted(cap.env.items())),
@@ -162,10 +167,21 @@ class HostDeploy:
             files=cap.files, workdir=cap.workdir, artifacts=cap.artifacts, service=svc, sudo=sudo,
             prev_n=view.current if view.current in view.releases else None, precompiled=compiled,
             capsule_name=cap.name, capsule_version=cap.version, token=token, tls=tls, nonce=self.nonce))
-        url, tunnel, tunnel_port = self._address(port, bind, "https" if tls else "http")
+        if self.ports:
+            url, tunnel, tunnel_port = self._address(self.ports.front, "0.0.0.0" if req.publish else "127.0.0.1",
+                                                     "https" if tls else "http")
+        else:
+            url, tunnel, tunnel_port = self._address(port, bind, "https" if tls else "http")
         rec = new_record(job, runtime, home=lay.home, init=init, port=port, bind=bind, url=url, boot=svc.boot,
                          token_file=token_file, tls=tls, sudo=sudo, helper=s.helper)
         rec.tunnel, rec.tunnel_port = tunnel, tunnel_port
+        if self.ports:
+            rec.extra["front"] = {"port": self.ports.front, "bind": "0.0.0.0" if req.publish else "127.0.0.1"}
+            self.front = fronted.Fronted(t, lay, self.ports, sudo=sudo, token=token, pin=self.pin, publish=req.publish,
+                                         gate=ctx.gate, reporter=self.r)
+        elif req.front and job.existing is not None:
+            self.r.note("this deployment was made without a front: its releases restart in place "
+                        "(a front is chosen at a deployment's first deploy)")
         rec.uses(runtime.name, [], [str(f.rel) for f in compiled])
         self._record(rec)
 
@@ -231,7 +247,9 @@ class HostDeploy:
 
         before = self.before
         self.was_serving = before.serving is not None and bool(s.health(self.port, self.token, self.pin).get("ok"))
-        if self.was_serving:
+        if self.was_serving and self.front is not None and before.serving in before.releases:
+            self._hand_over(n, before.serving)  # zero downtime: a twin of release n takes the address
+        elif self.was_serving:
             a.push("stop the smoke start", lambda: t.run(stop_smoke_command(lay), check=False, what="stop the smoke start"))
             with ctx.phase("smoke", f"smoke-start release {n} beside release {before.serving}", t, release=n):
                 self._smoke(plan, busy)
@@ -257,6 +275,9 @@ class HostDeploy:
                                    else ("nothing of this deploy is left on the target" if self.first else
                                          f"current names release {before.current} again"))
         a.advance(Phase.STARTED)
+        if self.handed_over:
+            with ctx.phase("front", f"give the address back to the service (release {n})", t, release=n):
+                self.front.to_service(n)  # type: ignore[union-attr]
 
         keep = [n] + ([before.current] if before.current is not None else []) + before.older_complete(None)[: KEEP_RELEASES - 2]
         t.run(prune_command(lay, keep), check=False, what="prune old releases")
@@ -265,6 +286,20 @@ class HostDeploy:
         out = self._finish(rec, n, previous=previous, card=self.card, unchanged=False, meta=plan.release_meta)
         out.uploaded, out.uploaded_bytes = stats.uploaded, stats.uploaded_bytes
         return out
+
+    def _hand_over(self, n: int, serving: int) -> None:
+        """Release n starts beside release `serving` (the twin), passes the gate, takes the address;
+        the service drains (mur.deploy.fronted). Each step pushes its undo."""
+        f, a, t = self.front, self.a, self.s.t
+        assert f is not None
+        a.push("stop the twin", f.stop_twin)
+        with self.ctx.phase("twin", f"start release {n} beside release {serving}", t, release=n):
+            f.start_twin(n, self.job.req.start_timeout)
+        a.push(f"give the address back to release {serving}", lambda: f.back_to_service(serving))
+        with self.ctx.phase("front", f"move the address to release {n}; release {serving} drains", t, release=n):
+            f.to_twin(n, serving)
+        self.handed_over = True
+        a.advance(Phase.SMOKED)
 
     def _start_and_verify(self, n: int, after: str) -> None:
         """Restart the service from `current` (= n), wait until it answers, and check that the process
@@ -318,6 +353,10 @@ class HostDeploy:
         q = shlex.quote
         t.run(f"rm -rf {q(lay.scratch(self.nonce))}; rmdir {q(lay.staging)} {q(lay.murmur + '/staging')} 2>/dev/null; true",
               check=False, what="remove this deploy's staging")
+        if self.front is not None:  # the front serves release n (started, or replaced by a newer runtime)
+            with self.ctx.phase("front", f"front on port {self.front.ports.front}", t, release=n):
+                self.front.ensure(n)
+                fronted.install_boot(t, lay, self.s.sudo, rec.boot)
         with uninterrupted():
             self.ctx.store.save(rec)
         self.a.forget()
@@ -331,7 +370,8 @@ class HostDeploy:
         if req.target.provider != "ssh" or bind != "127.0.0.1":
             host = req.target.host if bind != "127.0.0.1" and req.target.host else "127.0.0.1"
             return f"{scheme}://{host}:{port}", None, None
-        local = (old.tunnel_port if old and old.tunnel_port and old.service_port == port else None) or free_local_port()
+        was = (fronted.recorded(old) or {}).get("port") if self.ports else (old.service_port if old else None)
+        local = (old.tunnel_port if old and old.tunnel_port and was == port else None) or free_local_port()
         return f"{scheme}://127.0.0.1:{local}", self.s.t.tunnel_command(port, local), local  # type: ignore[union-attr]
 
     # undo steps -------------------------------------------------------------------------------

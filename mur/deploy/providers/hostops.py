@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Callable
 
+from mur.deploy import fronted
 from mur.deploy.apply import apply_steps, run_step
 from mur.deploy.cleanup import collect_step, destroy_steps, gc_shared_command, sweep_command
 from mur.deploy.lock import TargetLock
@@ -21,7 +22,7 @@ from mur.deploy.providers.base import Context, DeployJob, Outcome, read_token, u
 from mur.deploy.providers.host import HostDeploy
 from mur.deploy.providers.hostsession import HostSession
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
-from mur.deploy.steps import Layout, ServiceConfig, Symlink
+from mur.deploy.steps import Layout, Run, ServiceConfig, Symlink
 from mur.deploy.targets import TargetSpec
 from mur.deploy.undo import Attempt, Phase
 from mur.errors import MurError
@@ -67,12 +68,21 @@ class HostProvider:
     def status(self, dep: Deployment, ctx: Context) -> dict[str, Any]:
         with self._session(dep, ctx, "status") as s:
             truth, view, st, card = s.truth(dep, read_token(dep))
+            f = fronted.for_record(s.t, s.lay, dep, s.svc.sudo, read_token(dep), ctx.reporter)
+            front = f.status() if f is not None else None
+        if front is not None and not front["alive"] and truth.state == "running":  # clients get no answer
+            truth.state, truth.consistent = "diverged", False
+            truth.reason = (f"the front (port {front['port']}) is not running: the service answers on its private "
+                            f"port only; `mur deploy start` or the next deploy starts it")
         with uninterrupted():
             ctx.store.update(dep.deployment_id, follow_truth(dep, truth, view))
-        return {"status": truth.state, "state": truth.to_dict(), "service": st.to_dict(),
-                "agent_card_ok": bool(card.get("ok")), "agent_card": card.get("agent_card"),
-                "error": None if card.get("ok") else card.get("error"),
-                "releases": sorted(view.releases), "current": view.current, "serving": view.serving}
+        out = {"status": truth.state, "state": truth.to_dict(), "service": st.to_dict(),
+               "agent_card_ok": bool(card.get("ok")), "agent_card": card.get("agent_card"),
+               "error": None if card.get("ok") else card.get("error"),
+               "releases": sorted(view.releases), "current": view.current, "serving": view.serving}
+        if front is not None:
+            out["front"] = front
+        return out
 
     def logs(self, dep: Deployment, lines: int, follow: bool, sink: Callable[[bytes], None] | None,
              ctx: Context) -> str:
@@ -101,6 +111,9 @@ class HostProvider:
                 card = s.svc.wait(int(dep.service_port or 0), read_token(dep), dep.tls_pin, ctx.timeout)
                 if not card.get("ok"):
                     raise s.svc.failed(card, "see `mur deploy logs`")
+                f = fronted.for_record(s.t, s.lay, dep, s.svc.sudo, read_token(dep), ctx.reporter)
+                if f is not None:
+                    f.ensure(view.current)
             meta = view.meta(view.current)
 
         def change(d: Deployment) -> None:
@@ -113,6 +126,9 @@ class HostProvider:
         with self._session(dep, ctx, "stop") as s:
             s.take_lock()
             with ctx.phase("stop", f"stop {dep.deployment_id}", s.t):
+                if fronted.recorded(dep):  # the address closes first: no request reaches a stopping service
+                    apply_steps(s.t, [Run(fronted.remove_command(s.lay), sudo=s.svc.sudo, check=False,
+                                          label="stop the front and the twin")])
                 apply_steps(s.t, s.svc.init.stop(s.lay, s.svc.sudo))
 
         def change(d: Deployment) -> None:
@@ -231,6 +247,16 @@ def _switch(s: HostSession, dep: Deployment, ctx: Context, view: HostView, to: i
             ctx.store.update(dep.deployment_id, mark)
         a.push("restore the record", lambda: _restore(ctx, old))
         a.advance(Phase.RECORDED)
+        f = fronted.for_record(s.t, s.lay, dep, s.svc.sudo, token, ctx.reporter, busy=_busy(s))
+        handed = False
+        if f is not None and was_serving and cur is not None and f.alive():  # zero downtime, as a deploy
+            a.push("stop the twin", f.stop_twin)
+            with ctx.phase("twin", f"start release {to} beside release {cur}", s.t, release=to):
+                f.start_twin(to, ctx.timeout)
+            a.push(f"give the address back to release {cur}", lambda: f.back_to_service(cur))
+            with ctx.phase("front", f"move the address to release {to}; release {cur} drains", s.t, release=to):
+                f.to_twin(to, cur)
+            handed = True
         if cur is not None and cur in view.releases:
             a.push(f"switch back to release {cur}" + (" and restart it" if was_serving else ""),
                    lambda: _activate(s, dep, cur, restart=True) if was_serving else
@@ -248,6 +274,12 @@ def _switch(s: HostSession, dep: Deployment, ctx: Context, view: HostView, to: i
                 raise MurError("E-DEPLOY-004", f"release {to} started, but port {port} is served by release "
                                f"{after.serving} (pid {after.serving_pid})")
         a.advance(Phase.STARTED)
+        if f is not None:
+            with ctx.phase("front", f"the front serves release {to}", s.t, release=to):
+                if handed:
+                    f.to_service(to)
+                else:
+                    f.ensure(to)
     except BaseException as exc:
         undo_or_leave(ctx, s, a, exc, dep.deployment_id, "rollback",
                       f"run `mur deploy rollback {dep.deployment_id} --to {cur}` or `mur deploy status` to see what serves",
@@ -266,6 +298,13 @@ def _switch(s: HostSession, dep: Deployment, ctx: Context, view: HostView, to: i
     a.forget()
     a.advance(Phase.DONE)
     return out or dep
+
+
+def _busy(s: HostSession) -> set[int]:
+    from mur.deploy.plan import LISTENING_COMMAND, listening_ports
+
+    assert s.t is not None
+    return listening_ports(s.t.run(LISTENING_COMMAND, check=False, what="listening ports").stdout)
 
 
 def _restore(ctx: Context, old: Deployment | None) -> None:
