@@ -9,14 +9,16 @@ same release), a preflight failure on one target (nothing changes anywhere), two
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-import os
+import time
 
 import pytest
 
 from deploy_support import ROOT, mur, mur_json
 from fleet_support import by_target, fleet_dir, releases_on, rollout
+from front_support import Traffic
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_sshd, pytest.mark.slow]
 
@@ -28,15 +30,15 @@ def serving(home, name="hello"):
             for r in json.loads(proc.stdout)}
 
 
-def test_rollout_gate_stop_and_return_preflight_and_views(three_vms, home, runtime_bundle, hello_capsule, tmp_path):
+def test_rolling_under_traffic_gate_stop_preflight_and_views(three_vms, home, runtime_bundle, hello_capsule, tmp_path):
     vms = three_vms
     smoke = {"smoke": {"message": "fleet", "expect": "Hello, fleet"}, "batch": 1}
     cap = fleet_dir(hello_capsule, tmp_path / "hello", vms, local=True, rollout=smoke,
                     groups={"italian": {"env": {"HELLO_GREETING": "Hello"}}},
                     target_extra={"web-2": {"groups": ["italian"]}})
 
-    # 1. first rollout: every target, gated, one after the other
-    rc, first, _ = rollout(cap, home)
+    # 1. first rollout: every target (two at a time), each gated on its health and the smoke task
+    rc, first, _ = rollout(cap, home, "--batch", "2")
     t = by_target(first)
     assert first["ok"] and set(t) == {"web-1", "web-2", "web-3", "here"}
     assert all(x["result"] == "deployed" and x["new"]["release"] == 1 for x in t.values()), first
@@ -45,38 +47,47 @@ def test_rollout_gate_stop_and_return_preflight_and_views(three_vms, home, runti
     assert len({i[:12] for i in ids}) == 4  # made in one minute, told apart by upstream's short form
     assert mur("send", "hello@web-2", "world", home=home).stdout == "Hello, world!\n"
     assert mur("send", "hello", "anyone", home=home).stdout == "Hello, anyone!\n"
-    ls = mur("deploy", "ls", home=home).stdout
-    assert "fleet hello: 0.1.0 (release 1) on all 4 target(s)" in ls
+    assert "fleet hello: 0.1.0 (release 1) on all 4 target(s)" in mur("deploy", "ls", home=home).stdout
 
-    # 2. a release whose smoke task fails on web-2: the rollout stops there, web-1 goes back to release 1
+    # 2. clients on every target, a task every 50 ms each, through a rolling redeploy and a failed one
+    records = {r["fleet"]["target"]: r for r in mur_json("deploy", "ls", home=home)}
+    clients = {n: Traffic(r["url"], open(r["token_file"]).read().strip()).start() for n, r in records.items()}
+    rc, second, err = rollout(cap, home, "--env", "RELEASE=2")
+    assert all(x["result"] == "deployed" and x["new"]["release"] == 2 for x in second["targets"]), second
+
+    # 3. a release whose smoke task fails on web-2: it never takes web-2's address, the rollout stops
+    #    there, and web-1 (already switched) goes back to release 2
     (cap / "deploy.yaml").write_text((cap / "deploy.yaml").read_text().replace("HELLO_GREETING: Hello", "HELLO_GREETING: Ciao"))
-    rc, second, err = rollout(cap, home, "--env", "RELEASE=2", check=False)
-    t = by_target(second)
-    assert rc == 1 and not second["ok"] and second["stopped_at"] == "web-2", err
-    assert second["code"] == "E-FLEET-006" and "without 'Hello, fleet'" in t["web-2"]["error"]
-    assert t["web-1"]["result"] == "rolled back" and t["web-2"]["result"] == "rolled back"
-    assert t["web-3"]["result"] == "not started" and t["here"]["result"] == "not started"
+    rc, third, err = rollout(cap, home, "--env", "RELEASE=3", check=False)
+    t = by_target(third)
+    assert rc == 1 and not third["ok"] and third["stopped_at"] == "web-2", err
+    assert third["code"] == "E-FLEET-006" and "without 'Hello, fleet'" in t["web-2"]["error"]
+    assert t["web-1"]["result"] == "rolled back" and t["web-1"]["new"]["release"] == 2
+    assert t["web-2"]["result"] == "failed" and t["web-3"]["result"] == "not started"
+    time.sleep(1.0)
+    for c in clients.values():
+        c.stop()
+    for name, c in clients.items():
+        assert c.failures == [], (name, c.failures[:5])
+        assert len(c.answers) == len(c.sent) > 20, name  # every accepted task answered
     live = serving(home)
-    assert {v[1] for v in live.values()} == {1} and all(v[2] == "running" and v[3] for v in live.values()), live
-    assert mur("send", "hello@web-2", "again", home=home).stdout == "Hello, again!\n"
+    assert {v[1] for v in live.values()} == {2} and all(v[2] == "running" and v[3] for v in live.values()), live
 
-    # 3. one target cannot be reached: preflight fails, nothing changes anywhere
+    # 4. one target cannot be reached: preflight fails, nothing changes anywhere
     before = [releases_on(vm) for vm in vms]
     vms[2].container.stop(timeout=5)
-    rc, third, err = rollout(cap, home, "--env", "RELEASE=3", check=False)
-    assert rc == 1 and third["code"] == "E-FLEET-005" and third["stopped_at"] == "web-3", err
-    assert all(x["result"] in ("not started",) for x in third["targets"])
+    rc, fourth, err = rollout(cap, home, "--env", "RELEASE=4", check=False)
+    assert rc == 1 and fourth["code"] == "E-FLEET-005" and fourth["stopped_at"] == "web-3", err
+    assert all(x["result"] == "not started" for x in fourth["targets"])
     assert [releases_on(vm) for vm in vms[:2]] == before[:2]
-    # --skip-unreachable leaves it out and rolls the others (here, web-1, web-2) to a release that passes
+    # --skip-unreachable leaves it out and rolls the others it selects
     (cap / "deploy.yaml").write_text((cap / "deploy.yaml").read_text().replace("HELLO_GREETING: Ciao", "HELLO_GREETING: Hello"))
-    rc, fourth, err = rollout(cap, home, "--env", "RELEASE=4", "--skip-unreachable", "--only", "web-1,web-3,here",
-                              check=False)
-    t = by_target(fourth)
-    assert rc == 0, err
-    assert t["web-3"]["result"] == "skipped" and t["web-1"]["result"] == "deployed" and t["here"]["result"] == "deployed"
+    rc, fifth, err = rollout(cap, home, "--env", "RELEASE=5", "--skip-unreachable", "--only", "web-3,here", check=False)
+    t = by_target(fifth)
+    assert rc == 0 and t["web-3"]["result"] == "skipped" and t["here"]["result"] == "deployed", err
     vms[2].container.start()
 
-    # 4. fleet-wide commands and views
+    # 5. fleet-wide commands and views
     logs = mur("deploy", "logs", "hello", "-n", "5", home=home).stdout
     assert {line.split(" | ")[0] for line in logs.splitlines()} >= {"hello@web-1", "hello@web-2", "hello@here"}
     stopped = mur_json("deploy", "stop", "hello", "--only", "here", home=home)
@@ -85,21 +96,35 @@ def test_rollout_gate_stop_and_return_preflight_and_views(three_vms, home, runti
     assert mur_json("deploy", "ls", home=home) == []
     for vm in vms[:2]:
         assert vm.sh("ls -A /root/.murmur/deployments 2>/dev/null")[1].strip() == ""
+        assert not [p for p in vm.procs() if "mur" in p], vm.procs()
 
 
 def test_two_operators_never_roll_one_fleet_at_once(three_vms, home, runtime_bundle, hello_capsule, tmp_path):
+    """Operator A rolls; B from another machine (another HOME) is refused by the fleet's lock on the
+    target; A's own second command is refused by this machine's lock, then waits its turn."""
     cap = fleet_dir(hello_capsule, tmp_path / "hello", three_vms[:1], local=False)
-    env = {**os.environ, "HOME": str(home)}
+    other = tmp_path / "other-home"
+    other.mkdir()
     argv = [sys.executable, "-m", "mur", "deploy", "--json"]
-    first = subprocess.Popen(argv, cwd=cap, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    import time
 
-    time.sleep(1.5)
-    second = subprocess.run(argv, cwd=cap, env=env, capture_output=True, text=True, timeout=300)
+    def run(h, *extra, wait=True):
+        env = {**os.environ, "HOME": str(h)}
+        if not wait:
+            return subprocess.Popen(argv + list(extra), cwd=cap, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        return subprocess.run(argv + list(extra), cwd=cap, env=env, capture_output=True, text=True, timeout=900)
+
+    first = run(home, wait=False)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and three_vms[0].sh("ls /root/.murmur/locks/fleet-hello.holder")[0] != 0:
+        time.sleep(0.2)
+    b = run(other)
+    a2 = run(home)
+    waited = run(home, "--lock-wait", "600")
     out, err = first.communicate(timeout=900)
     assert first.returncode == 0, err
-    assert second.returncode == 1 and "error[E-FLEET-004]" in second.stderr and "is being rolled" in second.stderr
-    waited = subprocess.run(argv + ["--lock-wait", "600"], cwd=cap, env=env, capture_output=True, text=True, timeout=900)
+    assert b.returncode == 1 and "error[E-FLEET-004]" in b.stderr and "mur deploy" in b.stderr, b.stderr
+    assert a2.returncode == 1 and "error[E-FLEET-004]" in a2.stderr and "from this machine" in a2.stderr, a2.stderr
     assert waited.returncode == 0, waited.stderr
     assert json.loads(waited.stdout)["targets"][0]["result"] == "unchanged"
     mur("deploy", "destroy", "hello", home=home)

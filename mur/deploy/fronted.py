@@ -212,10 +212,16 @@ class Fronted:
             self.t.run(write_command(front_dir(self.lay), cfg), check=True, what="write the front's configuration")
             before = state.get("pid")
             self.t.run(front_start_command(self.lay, runtime), check=True, what="start the front")
-            self.ctl.wait(lambda st: st.get("pid") not in (None, before) and st.get("generation") == cfg.generation
-                          and not st.get("handed_off"), cfg, 30)
+            try:
+                self.ctl.wait(lambda st: st.get("pid") not in (None, before) and st.get("generation") == cfg.generation
+                              and not st.get("handed_off"), cfg, 30)
+            except FrontError as err:
+                log = self.t.run(f"tail -n 20 {shlex.quote(self.lay.log_dir + '/front.log')}", check=False,
+                                 what="the front's log").stdout.strip()
+                raise MurError("E-DEPLOY-004", f"the front did not start on {self.t.label}: {err}\nfront log:\n{log}",
+                               "see `mur deploy logs`; the release that served keeps serving") from err
         else:
-            self.ctl.apply(cfg)
+            self._apply(cfg)
 
     def _runtime_version(self, n: int, fallback: str) -> str:
         out = self.t.run(f"cat {shlex.quote(self.lay.release(n) + '/release.json')} 2>/dev/null", check=False,

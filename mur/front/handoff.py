@@ -22,6 +22,25 @@ from pathlib import Path
 from typing import Callable
 
 TIMEOUT = 10.0
+SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes; a deployment under a long HOME needs a way round
+
+
+class _Short:
+    """A short name for a unix socket path: /proc/self/fd/<dir fd>/<name> when the path is too long."""
+
+    def __init__(self, path: Path):
+        self.fd: int | None = None
+        self.name = str(path)
+        if len(self.name) > SUN_PATH_MAX:
+            self.fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.name = f"/proc/self/fd/{self.fd}/{path.name}"
+
+    def __enter__(self) -> str:
+        return self.name
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 def take_over(control: Path) -> tuple[socket.socket, socket.socket, int] | None:
@@ -31,7 +50,8 @@ def take_over(control: Path) -> tuple[socket.socket, socket.socket, int] | None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(TIMEOUT)
     try:
-        conn.connect(str(control))
+        with _Short(control) as name:
+            conn.connect(name)
         conn.sendall(b"handoff\n")
         msg, fds, _flags, _addr = socket.recv_fds(conn, 256, 1)
     except OSError:
@@ -74,7 +94,8 @@ def control_socket(path: Path) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        sock.bind(str(tmp))
+        with _Short(tmp) as name:
+            sock.bind(name)
     finally:
         os.umask(old)
     sock.listen(4)
