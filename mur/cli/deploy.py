@@ -123,18 +123,27 @@ def render_table(records: list[dict]) -> str:
 
 
 def _events() -> Callable[..., None]:
-    """`MUR_DEPLOY_EVENTS=FILE`: one JSON line per step, appended and flushed as it happens."""
+    """`MUR_DEPLOY_EVENTS=FILE`: one JSON line per step, appended and flushed as it happens.
+    `MUR_DEPLOY_STOP_AT=step:event[,...]` (fault tests): after writing that event the command stops
+    itself (SIGSTOP), so a test can act at exactly that point (kill -9 it, cut its link, fill the
+    disk) and then let it go on (SIGCONT) or not."""
     path = os.environ.get("MUR_DEPLOY_EVENTS")
-    if not path:
+    stops = {x.strip() for x in os.environ.get("MUR_DEPLOY_STOP_AT", "").split(",") if x.strip()}
+    if not path and not stops:
         return lambda name, **fields: None
-    fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the command
+    fh = open(path, "a", buffering=1, encoding="utf-8") if path else None  # noqa: SIM115 - lives with the command
 
     def emit(name: str, **fields: Any) -> None:
-        try:
-            fh.write(json.dumps({"t": round(time.time(), 3), "pid": os.getpid(), "event": name, **fields}) + "\n")
-            fh.flush()
-        except (OSError, ValueError):
-            pass
+        if fh is not None:
+            try:
+                fh.write(json.dumps({"t": round(time.time(), 3), "pid": os.getpid(), "event": name, **fields}) + "\n")
+                fh.flush()
+            except (OSError, ValueError):
+                pass
+        if f"{fields.get('step')}:{name}" in stops:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSTOP)
     return emit
 
 

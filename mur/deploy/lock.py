@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from mur.deploy.deadlines import Deadlines, current as current_deadlines
 from mur.deploy.targets.base import Held, Target
@@ -129,10 +129,12 @@ class TargetLock:
     """A lock held on a target for the life of one command (see the module docstring)."""
 
     def __init__(self, target: Target, name: str, *, command: str, wait: float = 0.0, shared: bool = False,
-                 reporter: Reporter = QUIET, deadlines: Deadlines | None = None, what: str = ""):
+                 reporter: Reporter = QUIET, deadlines: Deadlines | None = None, what: str = "",
+                 on_wait: Callable[[Holder | None], None] | None = None):
         self.t, self.name, self.command, self.wait, self.shared = target, name, command, max(0.0, wait), shared
         self.r, self.dl = reporter, deadlines or current_deadlines()
         self.what = what or f"deployment {name}"
+        self.on_wait = on_wait
         self.me = me(command)
         self.held: Held | None = None
         self.previous: Holder | None = None  # who held it before this command took it
@@ -159,6 +161,8 @@ class TargetLock:
                 h, now = _holder_and_now(rest)
                 self.r.note(f"{self.what} is locked by {h.describe(now) if h else 'another command'}: "
                             f"waiting up to {self.wait:g}s")
+                if self.on_wait is not None:
+                    self.on_wait(h)
             elif tag == "@@busy":
                 held.close()
                 h, now = _holder_and_now(rest)

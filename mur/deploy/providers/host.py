@@ -42,7 +42,7 @@ from mur.deploy.preflight import Report, preflight_host
 from mur.deploy.providers.base import (
     DeployJob, Outcome, bundle_ref, credentials, free_local_port, new_record, undo_or_leave,
 )
-from mur.deploy.providers.hostsession import HostSession
+from mur.deploy.providers.hostsession import HostSession, follow_truth
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
 from mur.deploy.steps import ServiceConfig, Symlink
 from mur.deploy.undo import Attempt, Phase
@@ -417,5 +417,23 @@ class HostDeploy:
         if not self.a.pending():
             self._forget_if_reserved()  # nothing reached the target
             return
-        undo_or_leave(self.ctx, self.s, self.a, exc, self.job.dep_id, "deploy", REPAIR.format(id=self.job.dep_id),
-                      fallback=self.rec, release=self.n or None)
+        left = undo_or_leave(self.ctx, self.s, self.a, exc, self.job.dep_id, "deploy",
+                             REPAIR.format(id=self.job.dep_id), fallback=self.rec, release=self.n or None)
+        if not left and not self.first:
+            self._settle()
+
+    def _settle(self) -> None:
+        """After a full undo the record is the old one: give it the state the target is in now (a
+        repair that failed leaves a crash-looping or stopped service, never a `running` record)."""
+        from mur.deploy.providers.base import read_token
+
+        dep = self.ctx.store.get(self.job.dep_id)
+        t = self.s.t
+        if dep is None or t is None or not t.alive(2.0):
+            return
+        try:
+            truth, view, _st, _card = self.s.truth(dep, read_token(dep), own=True)
+        except MurError:
+            return
+        with uninterrupted():
+            self.ctx.store.update(self.job.dep_id, follow_truth(dep, truth, view))
