@@ -157,9 +157,10 @@ def small_home_container(image: str, workdir: Path, user: str, size: str) -> Ssh
     uid = "0" if user == "root" else "1000"
     tc = (DockerContainer(image).with_command(str(port)).with_env("MUR_TEST_CRON", "1")
           .with_tmpfs_mount("/run")
+          # testcontainers hands the value to Docker as the mount's options
+          .with_tmpfs_mount(home, f"size={size},mode=0755,uid={uid},gid={uid},exec")
           .with_kwargs(network_mode="host", cgroupns="private", cap_add=["SYS_ADMIN"], init=True,
-                       labels={"dev.mur.test": "sshd-vm"},
-                       tmpfs={"/run": "", home: f"size={size},mode=0755,uid={uid},gid={uid}"})
+                       labels={"dev.mur.test": "sshd-vm"})
           .with_copy_into_container(host.read_bytes(), "/etc/ssh/test_host_ed25519_key", 0o600)
           .with_copy_into_container(pub, "/root/.ssh/authorized_keys", 0o600)
           .waiting_for(LogMessageWaitStrategy("Server listening on")))
@@ -216,7 +217,7 @@ class Operator:
             print(f"[{time.strftime('%H:%M:%S')}] mur {' '.join(a for a in args if len(a) < 60)[:160]} -> {rc} "
                   f"in {took:.1f}s", file=sys.stderr)
         self.log.append(f"$ mur {' '.join(args)}  -> rc {rc} in {took:.1f}s\n{_tail(err, 25)}"
-                        + (f"\n[stdout] {_tail(out, 3)}" if out.strip() else ""))
+                        + (f"\n[stdout] {out.strip()[-300:]}" if out.strip() else ""))
 
 
 class Run:
@@ -592,7 +593,7 @@ class Lane:
 
     def deploy_args(self, greeting: str, *extra: str, direct: bool = False) -> list[str]:
         return ["deploy", "-m", self.manifest, *self.box.args(direct=direct), "--env", f"HELLO_GREETING={greeting}",
-                *extra]
+                *extra, "--json"]
 
     def seed_dir(self, rng: random.Random, mib: tuple[float, float] = (2, 5)) -> tuple[Path, int]:
         """A fresh workdir seed (--workdir) of random content: a redeploy that uploads megabytes."""
@@ -606,7 +607,7 @@ class Lane:
         """A plain deploy through a healthy link; it must succeed (the caller checks what serves)."""
         self.box.relay.pass_through()
         greeting = greeting or self.next_greeting()
-        res = self.op.json(*self.deploy_args(greeting, *extra))
+        res = self.op.json(*self.deploy_args(greeting, *extra)[:-1])
         self.dep, self.greeting = res["deployment_id"], greeting  # type: ignore[index]
         return res  # type: ignore[return-value]
 

@@ -113,7 +113,7 @@ def test_a_holder_that_died_does_not_block_forever(pool):
         lane.notes.append(f"A killed {'behind a silent link' if silent else 'on a healthy link'}; B {g_b} direct")
         run_a.finish(timeout=300)
         t0 = time.monotonic()
-        res = other.mur(*lane.deploy_args(g_b, "--id", lane.dep, "--lock-wait", "90", direct=True), "--json",  # type: ignore[arg-type]
+        res = other.mur(*lane.deploy_args(g_b, "--id", lane.dep, "--lock-wait", "90", direct=True),  # type: ignore[arg-type]
                         check=False, timeout=300)
         lane.box.relay.pass_through()
         assert res.returncode == 0, f"B could not deploy after A died ({time.monotonic() - t0:.0f}s):\n{res.stderr[-2500:]}"

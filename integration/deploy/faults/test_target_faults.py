@@ -206,7 +206,7 @@ def test_a_crash_looping_release_is_reported_and_repaired(pool):
         svc = rec.get("service") or {}
         assert int(svc.get("restarts") or 0) >= 1 and str(svc.get("last_exit", "")) not in ("", "None", "0"), svc
         # the same deploy again must not say "unchanged" while nothing answers
-        res = lane.op.mur(*lane.deploy_args(lane.greeting), "--json", check=False)  # type: ignore[arg-type]
+        res = lane.op.mur(*lane.deploy_args(lane.greeting), check=False)  # type: ignore[arg-type]
         no_traceback(res.stderr)
         if res.returncode == 0:
             check_consistent(lane.box, lane.op, lane.dep, expect=lane.greeting)  # type: ignore[arg-type]
