@@ -43,6 +43,8 @@ CATALOGUE: dict[str, str] = {
     "E-DEPLOY-010": "(mur) Docker engine unavailable or container operation failed",
     "E-DEPLOY-011": "(mur) nothing to roll back to",
     "E-DEPLOY-012": "(mur) --image / --image-archive: absent, not a mur capsule image, or not this manifest's",
+    "E-DEPLOY-013": "(mur) another command holds the deployment's lock on the target (the holder is named)",
+    "E-DEPLOY-014": "(mur) no space left on the target (the filesystem and the bytes needed are named)",
     # export (Kubernetes manifests)
     "E-EXP-001": "(mur) the capsule cannot be exported as asked (bad --image or output directory)",
     # images

@@ -7,8 +7,12 @@ what the lifecycle commands need (target coordinates, release history, tunnel, t
 may deploy at once, so every read-modify-write holds an exclusive ``flock`` on a sibling lock
 file; writes go to a temp file that is fsynced and renamed.
 
-Status: running | stopped | failed | starting | incomplete (a deploy was interrupted: `ls` shows
-it, `status` reads the target, `destroy` removes whatever it left).
+Status: the state `mur deploy status` last derived from the target (mur.deploy.observe): running |
+starting | crash-looping | stopped | diverged | incomplete. Every command that changes a target
+first marks its record `incomplete` with `pending` (the command, what it is doing, and, when it
+could not undo everything, what is left); only a finished command clears it. So a record that
+says anything but `incomplete` was written after the command ended, and one that says
+`incomplete` tells what to repair (the next deploy does; `destroy` removes everything).
 """
 
 from __future__ import annotations
@@ -21,14 +25,30 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
 from mur.fsutil import atomic_write_bytes, locked
 from mur.paths import deployments_path
 
-STATUSES = ("running", "stopped", "failed", "starting", "incomplete")
+STATUSES = ("running", "starting", "crash-looping", "stopped", "diverged", "incomplete")
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Hold off SIGINT while a record is written: a Ctrl-C lands right after it, never inside."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def new_deployment_id() -> str:
@@ -105,6 +125,8 @@ class Deployment:
     image: str | None = None
     token_file: str | None = None  # the local copy of the A2A token (0600); the record never holds the token
     tls_pin: str | None = None  # SHA-256 of the service certificate (DER) when it speaks HTTPS
+    # an unfinished command: {"command", "phase", "at", "left": [...], "repair"} (None when none is)
+    pending: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     _RELEASES = ("release", "previous")
@@ -206,9 +228,41 @@ class DeploymentStore:
                 records.append(body)
         return dep
 
-    def remove(self, dep_id: str) -> None:
+    def remove(self, dep_id: str, only_if: Callable[[Deployment], bool] | None = None) -> bool:
+        """Forget a record (`only_if`: only when it still satisfies this); whether it was removed."""
         with self._transaction() as records:
-            records[:] = [r for r in records if r.get("deployment_id") != dep_id]
+            keep = [r for r in records if r.get("deployment_id") != dep_id
+                    or (only_if is not None and not only_if(Deployment.from_dict(r)))]
+            gone = len(keep) != len(records)
+            records[:] = keep
+        return gone
+
+    def update(self, dep_id: str, change: Callable[[Deployment], None]) -> Deployment | None:
+        """Change one record in place, read and written under the lock (a status that runs while a
+        deploy saves never writes back a stale copy of the whole record)."""
+        with self._transaction() as records:
+            for i, existing in enumerate(records):
+                if existing.get("deployment_id") == dep_id:
+                    dep = Deployment.from_dict(existing)
+                    change(dep)
+                    dep.updated_at = now_rfc3339()
+                    records[i] = dep.to_dict()
+                    return dep
+        return None
+
+    def reserve(self, make: Callable[[], Deployment], find: Callable[[list[Deployment]], Deployment | None]
+                ) -> tuple[Deployment, bool]:
+        """The record `find` picks, or a new one from `make` inserted now (under one lock, so two
+        deploys of the same capsule from this HOME agree on one deployment); (record, created)."""
+        with self._transaction() as records:
+            found = find([Deployment.from_dict(r) for r in records])
+            if found is not None:
+                return found, False
+            dep = make()
+            dep.updated_at = now_rfc3339()
+            dep.started_at = dep.started_at or dep.updated_at
+            records.append(dep.to_dict())
+            return dep, True
 
 
 def _unknown(ident: str) -> MurError:
