@@ -80,6 +80,29 @@ def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, releas
     )
 
 
+def probe_command(lock_path: str, holder_path: str) -> str:
+    """`@@lock held <now> <holder line>` or `@@lock free`, without taking the lock (a status must
+    never make a deploy fail): the kernel's table of flocks (/proc/locks) is read for the file's
+    device and inode."""
+    q = shlex.quote
+    return (f"if [ -e {q(lock_path)} ]; then d=$(stat -c %d {q(lock_path)}); i=$(stat -c %i {q(lock_path)}); "
+            "k=$(printf '%02x:%02x:%s' $(( (d >> 8) & 0xfff )) $(( (d & 0xff) | ((d >> 12) & 0xfff00) )) \"$i\"); "
+            "if grep -q \" FLOCK .* $k \" /proc/locks 2>/dev/null; then "
+            f"printf '@@lock held %s %s\\n' \"$(date +%s)\" \"$(head -c 2000 {q(holder_path)} 2>/dev/null)\"; "
+            "else echo '@@lock free'; fi; fi")
+
+
+def held_here(lock_path: str) -> bool:
+    """Whether some process on this machine holds an flock on `lock_path` (read, never taken)."""
+    try:
+        st = os.stat(lock_path)
+        table = open("/proc/locks", encoding="ascii").read()  # noqa: SIM115
+    except OSError:
+        return False
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    return any(" FLOCK " in line and key in line for line in table.splitlines())
+
+
 @dataclass(frozen=True)
 class Holder:
     """Who holds (or last held) a lock, as its holder file says."""
