@@ -221,13 +221,14 @@ class DockerDeploy:
         auth.forget(self.job.dep_id)
 
     def _back(self) -> None:
+        """The serving container again: the new one goes only once the old one was moved aside."""
         engine = self.engine
-        engine.remove(self.name)
         if self.moved_prev:
+            engine.remove(self.name)  # the new release's container (if it was created)
             engine.rename(self.prev_name, self.name)
-            if self.was_running:
-                engine.start(self.name)
             self.moved_prev = False
+        if self.was_running:
+            engine.start(self.name)
 
     def _restore(self, old: Deployment | None) -> None:
         if old is not None:

@@ -318,6 +318,7 @@ class HostDeploy:
         q = shlex.quote
         t.run(f"rm -rf {q(lay.scratch(self.nonce))}; rmdir {q(lay.staging)} {q(lay.murmur + '/staging')} 2>/dev/null; true",
               check=False, what="remove this deploy's staging")
+        self._collect()
         with uninterrupted():
             self.ctx.store.save(rec)
         self.a.forget()
@@ -333,6 +334,19 @@ class HostDeploy:
             return f"{scheme}://{host}:{port}", None, None
         local = (old.tunnel_port if old and old.tunnel_port and old.service_port == port else None) or free_local_port()
         return f"{scheme}://127.0.0.1:{local}", self.s.t.tunnel_command(port, local), local  # type: ignore[union-attr]
+
+    def _collect(self) -> None:
+        """What interrupted commands of any deployment left in the shared places (partial runtime
+        copies, payload caches of sessions that are gone, files nobody references) goes now too;
+        skipped, never waited for, while another deploy on the host holds the shared lock."""
+        s, t = self.s, self.s.t
+        if s.lock is None or t is None or not s.lock.drop_shared():
+            return
+        out = t.run(gc_shared_command(s.lay, keep_bundles=self.job.req.target.provider == "local"), check=False,
+                    what="collect unused shared files").stdout
+        for line in out.splitlines():
+            if line.startswith("@@gc "):
+                self.r.note(f"removed {line[5:]} (unused)")
 
     # undo steps -------------------------------------------------------------------------------
 
