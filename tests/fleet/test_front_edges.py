@@ -195,6 +195,6 @@ def test_a_full_queue_makes_requests_wait_not_fail(tmp_path, procs):
     from dataclasses import replace
 
     ctl.apply(replace(ctl.config(), busy_wait=0, generation=ctl.config().generation + 1))
-    with ThreadPoolExecutor(6) as pool:
-        answers = list(pool.map(lambda i: rpc(url, token, "message/send", message(f"slow-{i}"), i), range(6)))
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda i: rpc(url, token, "message/send", message(f"slow-again-{i}"), i), range(12)))
     assert [a["result"]["status"]["state"] for a in answers].count("rejected") > 0
