@@ -90,6 +90,7 @@ class FrontProcess:
         self.state_dirty = True
         self.handed_off = False
         self.tls_pin: str | None = None  # the certificate this process serves (loaded once, at start)
+        self.last_counts: dict[str, int] = {}
 
     # --- state.json -----------------------------------------------------------------------------------
 
@@ -171,6 +172,9 @@ class FrontProcess:
                 await self.reload()
             if self.front and self.front.book.changed:
                 self.save_tasks()
+            counts = dict(self.front.counts) if self.front else {}
+            if counts != self.last_counts and time.monotonic() - last_state > STATE_EVERY:
+                self.state_dirty, self.last_counts = True, counts
             if self.state_dirty or (self.front and self.front.drains and time.monotonic() - last_state > STATE_EVERY):
                 self.state_dirty = False
                 last_state = time.monotonic()
