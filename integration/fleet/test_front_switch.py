@@ -1,5 +1,5 @@
-"""The front as a user of a deployment sees it: real processes, real sockets on loopback, a client sending a
-task every 50 ms through a release switch, a refused switch to a broken release, and an upgrade of
+"""The front (mur/front) as a standalone component, as a user of a deployment sees it: real processes,
+real sockets on loopback, a client sending a task every 50 ms through a release switch, a refused switch to a broken release, and an upgrade of
 the front itself: not one request fails, every task is answered by the release that accepted it, and
 the old release's tasks stay answerable (tasks/get) after it is gone."""
 
