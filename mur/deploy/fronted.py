@@ -206,6 +206,8 @@ class Fronted:
         fresh = not self.alive()
         stale = not fresh and (state.get("version") != self._runtime_version(n, __version__)
                                or (state.get("tls_pin") or None) != (self.pin or None))
+        if self.twin_left():  # an interrupted deploy's twin: the service serves, the twin goes
+            self.stop_twin()
         if fresh or stale:
             from mur.front.control import write_command
 
@@ -269,6 +271,19 @@ class Fronted:
                            f"{card.get('error')}\ntwin log:\n{log.strip()[-2500:]}",
                            "the release that served keeps serving; fix the capsule and deploy again")
         self.gate(self.ports.twin, f"release {n}")
+
+    def twin_left(self) -> bool:
+        return self.t.run(f"test -e {shlex.quote(twin_layout(self.lay).twin)}", check=False, what="the twin").rc == 0
+
+    def repair(self, serving: int) -> None:
+        """Before a new twin: a front an interrupted command left pointing elsewhere (an old twin)
+        goes back to the service that answers, so removing that twin refuses nothing."""
+        cfg = self.ctl.config()
+        main = Backend(f"release-{serving}", self.ports.service)
+        if cfg is None or not self.alive() or (cfg.active is not None and cfg.active.port == main.port):
+            return
+        self.r.note(f"the front pointed at {cfg.active.name if cfg.active else 'nothing'}: back to release {serving}")
+        self.back_to_service(serving)
 
     def stop_twin(self) -> None:
         from mur.deploy.apply import run_step

@@ -292,6 +292,7 @@ class HostDeploy:
         the service drains (mur.deploy.fronted). Each step pushes its undo."""
         f, a, t = self.front, self.a, self.s.t
         assert f is not None
+        f.repair(serving)
         a.push("stop the twin", f.stop_twin)
         with self.ctx.phase("twin", f"start release {n} beside release {serving}", t, release=n):
             f.start_twin(n, self.job.req.start_timeout)
