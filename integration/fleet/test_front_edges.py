@@ -198,3 +198,24 @@ def test_a_full_queue_makes_requests_wait_not_fail(tmp_path, procs):
         answers = list(pool.map(lambda i: rpc(url, token, "message/send", message(f"slow-again-{i}"), i), range(12)))
     states = [a["result"]["status"]["state"] for a in answers]
     assert states.count("rejected") > 0, (states, json.loads((tmp_path / "front" / "state.json").read_text()))
+
+
+def test_a_standby_answers_while_the_active_backend_refuses(one, procs):
+    """During a deploy the service stays the front's fallback: if the new release dies (or the machine
+    reboots) before the deploy ends, the service answers instead of nobody."""
+    ctl = control(one["dir"])
+    cfg = ctl.config()
+    from dataclasses import replace
+
+    dead = Backend("twin", free_port())
+    cfg = replace(cfg, backends=(dead, replace(cfg.backends[0], role="standby")), generation=cfg.generation + 1,
+                  switch_wait=0.5)
+    from mur.front.config import write_json
+
+    write_json(one["dir"] / "front.json", cfg.to_dict())  # as a reboot finds it: no switch check
+    procs[-1].stop()
+    procs.append(start_front(one["dir"], one["log"]))
+    t0 = time.monotonic()
+    answer = rpc(one["url"], one["token"], "message/send", message("fallback"))
+    assert answer["result"]["status"]["state"] in ("submitted", "working", "completed")
+    assert time.monotonic() - t0 < 5

@@ -40,6 +40,7 @@ from mur.deploy.targets.base import Target
 from mur.errors import MurError
 from mur.front.config import Backend, FrontConfig
 from mur.front.control import FrontControl, FrontError, retire, switch
+from mur.front.control import standby as standby_role
 
 # (target, port, token, pin) -> {"ok": bool, "error": str}: what a release must pass before it takes traffic
 Gate = Callable[[Target, int, "str | None", "str | None"], dict]
@@ -297,7 +298,7 @@ class Fronted:
         if cfg is None:
             raise MurError("E-DEPLOY-004", f"the front of {self.lay.dep_id} has no configuration on {self.t.label}")
         self._apply(switch(cfg, Backend(f"release-{n}-twin", self.ports.twin)))
-        self.drain(f"release-{serving}")
+        self.drain(f"release-{serving}", standby=True)  # the service stays the fallback until the end
 
     def to_service(self, n: int) -> None:
         """The service (restarted as release n) takes the address back; the twin drains and stops."""
@@ -305,6 +306,13 @@ class Fronted:
         cfg = self.ctl.config()
         assert cfg is not None
         self._apply(switch(cfg, Backend(f"release-{n}", self.ports.service)))
+        cfg = self.ctl.config()
+        assert cfg is not None
+        for b in cfg.backends:  # the fallback was this very service (its old name): gone
+            if b.role == "standby" and b.port == self.ports.service:
+                self._apply(retire(cfg, b.name))
+                cfg = self.ctl.config()
+                assert cfg is not None
         self.drain(f"release-{n}-twin")
         self.stop_twin()
 
@@ -313,21 +321,23 @@ class Fronted:
         cfg = self.ctl.config()
         if cfg is not None and self.alive():
             main = Backend(f"release-{n}", self.ports.service)
-            keep = tuple(replace(b, role="draining") for b in cfg.backends if b.name != main.name and b.port != main.port)
+            keep = tuple(replace(b, role="draining") for b in cfg.backends
+                         if b.name != main.name and b.port != main.port and b.role != "standby")
             self._apply(replace(cfg, backends=(main, *keep), generation=cfg.generation + 1))
             for b in keep:
                 self.drain(b.name, timeout=min(self.drain_timeout, 30.0))
         self.stop_twin()
 
-    def drain(self, name: str, timeout: float | None = None) -> None:
-        """Wait until backend `name` drained (or the drain timed out), then retire it from the front."""
+    def drain(self, name: str, timeout: float | None = None, standby: bool = False) -> None:
+        """Wait until backend `name` drained (or the drain timed out), then retire it from the front
+        (`standby`: keep it as the fallback)."""
         try:
             self.ctl.wait_drained(name, timeout if timeout is not None else self.drain_timeout + 15)
         except FrontError as err:
             self.r.note(f"{name} did not drain: {err}")
         cfg = self.ctl.config()
         if cfg is not None and cfg.backend(name) is not None:
-            self._apply(retire(cfg, name))
+            self._apply(standby_role(cfg, name) if standby else retire(cfg, name))
 
     def _apply(self, cfg: FrontConfig) -> None:
         try:

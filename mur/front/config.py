@@ -8,6 +8,7 @@ backends drain; the operator's side waits on its `generation` and reads `error` 
 Backend roles:
   active    new requests go here (exactly one once the front serves)
   draining  only requests about tasks it owns; followed until its tasks ended (mur.front.drain)
+  standby   nothing, unless the active one refuses connections (a fallback during a deploy)
 A backend that disappears from front.json is retired: the front no longer talks to it, and answers
 `tasks/get` for its finished tasks from its cache.
 
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-ROLES = ("active", "draining")
+ROLES = ("active", "draining", "standby")
 CONFIG_NAME = "front.json"
 STATE_NAME = "state.json"
 CONTROL_NAME = "control.sock"

@@ -29,9 +29,16 @@ class FrontError(Exception):
 
 
 def switch(cfg: FrontConfig, new: Backend) -> FrontConfig:
-    """`new` becomes active; the active one drains; draining ones keep draining."""
-    backends = [replace(b, role="draining") for b in cfg.backends if b.name != new.name]
+    """`new` becomes active; the active one drains; draining ones keep draining; standby ones stay."""
+    backends = [replace(b, role="standby" if b.role == "standby" else "draining") for b in cfg.backends
+                if b.name != new.name]
     return replace(cfg, backends=(replace(new, role="active"), *backends), generation=cfg.generation + 1)
+
+
+def standby(cfg: FrontConfig, name: str) -> FrontConfig:
+    """A drained backend stays, as the fallback while the active one refuses connections."""
+    return replace(cfg, backends=tuple(replace(b, role="standby") if b.name == name else b for b in cfg.backends),
+                   generation=cfg.generation + 1)
 
 
 def retire(cfg: FrontConfig, name: str) -> FrontConfig:

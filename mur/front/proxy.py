@@ -5,7 +5,9 @@ Routing (per request, not per connection, so a keep-alive client follows a switc
     owns it; an owner not known yet means: the active backend, then each draining one, moving on
     when a backend answers "Task not found" (-32001); a finished task of a retired (or drained)
     backend is answered from the cache (after the bearer token is checked);
-  * everything else goes to the active backend.
+  * everything else goes to the active backend; while it refuses connections, to a standby one (the
+    service the front fell back from, kept during a deploy: if the new release dies before the
+    deploy ends, or the machine reboots then, the service answers).
 Each forwarded request gets its own backend connection (`Connection: close`), so nothing ties a
 client to a backend that is being drained. A backend that refuses connections (a release starting,
 restarting after a crash) is retried until `connect_wait`, re-reading which backend is active at
@@ -130,19 +132,23 @@ class Front:
                 raise ConnectionRefusedError(f"backend {backend.name} presents another certificate")
         return reader, writer
 
-    async def connect(self, pick: Callable[[], Backend | None], wait: float
+    async def connect(self, pick: Callable[[], Backend | None], wait: float, standby: bool = False
                       ) -> tuple[Backend, asyncio.StreamReader, asyncio.StreamWriter]:
-        """Connect to `pick()` (asked again at every try), retrying refusals for `wait` seconds."""
+        """Connect to `pick()` (asked again at every try), retrying refusals for `wait` seconds; with
+        `standby`, a standby backend answers while the picked one refuses."""
         deadline = time.monotonic() + wait
         last = "no backend is configured"
         while True:
             backend = pick()
-            if backend is not None:
+            tries = [backend] if backend is not None else []
+            if standby:
+                tries += [b for b in self.cfg.backends if b.role == "standby"]
+            for b in tries:
                 try:
-                    reader, writer = await asyncio.wait_for(self.open_backend(backend), 5.0)
-                    return backend, reader, writer
+                    reader, writer = await asyncio.wait_for(self.open_backend(b), 5.0)
+                    return b, reader, writer
                 except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
-                    last = f"backend {backend.name} (port {backend.port}): {exc or type(exc).__name__}"
+                    last = f"backend {b.name} (port {b.port}): {exc or type(exc).__name__}"
             if time.monotonic() >= deadline:
                 raise Unavailable(last)
             self.counts["retries"] += 1
@@ -336,7 +342,8 @@ class Front:
             hold = busy_until > time.monotonic()
             try:
                 backend, breader, bwriter = await self.connect(self._pick(name),
-                                                               self.cfg.connect_wait if i == 0 else 2.0)
+                                                               self.cfg.connect_wait if i == 0 else 2.0,
+                                                               standby=name is None)
             except Unavailable:
                 if i == 0:
                     raise
