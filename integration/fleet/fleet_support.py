@@ -34,9 +34,10 @@ def fleet_dir(capsule: Path, dest: Path, vms, *, local: bool = False, rollout: d
     return dest
 
 
-def rollout(capsule_dir: Path, home: Path, *args: str, check: bool = True, timeout: float = 900) -> tuple[int, dict, str]:
+def rollout(capsule_dir: Path, home: Path, *args: str, check: bool = True, timeout: float = 900,
+            env: dict | None = None) -> tuple[int, dict, str]:
     """`mur deploy --json` in the capsule's directory: (exit status, the report, stderr)."""
-    proc = mur("deploy", "--json", *args, home=home, cwd=capsule_dir, check=False, timeout=timeout)
+    proc = mur("deploy", "--json", *args, home=home, cwd=capsule_dir, check=False, timeout=timeout, env=env)
     try:
         report = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

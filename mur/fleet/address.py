@@ -87,8 +87,11 @@ def pick(name: str, target: str | None = None, store: DeploymentStore | None = N
         ok = [r for r, good in zip(hits, pool.map(check, hits)) if good]
     if not ok:
         where = ", ".join(_label(r) for r in hits)
-        raise MurError("E-FLEET-003", f"no deployment of '{name}' answers ({where})",
-                       "`mur deploy status " + name + "` shows each one's state")
+        hint = f"`mur deploy status {name}` shows each one's state"
+        if any(r.tunnel for r in hits):
+            hint += "; a service bound to an SSH host's loopback answers here through its tunnel (the command " \
+                    "`mur deploy status` shows), or publish it"
+        raise MurError("E-FLEET-003", f"no deployment of '{name}' answers from here ({where})", hint)
     chosen = random.choice(ok)
     return chosen.url, chosen.token_file, chosen.tls_pin
 

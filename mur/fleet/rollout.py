@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from mur.deploy import operations
+from mur.deploy import fronted, operations
 from mur.deploy.providers.base import Context
 from mur.deploy.request import DeployRequest
 from mur.deploy.state import Deployment, DeploymentStore, fleet_tag
@@ -45,7 +45,6 @@ class Labelled:
 
     def __init__(self, inner: Reporter, label: str):
         self.inner, self.label = inner, label
-        self._lock = threading.Lock()
 
     def note(self, text: str) -> None:
         self.inner.note(f"{self.label}: {text}")
@@ -314,12 +313,13 @@ class Rollout:
         if dep is None or not dep.service_port:
             return {"ok": False, "error": "the deployment has no record"}
         token = read_token(dep)
-        # a Docker service listens on the host network: this machine's loopback reaches it
+        # what clients reach: the front when there is one; a Docker service listens on the host network,
+        # so this machine's loopback reaches it
+        port = int((fronted.recorded(dep) or {}).get("port") or dep.service_port)
         spec = dep.target if dep.provider == "ssh" else TargetSpec("local")
         with Labelled(self.r, t.name).step("gate: health" + (" + smoke task" if self.plan.smoke else "")):
             with self.ctx.connect(spec, note=self.r.note) as target:
-                return gate.check(target, int(dep.service_port), token.decode() if token else None, dep.tls_pin,
-                                  self.plan.smoke)
+                return gate.check(target, port, token.decode() if token else None, dep.tls_pin, self.plan.smoke)
 
     def _tag(self, t: TargetPlan, dep_id: str) -> None:
         dep = self.store.get(dep_id)
