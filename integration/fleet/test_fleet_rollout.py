@@ -1,9 +1,10 @@
 """A fleet as operators run one: three sshd "VMs" (testcontainers) and this machine, one deploy.yaml.
 
-Rolled with the real CLI from a clean HOME: a first rollout everywhere, a release whose smoke task fails
-on the second target (the rollout stops there and the first target goes back: every target serves the
-same release), a preflight failure on one target (nothing changes anywhere), two operators at once
-(one of them is refused), and the fleet-wide views and commands.
+Rolled with the real CLI from a clean HOME: a first rollout everywhere; clients sending a task every
+50 ms through a rolling redeploy (three other operators trying to roll the same fleet meanwhile) and
+through a release whose smoke task fails on the second target (the rollout stops there and the first
+target goes back): not one request fails and every target serves the same release; a preflight failure
+on one target (nothing changes anywhere); the fleet-wide views and commands.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ import time
 
 import pytest
 
-from deploy_support import ROOT, mur, mur_json
+from deploy_support import mur, mur_json
 from fleet_support import by_target, fleet_dir, releases_on, rollout
 from front_support import Traffic
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_sshd, pytest.mark.slow]
 # a stopped target refuses at once; without these, connecting to it retries for 30 s (mur.deploy.deadlines)
 QUICK_LINK = {"MUR_DEPLOY_CONNECT_BUDGET": "3", "MUR_DEPLOY_CONNECT_TIMEOUT": "2"}
+
+
+def operator(cap, home, *args):
+    """`mur deploy --json ARGS` started in the background, as another operator would."""
+    return subprocess.Popen([sys.executable, "-m", "mur", "deploy", "--json", *args], cwd=cap,
+                            env={**os.environ, "HOME": str(home)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def serving(home, name="hello"):
@@ -51,11 +59,32 @@ def test_rolling_under_traffic_gate_stop_preflight_and_views(three_vms, home, ru
     assert mur("send", "hello", "anyone", home=home).stdout == "Hello, anyone!\n"
     assert "fleet hello: 0.1.0 (release 1) on all 4 target(s)" in mur("deploy", "ls", home=home).stdout
 
-    # 2. clients on every target, a task every 50 ms each, through a rolling redeploy and a failed one
+    # 2. clients on web-1 and web-2, a task every 50 ms each, through a rolling redeploy (and the failed
+    #    one below). Meanwhile two other operators try to roll the same fleet: one from another machine
+    #    (another HOME: refused by the fleet's lock on the targets), one from this one (refused by this
+    #    machine's lock); a third waits its turn with --lock-wait and finds nothing to do.
     records = {r["fleet"]["target"]: r for r in mur_json("deploy", "ls", home=home)}
-    clients = {n: Traffic(r["url"], open(r["token_file"]).read().strip()).start() for n, r in records.items()}
-    rc, second, err = rollout(cap, home, "--env", "RELEASE=2", "--batch", "2")
+    clients = {n: Traffic(records[n]["url"], open(records[n]["token_file"]).read().strip()).start()
+               for n in ("web-1", "web-2")}
+    args = ["--env", "RELEASE=2", "--batch", "2"]
+    rolling = operator(cap, home, *args)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and vms[0].sh("ls /root/.murmur/locks/fleet-hello.holder")[0] != 0:
+        time.sleep(0.2)
+    other = tmp_path / "other-home"
+    other.mkdir()
+    b = operator(cap, other, *args).communicate(timeout=300)
+    a2 = operator(cap, home, *args).communicate(timeout=300)
+    waiting = operator(cap, home, *args, "--lock-wait", "900")
+    out, err = rolling.communicate(timeout=900)
+    second = json.loads(out)
+    assert rolling.returncode == 0, err
     assert all(x["result"] == "deployed" and x["new"]["release"] == 2 for x in second["targets"]), second
+    assert "error[E-FLEET-004]" in b[1] and "is being rolled" in b[1] and "mur deploy" in b[1], b[1]
+    assert "error[E-FLEET-004]" in a2[1] and "from this machine" in a2[1], a2[1]
+    out, err = waiting.communicate(timeout=900)
+    assert waiting.returncode == 0, err
+    assert {x["result"] for x in json.loads(out)["targets"]} == {"unchanged"}
 
     # 3. a release whose smoke task fails on web-2: it never takes web-2's address, the rollout stops
     #    there, and web-1 (already switched) goes back to release 2
@@ -101,34 +130,3 @@ def test_rolling_under_traffic_gate_stop_preflight_and_views(three_vms, home, ru
     for vm in vms[:2]:
         assert vm.sh("ls -A /root/.murmur/deployments 2>/dev/null")[1].strip() == ""
         assert not [p for p in vm.procs() if "mur" in p], vm.procs()
-
-
-def test_two_operators_never_roll_one_fleet_at_once(three_vms, home, runtime_bundle, hello_capsule, tmp_path):
-    """Operator A rolls; B from another machine (another HOME) is refused by the fleet's lock on the
-    target; A's own second command is refused by this machine's lock, then waits its turn."""
-    cap = fleet_dir(hello_capsule, tmp_path / "hello", three_vms[:1], local=False)
-    other = tmp_path / "other-home"
-    other.mkdir()
-    argv = [sys.executable, "-m", "mur", "deploy", "--json"]
-
-    def run(h, *extra, wait=True):
-        env = {**os.environ, "HOME": str(h)}
-        if not wait:
-            return subprocess.Popen(argv + list(extra), cwd=cap, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-        return subprocess.run(argv + list(extra), cwd=cap, env=env, capture_output=True, text=True, timeout=900)
-
-    first = run(home, wait=False)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and three_vms[0].sh("ls /root/.murmur/locks/fleet-hello.holder")[0] != 0:
-        time.sleep(0.2)
-    b = run(other)
-    a2 = run(home)
-    waited = run(home, "--lock-wait", "600")
-    out, err = first.communicate(timeout=900)
-    assert first.returncode == 0, err
-    assert b.returncode == 1 and "error[E-FLEET-004]" in b.stderr and "mur deploy" in b.stderr, b.stderr
-    assert a2.returncode == 1 and "error[E-FLEET-004]" in a2.stderr and "from this machine" in a2.stderr, a2.stderr
-    assert waited.returncode == 0, waited.stderr
-    assert json.loads(waited.stdout)["targets"][0]["result"] == "unchanged"
-    mur("deploy", "destroy", "hello", home=home)
