@@ -80,6 +80,10 @@ def _human_status(r: dict) -> str:
                      f"record {_text(r.get('release'))} (previous {_text(r.get('previous'))})")
     else:
         lines.append(f"  release   {_text(r.get('release'))} (previous {_text(r.get('previous'))})")
+    front = r.get("front")
+    if front:  # mur.deploy.fronted: the address clients use, and where it sends them
+        active = next((b["name"] for b in front.get("backends") or [] if b.get("role") == "active"), "-")
+        lines.append(f"  front     port {front['port']} · " + (f"serving {active}" if front.get("alive") else "not running"))
     for item in truth.get("left") or []:
         lines.append(f"  left      {item}")
     if truth.get("locked_by"):
