@@ -42,9 +42,10 @@ from mur.deploy.preflight import Report, preflight_host
 from mur.deploy.providers.base import (
     DeployJob, Outcome, bundle_ref, credentials, free_local_port, new_record, undo_or_leave,
 )
-from mur.deploy.providers.hostsession import HostSession, follow_truth
+from mur.deploy.providers.hostsession import HostSession, follow_truth, release_pin
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
 from mur.deploy.steps import ServiceConfig, Symlink
+from mur.deploy.targets.base import full_line, quoted
 from mur.deploy.undo import Attempt, Phase
 from mur.errors import MurError
 from mur.platform import platform_tag
@@ -206,8 +207,7 @@ class HostDeploy:
         self.r.note(f"repair: {what}")
         if view.serving is not None and view.serving != view.current and view.serving in view.releases:
             back = view.serving
-            self.a.push(f"switch back to release {back}, which was serving",
-                        lambda: self._activate(back, restart=True))
+            self.a.push(f"switch back to release {back}, which was serving", lambda: self._back_to(back))
         with self.ctx.phase("start", f"restart release {view.current} (repair)", t, release=view.current):
             self._start_and_verify(view.current, "the previous state was restored where possible")
         return self._finish(rec, view.current, previous=rec.previous, card=self.card, unchanged=False, repaired=what)
@@ -230,7 +230,8 @@ class HostDeploy:
         a.advance(Phase.STAGED)
 
         before = self.before
-        self.was_serving = before.serving is not None and bool(s.health(self.port, self.token, self.pin).get("ok"))
+        self.was_serving = before.serving is not None and bool(
+            s.health(self.port, self.token, self._pin_of(before.serving)).get("ok"))
         if self.was_serving:
             a.push("stop the smoke start", lambda: t.run(stop_smoke_command(lay), check=False, what="stop the smoke start"))
             with ctx.phase("smoke", f"smoke-start release {n} beside release {before.serving}", t, release=n):
@@ -302,8 +303,12 @@ class HostDeploy:
         except (ValueError, IndexError):
             out = {"ok": False, "error": (res.stderr or res.stdout).strip()[-800:]}
         if not out.get("ok"):
+            stderr = (out.get("stderr") or "").strip()[-1500:]
+            full = full_line(stderr)
+            if full is not None:
+                raise t.disk_full("smoke-start the new release", detail=full)
             raise MurError("E-DEPLOY-004", f"the new release did not start on {t.label}: {out.get('error')}\n"
-                           f"remote stderr:\n{(out.get('stderr') or '').strip()[-1500:]}",
+                           f"remote stderr:\n{quoted(stderr)}",
                            "the previous release keeps serving; fix the capsule and deploy again")
 
     def _finish(self, rec: Deployment, n: int, *, previous: Release | None, card: dict[str, Any], unchanged: bool,
@@ -311,6 +316,7 @@ class HostDeploy:
         before = self.before
         meta = meta or (before.meta(n) if before else {})
         rec.release, rec.previous = Release.from_dict(meta), previous
+        rec.tls_pin = release_pin(meta, rec.tls_pin)
         cap = meta.get("capsule") or {}
         rec.name, rec.version = cap.get("name") or rec.name, cap.get("version") or rec.version
         rec.status, rec.pending = "running", None
@@ -393,6 +399,11 @@ class HostDeploy:
               f"2>/dev/null && [ \"$(readlink {q(lay.current)})\" != releases/{self.n} ]; then rm -rf {q(rel)}; fi; true",
               sudo=self.s.sudo, check=False, what="remove the new release")
 
+    def _back_to(self, back: int) -> None:
+        self._activate(back, restart=True)
+        if self.a.remaining() > 2:
+            self.s.svc.wait(self.port, self.token, self._pin_of(back), self.a.remaining() - 1)
+
     def _switch_back(self, back: int) -> None:
         s, t, lay = self.s, self.s.t, self.s.lay
         assert t is not None
@@ -406,6 +417,15 @@ class HostDeploy:
         else:
             steps += new.stop(lay, s.sudo)
         apply_steps(t, steps)
+        if self.was_serving and self.a.remaining() > 2:
+            # it served before this deploy: give it the rest of the budget to answer again, so the
+            # command ends with it serving (or the record says it is still starting)
+            s.svc.wait(self.port, self.token, self._pin_of(back), self.a.remaining() - 1)
+
+    def _pin_of(self, n: int | None) -> str | None:
+        before = self.before
+        fallback = self.job.existing.tls_pin if self.job.existing else None
+        return release_pin(before.meta(n), fallback) if before is not None else fallback
 
     def _restore(self, old: Deployment | None) -> None:
         if old is None:
