@@ -245,7 +245,7 @@ class Target:
         fs = f"{room[0]} (mounted on {room[1]}, {_human(room[2])} free)" if room else "the target's filesystem"
         wanted = f": {_human(need)} needed" if need else ""
         return MurError("E-DEPLOY-014", f"{self.label}: no space left on {fs}{during} ({what}){wanted}"
-                        + (f"\n  {detail}" if detail else ""),
+                        + (f"\n  remote: {quoted(detail)}" if detail else ""),
                         "free space on that filesystem (or give the deploy user a larger home), then deploy again; "
                         "`mur deploy gc` removes what interrupted deploys left")
 
