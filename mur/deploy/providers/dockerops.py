@@ -344,7 +344,7 @@ class DockerProvider:
         name = self._name(dep)
         with docker_lock(dep.deployment_id, ctx, f"mur deploy start {dep.deployment_id}"):
             reconcile(engine, dep.deployment_id)
-            with ctx.reporter.step(f"start {name}"):
+            with ctx.phase("start", f"start {name}"):
                 if not engine.start(name):
                     raise MurError("E-DEPLOY-010", f"container {name} does not exist", "deploy again")
                 info = engine.container(name)
@@ -361,7 +361,7 @@ class DockerProvider:
 
     def stop(self, dep: Deployment, ctx: Context) -> Deployment:
         with docker_lock(dep.deployment_id, ctx, f"mur deploy stop {dep.deployment_id}"):
-            with ctx.reporter.step(f"stop {self._name(dep)}"):
+            with ctx.phase("stop", f"stop {self._name(dep)}"):
                 DockerEngine().stop(self._name(dep))
 
         def change(d: Deployment) -> None:
@@ -371,7 +371,7 @@ class DockerProvider:
 
     def destroy(self, dep: Deployment, ctx: Context) -> None:
         with docker_lock(dep.deployment_id, ctx, f"mur deploy destroy {dep.deployment_id}") as lock:
-            with ctx.reporter.step(f"destroy {self._name(dep)}"):
+            with ctx.phase("destroy", f"destroy {self._name(dep)}"):
                 destroy_containers(DockerEngine(), dep.deployment_id)
                 lock.remove_files()
 
