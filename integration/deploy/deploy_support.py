@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -147,7 +148,7 @@ def sshd_container(image: str, workdir: Path, *, cron: bool = True, murmur_tmpfs
           .with_copy_into_container(pub, "/home/deployer/.ssh/authorized_keys", 0o600)
           .waiting_for(LogMessageWaitStrategy("Server listening on")))
     if murmur_tmpfs:
-        tc.with_tmpfs_mount("/home/deployer/.murmur", f"size={murmur_tmpfs},uid=1000,gid=1000,mode=0755")
+        tc.with_tmpfs_mount("/home/deployer/.murmur", f"size={murmur_tmpfs},uid=1000,gid=1000,mode=0755,exec")
     tc.start()
     return SshdVM(tc, port, key, (workdir / "host_ed25519.pub").read_text(), workdir)
 
@@ -180,11 +181,14 @@ FAST = {  # short deadlines (docs/deploy.md, "Deadlines"): a silent link is dead
 
 
 class Deploying:
-    """A `mur ...` process started in the background, its progress events in a file."""
+    """A `mur ...` process started in the background, its progress events in a file; `stop_at`
+    ("stage:begin"): it stops itself there (MUR_DEPLOY_STOP_AT) until `cont()`."""
 
-    def __init__(self, args: list[str], home: Path, env: dict | None = None):
+    def __init__(self, args: list[str], home: Path, env: dict | None = None, stop_at: str | None = None):
         self.events = home / f"events-{time.monotonic_ns()}.jsonl"
         full = {**os.environ, "HOME": str(home), "MUR_DEPLOY_EVENTS": str(self.events), **FAST, **(env or {})}
+        if stop_at:
+            full["MUR_DEPLOY_STOP_AT"] = stop_at
         self.proc = subprocess.Popen([sys.executable, "-m", "mur", *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, env=full, cwd=str(ROOT))
 
@@ -204,6 +208,29 @@ class Deploying:
                                      f"{self.proc.stderr.read()[-3000:]}")
             time.sleep(0.05)
         raise AssertionError(f"no {step}/{event} within {timeout}s")
+
+    def stopped(self, timeout: float = 600) -> None:
+        """Wait until it stopped itself (at `stop_at`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                state = "?"
+            if state == "T":
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"mur ended ({self.proc.returncode}) before it stopped: "
+                                     f"{self.proc.stderr.read()[-3000:]}")
+            time.sleep(0.05)
+        raise AssertionError(f"it did not stop within {timeout}s")
+
+    def cont(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
 
     def finish(self, timeout: float = 600) -> tuple[int, str, str]:
         out, err = self.proc.communicate(timeout=timeout)

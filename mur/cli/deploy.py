@@ -123,18 +123,27 @@ def render_table(records: list[dict]) -> str:
 
 
 def _events() -> Callable[..., None]:
-    """`MUR_DEPLOY_EVENTS=FILE`: one JSON line per step, appended and flushed as it happens."""
+    """`MUR_DEPLOY_EVENTS=FILE`: one JSON line per step, appended and flushed as it happens.
+    `MUR_DEPLOY_STOP_AT=step:event[,...]` (fault tests): after writing that event the command stops
+    itself (SIGSTOP), so a test can act at exactly that point (kill -9 it, cut its link, fill the
+    disk) and then let it go on (SIGCONT) or not."""
     path = os.environ.get("MUR_DEPLOY_EVENTS")
-    if not path:
+    stops = {x.strip() for x in os.environ.get("MUR_DEPLOY_STOP_AT", "").split(",") if x.strip()}
+    if not path and not stops:
         return lambda name, **fields: None
-    fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the command
+    fh = open(path, "a", buffering=1, encoding="utf-8") if path else None  # noqa: SIM115 - lives with the command
 
     def emit(name: str, **fields: Any) -> None:
-        try:
-            fh.write(json.dumps({"t": round(time.time(), 3), "pid": os.getpid(), "event": name, **fields}) + "\n")
-            fh.flush()
-        except (OSError, ValueError):
-            pass
+        if fh is not None:
+            try:
+                fh.write(json.dumps({"t": round(time.time(), 3), "pid": os.getpid(), "event": name, **fields}) + "\n")
+                fh.flush()
+            except (OSError, ValueError):
+                pass
+        if f"{fields.get('step')}:{name}" in stops:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSTOP)
     return emit
 
 
@@ -145,6 +154,19 @@ def _context(lock_wait: float = 0.0, timeout: float | None = None) -> Any:
     deadlines = current()
     return Context(reporter=StepReporter(), lock_wait=lock_wait, event=_events(), deadlines=deadlines,
                    timeout=timeout if timeout is not None else deadlines.start)
+
+
+def _op(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one operation. A Ctrl-C that got out of it did its work (the undo ran, the record says
+    what is left): from then on the command only ends, so a further Ctrl-C is ignored instead of
+    killing the interpreter half-way through its exit."""
+    try:
+        return fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise
 
 
 LOCK_WAIT_HELP = "Wait up to SECONDS for another command's lock on the deployment (default 0: fail at once)."
@@ -230,10 +252,10 @@ def register(app: typer.Typer) -> None:
             tls_cert=tls_cert.resolve() if tls_cert else None, tls_key=tls_key.resolve() if tls_key else None,
             image=image, image_archive=image_archive.resolve() if image_archive else None)
         if check:
-            report = operations.check(req, ctx.reporter, ctx)
+            report = _op(operations.check, req, ctx.reporter, ctx)
             emit(report.to_dict(), json_out, lambda _r: report.render())
             raise typer.Exit(0 if report.ok else 1)
-        emit(operations.deploy(req, ctx.reporter, ctx), json_out, _human_deploy)
+        emit(_op(operations.deploy, req, ctx.reporter, ctx), json_out, _human_deploy)
 
     @group.command("ls")
     def ls(json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
@@ -249,7 +271,7 @@ def register(app: typer.Typer) -> None:
         from mur.deploy.operations import status as run
 
         ctx = _context()
-        result = run(dep, ctx.reporter, ctx)
+        result = _op(run, dep, ctx.reporter, ctx)
         emit(result, json_out, _human_status)
         if result.get("status") != "running":
             raise typer.Exit(3)
@@ -289,7 +311,7 @@ def register(app: typer.Typer) -> None:
         from mur.deploy.operations import start as run
 
         ctx = _context(lock_wait)
-        emit(run(dep, ctx.reporter, ctx.timeout, ctx), json_out, _human_result)
+        emit(_op(run, dep, ctx.reporter, ctx.timeout, ctx), json_out, _human_result)
 
     @group.command("stop")
     def stop(dep: str = typer.Argument(..., metavar="ID"),
@@ -299,7 +321,7 @@ def register(app: typer.Typer) -> None:
         from mur.deploy.operations import stop as run
 
         ctx = _context(lock_wait)
-        emit(run(dep, ctx.reporter, ctx), json_out, _human_result)
+        emit(_op(run, dep, ctx.reporter, ctx), json_out, _human_result)
 
     @group.command("destroy")
     def destroy(dep: str = typer.Argument(..., metavar="ID"),
@@ -310,7 +332,7 @@ def register(app: typer.Typer) -> None:
         from mur.deploy.operations import destroy as run
 
         ctx = _context(lock_wait)
-        emit(run(dep, ctx.reporter, force=force, ctx=ctx), json_out,
+        emit(_op(run, dep, ctx.reporter, force=force, ctx=ctx), json_out,
              lambda r: f"destroyed {r['deployment_id']} ({r.get('target')})\n")
 
     @group.command("rollback")
@@ -323,7 +345,7 @@ def register(app: typer.Typer) -> None:
         from mur.deploy.operations import rollback as run
 
         ctx = _context(lock_wait)
-        emit(run(dep, ctx.reporter, ctx.timeout, to=to, ctx=ctx), json_out, _human_result)
+        emit(_op(run, dep, ctx.reporter, ctx.timeout, to=to, ctx=ctx), json_out, _human_result)
 
     @group.command("gc")
     def gc(deps: List[str] = typer.Argument(None, metavar="[ID...]"),
@@ -350,7 +372,7 @@ def register(app: typer.Typer) -> None:
         elif docker or local:
             spec = TargetSpec("docker" if docker else "local")
         ctx = _context()
-        emit({"targets": run(list(deps or []), spec, ctx.reporter, ctx)}, json_out, _human_gc)
+        emit({"targets": _op(run, list(deps or []), spec, ctx.reporter, ctx)}, json_out, _human_gc)
 
     app.add_typer(group, name="deploy")
 

@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from mur.deploy.deadlines import Deadlines, current as current_deadlines
 from mur.deploy.targets.base import Held, Target
@@ -78,6 +78,29 @@ def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, releas
         "r) rm -f \"$d/$n.lock\" \"$d/$n.holder\"; echo @@removed;; "
         "*) break;; esac; done"
     )
+
+
+def probe_command(lock_path: str, holder_path: str) -> str:
+    """`@@lock held <now> <holder line>` or `@@lock free`, without taking the lock (a status must
+    never make a deploy fail): the kernel's table of flocks (/proc/locks) is read for the file's
+    device and inode."""
+    q = shlex.quote
+    return (f"if [ -e {q(lock_path)} ]; then d=$(stat -c %d {q(lock_path)}); i=$(stat -c %i {q(lock_path)}); "
+            "k=$(printf '%02x:%02x:%s' $(( (d >> 8) & 0xfff )) $(( (d & 0xff) | ((d >> 12) & 0xfff00) )) \"$i\"); "
+            "if grep -q \" FLOCK .* $k \" /proc/locks 2>/dev/null; then "
+            f"printf '@@lock held %s %s\\n' \"$(date +%s)\" \"$(head -c 2000 {q(holder_path)} 2>/dev/null)\"; "
+            "else echo '@@lock free'; fi; fi")
+
+
+def held_here(lock_path: str) -> bool:
+    """Whether some process on this machine holds an flock on `lock_path` (read, never taken)."""
+    try:
+        st = os.stat(lock_path)
+        table = open("/proc/locks", encoding="ascii").read()  # noqa: SIM115
+    except OSError:
+        return False
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    return any(" FLOCK " in line and key in line for line in table.splitlines())
 
 
 @dataclass(frozen=True)
@@ -129,10 +152,12 @@ class TargetLock:
     """A lock held on a target for the life of one command (see the module docstring)."""
 
     def __init__(self, target: Target, name: str, *, command: str, wait: float = 0.0, shared: bool = False,
-                 reporter: Reporter = QUIET, deadlines: Deadlines | None = None, what: str = ""):
+                 reporter: Reporter = QUIET, deadlines: Deadlines | None = None, what: str = "",
+                 on_wait: Callable[[Holder | None], None] | None = None):
         self.t, self.name, self.command, self.wait, self.shared = target, name, command, max(0.0, wait), shared
         self.r, self.dl = reporter, deadlines or current_deadlines()
         self.what = what or f"deployment {name}"
+        self.on_wait = on_wait
         self.me = me(command)
         self.held: Held | None = None
         self.previous: Holder | None = None  # who held it before this command took it
@@ -159,6 +184,8 @@ class TargetLock:
                 h, now = _holder_and_now(rest)
                 self.r.note(f"{self.what} is locked by {h.describe(now) if h else 'another command'}: "
                             f"waiting up to {self.wait:g}s")
+                if self.on_wait is not None:
+                    self.on_wait(h)
             elif tag == "@@busy":
                 held.close()
                 h, now = _holder_and_now(rest)

@@ -25,7 +25,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from mur.deploy.lock import Holder
+from mur.deploy.lock import Holder, probe_command
 from mur.deploy.steps import Layout, ServiceState
 
 STATES = ("running", "starting", "crash-looping", "stopped", "diverged", "incomplete")
@@ -57,8 +57,7 @@ def observe_command(lay: Layout, port: int | None) -> str:
         "if [ -f \"$x/release.json\" ]; then printf '@@release %s %s\\n' \"$n\" \"$(tr -d '\\n' < \"$x/release.json\")\"; "
         "else printf '@@partial %s\\n' \"$n\"; fi; done; else echo @@absent; fi",
         f"for x in {q(lay.staging)}/*; do [ -e \"$x\" ] && printf '@@staging %s\\n' \"${{x##*/}}\"; done",
-        f"if [ -e {q(lock)} ]; then if flock -n {q(lock)} true 2>/dev/null; then echo '@@lock free'; "
-        f"else printf '@@lock held %s %s\\n' \"$(date +%s)\" \"$(head -c 2000 {q(holder)} 2>/dev/null)\"; fi; fi",
+        probe_command(lock, holder),
     ]
     if port:
         parts.append(serving_command(port))

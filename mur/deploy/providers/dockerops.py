@@ -11,10 +11,11 @@ record are derived from it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from mur.deploy import auth
-from mur.deploy.lock import TargetLock
+from mur.deploy.lock import Holder, TargetLock, held_here, locks_dir
 from mur.deploy.observe import Truth
 from mur.deploy.plan import pick_port
 from mur.deploy.preflight import Report
@@ -220,13 +221,14 @@ class DockerDeploy:
         auth.forget(self.job.dep_id)
 
     def _back(self) -> None:
+        """The serving container again: the new one goes only once the old one was moved aside."""
         engine = self.engine
-        engine.remove(self.name)
         if self.moved_prev:
+            engine.remove(self.name)  # the new release's container (if it was created)
             engine.rename(self.prev_name, self.name)
-            if self.was_running:
-                engine.start(self.name)
             self.moved_prev = False
+        if self.was_running:
+            engine.start(self.name)
 
     def _restore(self, old: Deployment | None) -> None:
         if old is not None:
@@ -301,12 +303,13 @@ class DockerProvider:
     def _truth(self, engine: DockerEngine, dep: Deployment, info: ContainerInfo | None, st: Any, answers: bool,
                ctx: Context) -> Truth:
         locked_by = None
-        try:
-            docker_lock(dep.deployment_id, ctx, "mur deploy status", wait=0).acquire().release()
-        except MurError as err:
-            if err.code != "E-DEPLOY-013":
-                raise
-            locked_by = {"command": err.message.split(" by ", 1)[-1]}
+        base_path = f"{locks_dir(str(Path.home()))}/docker-{dep.deployment_id}"
+        if held_here(base_path + ".lock"):  # read, never taken: a status never makes a deploy fail
+            try:
+                holder = Holder.parse(Path(base_path + ".holder").read_text())
+            except OSError:
+                holder = None
+            locked_by = holder.to_dict() if holder else {"command": "?"}
         left = [] if locked_by else leftovers(engine, dep.deployment_id)
         serving = info.labels.get(RELEASE_LABEL) if info is not None and info.status == "running" else None
         record = dep.release.digest if dep.release else None

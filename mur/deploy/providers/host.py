@@ -42,7 +42,7 @@ from mur.deploy.preflight import Report, preflight_host
 from mur.deploy.providers.base import (
     DeployJob, Outcome, bundle_ref, credentials, free_local_port, new_record, undo_or_leave,
 )
-from mur.deploy.providers.hostsession import HostSession
+from mur.deploy.providers.hostsession import HostSession, follow_truth
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
 from mur.deploy.steps import ServiceConfig, Symlink
 from mur.deploy.undo import Attempt, Phase
@@ -318,6 +318,7 @@ class HostDeploy:
         q = shlex.quote
         t.run(f"rm -rf {q(lay.scratch(self.nonce))}; rmdir {q(lay.staging)} {q(lay.murmur + '/staging')} 2>/dev/null; true",
               check=False, what="remove this deploy's staging")
+        self._collect()
         with uninterrupted():
             self.ctx.store.save(rec)
         self.a.forget()
@@ -333,6 +334,19 @@ class HostDeploy:
             return f"{scheme}://{host}:{port}", None, None
         local = (old.tunnel_port if old and old.tunnel_port and old.service_port == port else None) or free_local_port()
         return f"{scheme}://127.0.0.1:{local}", self.s.t.tunnel_command(port, local), local  # type: ignore[union-attr]
+
+    def _collect(self) -> None:
+        """What interrupted commands of any deployment left in the shared places (partial runtime
+        copies, payload caches of sessions that are gone, files nobody references) goes now too;
+        skipped, never waited for, while another deploy on the host holds the shared lock."""
+        s, t = self.s, self.s.t
+        if s.lock is None or t is None or not s.lock.drop_shared():
+            return
+        out = t.run(gc_shared_command(s.lay, keep_bundles=self.job.req.target.provider == "local"), check=False,
+                    what="collect unused shared files").stdout
+        for line in out.splitlines():
+            if line.startswith("@@gc "):
+                self.r.note(f"removed {line[5:]} (unused)")
 
     # undo steps -------------------------------------------------------------------------------
 
@@ -417,5 +431,23 @@ class HostDeploy:
         if not self.a.pending():
             self._forget_if_reserved()  # nothing reached the target
             return
-        undo_or_leave(self.ctx, self.s, self.a, exc, self.job.dep_id, "deploy", REPAIR.format(id=self.job.dep_id),
-                      fallback=self.rec, release=self.n or None)
+        left = undo_or_leave(self.ctx, self.s, self.a, exc, self.job.dep_id, "deploy",
+                             REPAIR.format(id=self.job.dep_id), fallback=self.rec, release=self.n or None)
+        if not left and not self.first:
+            self._settle()
+
+    def _settle(self) -> None:
+        """After a full undo the record is the old one: give it the state the target is in now (a
+        repair that failed leaves a crash-looping or stopped service, never a `running` record)."""
+        from mur.deploy.providers.base import read_token
+
+        dep = self.ctx.store.get(self.job.dep_id)
+        t = self.s.t
+        if dep is None or t is None or not t.alive(2.0):
+            return
+        try:
+            truth, view, _st, _card = self.s.truth(dep, read_token(dep), own=True)
+        except MurError:
+            return
+        with uninterrupted():
+            self.ctx.store.update(self.job.dep_id, follow_truth(dep, truth, view))

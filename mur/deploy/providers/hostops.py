@@ -15,36 +15,16 @@ from typing import Any, Callable
 from mur.deploy.apply import apply_steps, run_step
 from mur.deploy.cleanup import collect_step, destroy_steps, gc_shared_command, sweep_command
 from mur.deploy.lock import TargetLock
-from mur.deploy.observe import HostView, Truth
+from mur.deploy.observe import HostView
 from mur.deploy.preflight import Report
 from mur.deploy.providers.base import Context, DeployJob, Outcome, read_token, undo_or_leave
 from mur.deploy.providers.host import HostDeploy
-from mur.deploy.providers.hostsession import HostSession
+from mur.deploy.providers.hostsession import HostSession, follow_truth
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
 from mur.deploy.steps import Layout, ServiceConfig, Symlink
 from mur.deploy.targets import TargetSpec
 from mur.deploy.undo import Attempt, Phase
 from mur.errors import MurError
-
-
-def follow_truth(dep: Deployment, truth: Truth, view: HostView) -> Callable[[Deployment], None]:
-    """How the record follows what `status` found (applied under the records' lock)."""
-
-    def change(d: Deployment) -> None:
-        d.status = truth.state
-        settled = truth.state in ("running", "starting", "crash-looping", "stopped") and truth.locked_by is None
-        if truth.consistent or (settled and not d.pending):
-            n = view.current
-            if n is not None and n in view.releases:
-                if d.release is not None and d.release.n != n:
-                    d.previous = d.release
-                meta = view.meta(n)
-                d.release = Release.from_dict(meta)
-                cap = meta.get("capsule") or {}
-                d.name, d.version = cap.get("name") or d.name, cap.get("version") or d.version
-            if truth.consistent:
-                d.pending = None
-    return change
 
 
 class HostProvider:

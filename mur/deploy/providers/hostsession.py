@@ -14,13 +14,13 @@ connection when the old one is dead), and says whether anyone else held the lock
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from mur.deploy.apply import run_step
 from mur.deploy.lock import TargetLock
 from mur.deploy.observe import HostView, Truth, derive, observe_command, parse_observation
 from mur.deploy.providers.base import Context, Service, endpoint_check
-from mur.deploy.state import Deployment
+from mur.deploy.state import Deployment, Release
 from mur.deploy.steps import Layout, ServiceState
 from mur.deploy.targets import TargetSpec
 from mur.deploy.targets.base import Target
@@ -61,7 +61,9 @@ class HostSession:
             self.lock = TargetLock(self.t, self.dep_id, command=self.command,
                                    wait=self.ctx.lock_wait if wait is None else wait, shared=shared,
                                    reporter=self.ctx.reporter, deadlines=self.ctx.deadlines,
-                                   what=f"deployment {self.dep_id}").acquire()
+                                   what=f"deployment {self.dep_id}",
+                                   on_wait=lambda h: self.ctx.event("waiting", step="lock",
+                                                                    holder=h.to_dict() if h else None)).acquire()
         return self.lock
 
     @property
@@ -140,3 +142,22 @@ class HostSession:
         for step in steps:
             run_step(self.t, step)
 
+
+def follow_truth(dep: Deployment, truth: Truth, view: HostView) -> Callable[[Deployment], None]:
+    """How the record follows what `status` found (applied under the records' lock)."""
+
+    def change(d: Deployment) -> None:
+        d.status = truth.state
+        settled = truth.state in ("running", "starting", "crash-looping", "stopped") and truth.locked_by is None
+        if truth.consistent or (settled and not d.pending):
+            n = view.current
+            if n is not None and n in view.releases:
+                if d.release is not None and d.release.n != n:
+                    d.previous = d.release
+                meta = view.meta(n)
+                d.release = Release.from_dict(meta)
+                cap = meta.get("capsule") or {}
+                d.name, d.version = cap.get("name") or d.name, cap.get("version") or d.version
+            if truth.consistent:
+                d.pending = None
+    return change
