@@ -41,10 +41,41 @@ class Truth:
                 f"supervisors={self.supervisors} services={self.services}")
 
 
-def greeting_of(box: Box, dep: str, n: int) -> str | None:
-    text = box.out(f"cat {box.dep_root(dep)}/releases/{n}/env 2>/dev/null")
-    m = re.search(r"HELLO_GREETING=\"?([^\"\n]*)", text)
-    return m.group(1) if m else None
+# One round trip for everything the checks read of a deployment on the target (docker exec, not
+# through the relay): where `current` points, each release (complete? which greeting?), and the
+# command lines of its processes.
+_READ = r"""
+root="$1"
+echo "current $(readlink "$root/current" 2>/dev/null)"
+for r in "$root"/releases/*; do
+  [ -d "$r" ] || continue
+  n=${r##*/}; c=0; [ -s "$r/release.json" ] && c=1
+  g=$(sed -n 's/^HELLO_GREETING="\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$r/env" 2>/dev/null | head -1)
+  echo "release $n $c $g"
+done
+for p in /proc/[0-9]*; do
+  c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null)
+  case "$c" in *"$2"*) echo "proc $c";; esac
+done
+"""
+
+
+def read_target(box: Box, dep: str) -> tuple[int | None, dict[int, dict], list[str]]:
+    """(release `current` names, {n: {"complete", "greeting"}}, the deployment's process command lines)."""
+    res = box.vm.container.exec_run(["/bin/sh", "-c", _READ, "sh", box.dep_root(dep), dep])
+    current, releases, procs = None, {}, []
+    for line in (res.output or b"").decode("utf-8", "replace").splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "current":
+            tail = rest.strip().rsplit("/", 1)[-1]
+            current = int(tail) if tail.isdigit() else None
+        elif kind == "release":
+            n, complete, *greeting = rest.split(" ", 2)
+            if n.isdigit():
+                releases[int(n)] = {"complete": complete == "1", "greeting": (greeting[0].strip() or None) if greeting else None}
+        elif kind == "proc" and "/proc/" not in rest:
+            procs.append(rest)
+    return current, releases, procs
 
 
 def ask_service(box: Box, op: Operator, rec: dict, timeout: float = 60) -> tuple[str | None, dict | None]:
@@ -96,19 +127,10 @@ def truth(box: Box, op: Operator, dep: str) -> Truth:
         rec = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         rec = {"status": None, "error": _tail(proc.stderr, 5)}
-    root = box.dep_root(dep)
-    cur = box.out(f"readlink {root}/current 2>/dev/null").strip()
-    current = int(cur.rsplit("/", 1)[-1]) if cur.rsplit("/", 1)[-1].isdigit() else None
-    releases: dict[int, dict] = {}
-    for name in box.out(f"ls -1 {root}/releases 2>/dev/null").split():
-        if name.isdigit():
-            n = int(name)
-            releases[n] = {"complete": box.sh(f"test -s {root}/releases/{n}/release.json")[0] == 0,
-                           "greeting": greeting_of(box, dep, n)}
+    current, releases, procs = read_target(box, dep)
     serving, card = ask_service(box, op, rec) if rec.get("service_port") else (None, None)
-    procs = box.mur_procs()
-    sup = [p for p in procs if "supervise run" in p and dep in p]
-    svc = [p for p in procs if " run " in f" {p} " and "--manifest" in p and dep in p and "supervise" not in p]
+    sup = [p for p in procs if "supervise run" in p]
+    svc = [p for p in procs if " run --manifest" in p and "supervise" not in p]
     return Truth(rec, proc.returncode, current, releases, serving, card, len(sup), len(svc))
 
 
@@ -160,7 +182,7 @@ def staging_leftovers(box: Box) -> list[str]:
     """Temporary upload names and staging areas anywhere in the deploy user's home (a serving
     session's payload cache is not one: it goes with its session, and destroy is checked whole)."""
     out = box.out(f"find {box.home}/.murmur -xdev \\( -name '*mur-tmp*' -o -name '*.part' "
-                  f"-o -path '*/staging/*' \\) 2>/dev/null")
+                  f"-o -path '*/staging/*/*' -o -path '*/staging/*' -type f \\) 2>/dev/null")
     return [ln for ln in out.splitlines() if ln.strip()]
 
 
@@ -228,9 +250,11 @@ def expect_failure(run: Run, rc: int, *, codes: tuple[str, ...] = ("E-DEPLOY-003
     if rc == 0 and allow_success:
         return False
     assert rc == 1, f"exit {rc}, wanted 1:\n{_tail(text, 25)}"
-    errors = re.findall(r"error\[([A-Z]+-[A-Z]+-\d+)\]", text)
+    # mur's own error line is the first; a remote log quoted after it may hold the service's own
+    errors = re.findall(r"^error\[([A-Z]+-[A-Z]+-\d+)\]", text, re.M)
     assert errors, f"no error[CODE] line:\n{_tail(text, 25)}"
-    assert errors[-1] in codes, f"error[{errors[-1]}], wanted one of {codes}:\n{_tail(text, 25)}"
+    assert errors[0] in codes, f"error[{errors[0]}], wanted one of {codes}:\n{_tail(text, 25)}"
+    assert re.search(r"^  hint: ", text, re.M), f"no hint line:\n{_tail(text, 25)}"
     if bound is not None and run.signalled_at is not None:
         took = run.ended_at - run.signalled_at
         assert took <= bound, f"it took {took:.1f}s after the fault to give up (bound {bound:.0f}s):\n{_tail(text, 25)}"
@@ -254,6 +278,10 @@ def check_truthful(box: Box, op: Operator, dep: str) -> Truth:
     `running` means record == current == what answers; any other state must be one of the issue's
     (incomplete, diverged, crash-looping, stopped) and then nothing may claim to be fine."""
     t = truth(box, op, dep)
+    deadline = time.monotonic() + 30
+    while t.record.get("status") == "starting" and time.monotonic() < deadline:  # a restart in progress
+        time.sleep(2)
+        t = truth(box, op, dep)
     status = t.record.get("status")
     if status == "running":
         return check_consistent(box, op, dep)

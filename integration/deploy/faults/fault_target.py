@@ -77,6 +77,7 @@ class Box:
     relay: Relay
     user: str = "root"
     baseline: set[str] = field(default_factory=set)
+    closed: bool = False
 
     @classmethod
     def start(cls, image: str, workdir: Path, *, user: str = "root", cron: bool = True,
@@ -129,6 +130,9 @@ class Box:
         self.vm.restart(unclean=unclean)
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         try:
             self.relay.close()
         finally:
@@ -231,6 +235,7 @@ class Run:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.t0 = time.monotonic()
+        self.wall0 = time.time()  # lines' offsets + this: compare with the target's log timestamps
         self.signalled_at: float | None = None
         self.master: int | None = None
         if tty:

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from fault_harness import (
-    CTRL_C_BOUND, SILENT_BOUND, Lane, Seed, check_consistent, check_truthful, no_traceback, scenario, truth,
+    CTRL_C_BOUND, SILENT_BOUND, Lane, Seed, check_truthful, no_traceback, scenario, truth,
 )
 from mur.testing.relay import UP
 
@@ -91,10 +91,10 @@ def test_kill_9_at_random_points_of_a_redeploy(lane: Lane, s: Seed) -> None:
     back = lane.op.json("deploy", "rollback", lane.dep)  # type: ignore[arg-type]
     assert back["release"] == old_n, back
     lane.greeting = old
-    check_consistent(lane.box, lane.op, lane.dep, expect=old)  # type: ignore[arg-type]
+    lane.check(expect=old)
 
 
-@scenario(shared=False, serving=False, cost=35)
+@scenario(shared=False, serving=False, cost=35, seeds=1)
 def test_kill_9_at_random_points_of_a_first_deploy(lane: Lane, s: Seed) -> None:
     run, rc, greeting = interrupted_deploy(lane, s, FIRST_DEPLOY_POINTS, "kill9")
     assert rc in (0, -9), f"exit {rc}"
@@ -109,12 +109,12 @@ def test_one_ctrl_c_on_a_terminal(lane: Lane, s: Seed) -> None:
     run, rc, greeting = interrupted_deploy(lane, s, REDEPLOY_POINTS, "ctrl_c", tty=True)
     if check_interrupted(run, rc):
         # one Ctrl-C on a healthy link: the undo completes, the previous release serves
-        t = check_consistent(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
+        t = lane.check()
         assert t.serving in (old, greeting), t.describe()
     lane.repair(greeting)
 
 
-@scenario(cost=25)
+@scenario(cost=25, seeds=1)
 def test_two_ctrl_c_on_a_terminal(lane: Lane, s: Seed) -> None:
     old = lane.greeting
     run, rc, greeting = interrupted_deploy(lane, s, REDEPLOY_POINTS, "ctrl_c2", tty=True)
@@ -123,7 +123,7 @@ def test_two_ctrl_c_on_a_terminal(lane: Lane, s: Seed) -> None:
     lane.repair(greeting)
 
 
-@scenario(shared=False, serving=False, cost=35)
+@scenario(shared=False, serving=False, cost=35, seeds=1)
 def test_one_ctrl_c_on_a_first_deploy(lane: Lane, s: Seed) -> None:
     run, rc, greeting = interrupted_deploy(lane, s, FIRST_DEPLOY_POINTS, "ctrl_c", tty=True)
     if check_interrupted(run, rc):

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from fault_harness import (
-    FAULTS, SILENT_BOUND, Lane, Seed, check_consistent, check_truthful, expect_failure, inject, names_the_step,
+    FAULTS, SILENT_BOUND, Lane, Seed, check_truthful, expect_failure, inject, names_the_step,
     scenario, staging_leftovers, truth,
 )
 from mur.testing.relay import UP
@@ -83,7 +83,7 @@ def _old_keeps_serving(lane: Lane, kind: str, old: str) -> None:
         t = check_truthful(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
         assert t.serving == old, f"the previous release stopped serving: {t.describe()}"
     else:
-        check_consistent(lane.box, lane.op, lane.dep, expect=old)  # type: ignore[arg-type]
+        lane.check(expect=old)
 
 
 @scenario(cost=30)
@@ -97,7 +97,7 @@ def test_link_fault_during_a_redeploy_upload(lane: Lane, s: Seed) -> None:
         names_the_step(run, ["upload"])
     _old_keeps_serving(lane, kind, old)  # type: ignore[arg-type]
     lane.deploy(greeting, "--workdir", str(seed_dir))
-    check_consistent(lane.box, lane.op, lane.dep, expect=greeting)  # type: ignore[arg-type]
+    lane.check(expect=greeting)
 
 
 @scenario(cost=25)
@@ -105,7 +105,7 @@ def test_link_fault_during_the_smoke_start(lane: Lane, s: Seed) -> None:
     old = lane.greeting
     run, rc, kind, greeting = faulted_deploy(lane, s, r"· smoke-start", delay=s.rng.uniform(0, 1.5))
     if not expect_failure(run, rc, bound=SILENT_BOUND, allow_success=True):
-        check_consistent(lane.box, lane.op, lane.dep, expect=greeting)  # type: ignore[arg-type]
+        lane.check(expect=greeting)
         lane.greeting = greeting
         return
     if kind == "blackhole":
@@ -159,11 +159,11 @@ def test_link_fault_right_after_the_switch(lane: Lane, s: Seed) -> None:
         check_truthful(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
     res = lane.deploy(greeting)
     assert not (res["unchanged"] and truth(lane.box, lane.op, lane.dep).serving != greeting)  # type: ignore[arg-type]
-    check_consistent(lane.box, lane.op, lane.dep, expect=greeting)  # type: ignore[arg-type]
+    lane.check(expect=greeting)
     back = lane.op.json("deploy", "rollback", lane.dep)  # type: ignore[arg-type]
     assert back["release"] == old_n, back
     lane.greeting = old
-    check_consistent(lane.box, lane.op, lane.dep, expect=old)  # type: ignore[arg-type]
+    lane.check(expect=old)
 
 
 @scenario(cost=35)
