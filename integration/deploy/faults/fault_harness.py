@@ -34,7 +34,7 @@ from fault_checks import (  # noqa: F401 - the scenarios' vocabulary, in one imp
     no_traceback, staging_leftovers, truth,
 )
 from fault_target import (  # noqa: F401
-    CTRL_C_BOUND, LANES, LOCK_ERROR, SEED_BASE, SEEDS, SILENT_BOUND, SOAK, VERBOSE, Box, Operator, Run, say,
+    CTRL_C_BOUND, LANES, LOCK_ERROR, SEED_BASE, SEEDS, SILENT_BOUND, SOAK, VERBOSE, Box, Operator, Run, say, take_findings,
 )
 
 
@@ -276,7 +276,9 @@ class Scheduler:
                     use = self.pool.fresh(user=spec.user, home_size=size, serving=spec.serving)
                 use.notes.append(f"{spec.name} seed {seed}")
                 use.verified = False
+                take_findings()
                 spec.fn(use, Seed(seed, index, random.Random(seed)))
+                found = take_findings()
                 use.box.relay.pass_through()
                 use.box.relay.disarm()
                 if spec.shared:  # it goes on to the next scenario: it must be whole
@@ -285,6 +287,9 @@ class Scheduler:
                 else:
                     use.destroy_all()
                     use.box.close()
+                if found:  # lesser findings: the target stays in use
+                    out.failures.append(report(spec.name, seed, use, AssertionError(
+                        "the scenario's checks passed, but: " + "; ".join(dict.fromkeys(found)))))
             except BaseException as exc:  # noqa: BLE001 - reported with its seed
                 out.failures.append(report(spec.name, seed, use, exc))
                 if use is not None:

@@ -85,7 +85,7 @@ class Box:
         vm = sshd_container(image, workdir, cron=cron) if home_size is None else \
             small_home_container(image, workdir, user, home_size)
         try:
-            relay = Relay(vm.port, name=f"relay-{vm.port}")
+            relay = Relay(vm.port, port=quiet_port(), name=f"relay-{vm.port}")
         except BaseException:
             vm.close()
             raise
@@ -137,6 +137,41 @@ class Box:
             self.relay.close()
         finally:
             self.vm.close()
+
+
+def quiet_port() -> int:
+    """A free loopback port above the services' range (mur.deploy.plan.PORT_RANGE, 20000-40000):
+    every target here shares this machine's network, so the harness's own listeners keep out of it."""
+    import random as _random
+    import socket
+
+    for _ in range(200):
+        port = _random.randint(41000, 60999)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 41000-60999")
+
+
+# Findings that do not stop a scenario (a missing hint): kept per worker thread, reported by the
+# scheduler once the scenario's checks that matter more have passed.
+_FINDINGS = threading.local()
+
+
+def finding(text: str) -> None:
+    if not hasattr(_FINDINGS, "items"):
+        _FINDINGS.items = []
+    _FINDINGS.items.append(text)
+
+
+def take_findings() -> list[str]:
+    items = getattr(_FINDINGS, "items", [])
+    _FINDINGS.items = []
+    return items
 
 
 def small_home_container(image: str, workdir: Path, user: str, size: str) -> SshdVM:
