@@ -182,7 +182,7 @@ def staging_leftovers(box: Box) -> list[str]:
     """Temporary upload names and staging areas anywhere in the deploy user's home (a serving
     session's payload cache is not one: it goes with its session, and destroy is checked whole)."""
     out = box.out(f"find {box.home}/.murmur -xdev \\( -name '*mur-tmp*' -o -name '*.part' "
-                  f"-o -path '*/staging/*/*' -o -path '*/staging/*' -type f \\) 2>/dev/null")
+                  f"-o -path '*/staging/*' \\) 2>/dev/null")
     return [ln for ln in out.splitlines() if ln.strip()]
 
 
