@@ -267,6 +267,7 @@ class Run:
         self.lines: list[tuple[float, str]] = []
         self.stdout = ""
         self._hooks: list[tuple[re.Pattern, Callable[[], None], list[bool]]] = []
+        self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.t0 = time.monotonic()
@@ -335,10 +336,19 @@ class Run:
             action()
 
     def on(self, pattern: str, action: Callable[[], None], delay: float = 0.0) -> None:
-        """Run `action` once, `delay` seconds after the first stderr line matching `pattern`."""
+        """Run `action` once, `delay` seconds after the first stderr line matching `pattern`.
+
+        `finish` fails when the command ended without ever printing such a line: a scenario whose
+        fault never fired must not pass (say, because mur's progress text changed)."""
+        def late() -> None:
+            if self.proc.poll() is None:  # never fault a link or a process after the command ended
+                action()
+
         def fire() -> None:
             if delay > 0:
-                threading.Timer(delay, action).start()
+                timer = threading.Timer(delay, late)
+                self._timers.append(timer)
+                timer.start()
             else:
                 action()
 
@@ -392,6 +402,10 @@ class Run:
         self._out_reader.join(10)
         self.op._note(tuple(self.argv[3:]), rc, self.stderr, self.stdout, self.ended_at - self.t0)
         self.close()
+        missed = [h[0].pattern for h in self._hooks if not h[2][0]]
+        if missed:
+            raise AssertionError(f"mur ended (exit {rc}) before its progress showed {missed}: the fault never "
+                                 f"fired\n{_tail(self.stderr, 25)}")
         return rc
 
     @property
@@ -406,6 +420,8 @@ class Run:
             return None
 
     def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
         if self.proc.poll() is None:
             try:
                 os.kill(self.proc.pid, signal.SIGKILL)

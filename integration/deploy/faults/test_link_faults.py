@@ -105,8 +105,8 @@ def test_link_fault_during_the_smoke_start(lane: Lane, s: Seed) -> None:
     old = lane.greeting
     run, rc, kind, greeting = faulted_deploy(lane, s, r"· smoke-start", delay=s.rng.uniform(0, 1.5))
     if not expect_failure(run, rc, bound=SILENT_BOUND, allow_success=True):
-        lane.check(expect=greeting)
         lane.greeting = greeting
+        lane.check(expect=greeting)
         return
     if kind == "blackhole":
         names_the_step(run, ["smoke", "start"])
@@ -120,8 +120,10 @@ def watch_switch(lane: Lane, old_n: int, action) -> threading.Thread:  # noqa: A
     """Run `action` the moment the target's `current` stops naming release `old_n` (a busy loop in
     the container: the switch is one `mv`, the restart the next command)."""
     root = lane.box.dep_root(lane.dep)  # type: ignore[arg-type]
-    cmd = (f"i=0; while [ \"$(readlink {root}/current)\" = releases/{old_n} ] && [ $i -lt 200000 ]; do i=$((i+1)); "
-           f"done; echo switched")
+    # no sleep between the reads (the restart follows the switch within milliseconds); bounded to
+    # 120 s in case the deploy never gets there
+    cmd = (f"end=$(($(date +%s) + 120)); i=0; while [ \"$(readlink {root}/current)\" = releases/{old_n} ]; do "
+           f"i=$((i+1)); if [ $((i % 200)) = 0 ] && [ $(date +%s) -gt $end ]; then exit 0; fi; done; echo switched")
 
     def watch() -> None:
         res = lane.box.vm.container.exec_run(["/bin/sh", "-c", cmd], stream=True)
@@ -151,10 +153,11 @@ def test_link_fault_right_after_the_switch(lane: Lane, s: Seed) -> None:
         lane.box.relay.act(act)
 
     watcher = watch_switch(lane, old_n, fire)  # type: ignore[arg-type]
-    run.on(r"· start release", watcher.start)
+    run.on(r"· (smoke-start|switch to|start) release", watcher.start)  # watching before the switch
     lane.notes.append(f"{kind} right after the switch; new greeting {greeting}")
     rc = run.finish(timeout=SILENT_BOUND + 120)
     lane.box.relay.pass_through()
+    assert run.signalled_at is not None, f"the switch was never seen (exit {rc}):\n{run.stderr[-2000:]}"
     if expect_failure(run, rc, bound=SILENT_BOUND, allow_success=True, codes=("E-DEPLOY-003", "E-DEPLOY-004")):
         check_truthful(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
     res = lane.deploy(greeting)
