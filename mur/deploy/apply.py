@@ -100,6 +100,7 @@ def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
             run_step(target, step)
     flush_dirs()
     flush_links()
+    target.need_bytes = 0
     if refs_cmds:
         target.run("; ".join(refs_cmds) + "; true", check=False, what="record references")
     return stats

@@ -14,7 +14,7 @@ States (docs/deploy.md, "States"):
     starting       its process is up and has not answered yet (no crash so far)
     crash-looping  it keeps exiting and being restarted (restart count, last exit status)
     stopped        nothing serves (stopped by request, or it exited and was not restarted)
-    diverged       record, `current` and the serving release disagree
+    diverged       `current` and the serving release disagree (or something else holds the port)
     incomplete     an interrupted command left something (what is listed); the next deploy repairs it
 """
 
@@ -56,7 +56,8 @@ def observe_command(lay: Layout, port: int | None) -> str:
         "for x in releases/*; do [ -d \"$x\" ] || continue; n=${x#releases/}; "
         "if [ -f \"$x/release.json\" ]; then printf '@@release %s %s\\n' \"$n\" \"$(tr -d '\\n' < \"$x/release.json\")\"; "
         "else printf '@@partial %s\\n' \"$n\"; fi; done; else echo @@absent; fi",
-        f"for x in {q(lay.staging)}/*; do [ -e \"$x\" ] && printf '@@staging %s\\n' \"${{x##*/}}\"; done",
+        f"if [ -d {q(lay.staging)} ]; then n=0; for x in {q(lay.staging)}/*; do [ -e \"$x\" ] || continue; "
+        "n=1; printf '@@staging %s\\n' \"${x##*/}\"; done; [ $n = 1 ] || echo '@@staging .'; fi",
         probe_command(lock, holder),
     ]
     if port:
@@ -157,7 +158,7 @@ class Truth:
     last_exit: int | None = None
     left: list[str] = field(default_factory=list)
     locked_by: dict[str, Any] | None = None
-    consistent: bool = False  # current == serving, answering, nothing left over: the record may follow it
+    consistent: bool = False  # current == serving, answering, nothing left over: the record follows it
 
     def to_dict(self) -> dict[str, Any]:
         return {"state": self.state, "reason": self.reason, "current": self.current, "serving": self.serving,
@@ -167,7 +168,7 @@ class Truth:
 
 def leftovers(v: HostView) -> list[str]:
     return ([f"release {n} without release.json" for n in sorted(v.partial)]
-            + [f"staging/{s}" for s in sorted(v.staging)])
+            + [f"staging/{s}" if s != "." else "an empty staging directory" for s in sorted(v.staging)])
 
 
 def derive(v: HostView, svc: ServiceState, answers: bool, record: int | None, pending: dict[str, Any] | None,
@@ -207,8 +208,6 @@ def derive(v: HostView, svc: ServiceState, answers: bool, record: int | None, pe
     if v.serving is not None and not svc.running:
         return Truth("diverged", f"release {v.serving} serves from a process the init system does not run "
                      f"(pid {v.serving_pid}){note}", **base)
-    if record is not None and v.current is not None and record != v.current and not pending:
-        return Truth("diverged", f"current names release {v.current}, the record release {record}{note}", **base)
     if v.exists and v.releases and (v.current is None or v.current not in v.releases):
         return Truth("diverged", f"current names no complete release ({v.current_raw or 'missing'}){note}", **base)
     if svc.looping or (svc.running and not svc.ready and svc.restarts > 0 and not answers):

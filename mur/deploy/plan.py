@@ -258,6 +258,7 @@ def plan_release(inp: ReleaseInputs) -> ReleasePlan:
         "artifacts": [{"name": a.name, "version": a.version, "sha256": a.sha256} for a in inp.artifacts],
         "precompiled": [f.rel for f in inp.precompiled],
         "port": svc.port, "init": svc.init, "restart": svc.restart, "nonce": inp.nonce,
+        "tls_pin": svc.tls_pin or None,  # the certificate this release serves (clients pin it)
     }
     steps.append(WriteFile(f"{stage}/release.json", (json.dumps(meta, indent=2) + "\n").encode(), 0o644))
     return ReleasePlan(
@@ -274,7 +275,11 @@ def commit_command(stage: str, final: str, scratch: str = "") -> str:
     deploy's scratch directory (shared files were renamed out of it) goes too."""
     q = shlex.quote
     parent = final.rsplit("/", 1)[0]
+    staging = stage.rsplit("/", 1)[0]
     tidy = f" && rm -rf {q(scratch)}" if scratch else ""
+    # the staging directories go when nothing else is in them: an interrupted deploy from here on
+    # leaves nothing in staging
+    tidy += f" && {{ rmdir {q(staging)} {q(staging.rsplit('/', 1)[0])} 2>/dev/null; true; }}"
     return (f"test -f {q(stage + '/release.json')} && find {q(stage)} -type f -exec sync -- {{}} + && "
             f"sync -- {q(stage)} && mv -T {q(stage)} {q(final)} && sync -- {q(parent)}{tidy}")
 

@@ -51,6 +51,7 @@ class Attempt:
         self.name = name
         self.phase = phase
         self._stack: list[UndoStep] = []
+        self.deadline = 0.0  # while undoing: when the budget ends (steps may bound their waits by it)
 
     def at(self, *allowed: Phase) -> None:
         """The door: raise when a step is called from a phase it does not follow."""
@@ -65,6 +66,10 @@ class Attempt:
         """`fn` reverses the step that just succeeded (it must be safe to run once, late)."""
         self._stack.append(UndoStep(label, fn))
 
+    def remaining(self) -> float:
+        """Seconds left of the undo budget (0 outside an undo)."""
+        return max(0.0, self.deadline - time.monotonic())
+
     def pending(self) -> list[str]:
         return [s.label for s in reversed(self._stack)]
 
@@ -75,7 +80,7 @@ class Attempt:
     def undo(self, budget: float, on_step: Callable[[str], None] | None = None) -> list[str]:
         """Run the undo steps newest first until done or `budget` seconds passed; returns the
         labels of those not done (a step that fails, or a second Ctrl-C, stops the undo there)."""
-        deadline = time.monotonic() + budget
+        deadline = self.deadline = time.monotonic() + budget
         while self._stack:
             step = self._stack[-1]
             if time.monotonic() > deadline:

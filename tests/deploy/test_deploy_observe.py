@@ -45,7 +45,7 @@ def test_the_observation_parses():
 @pytest.mark.parametrize("case, state", [
     (dict(v=view(serving=2), svc=UP, answers=True, record=2), "running"),
     (dict(v=view(serving=1), svc=UP, answers=True, record=1), "diverged"),  # switched, never restarted
-    (dict(v=view(serving=2), svc=UP, answers=True, record=1), "diverged"),  # the record is behind
+    (dict(v=view(serving=2), svc=UP, answers=True, record=1), "running"),  # a stale record follows the target
     (dict(v=view(serving=2), svc=UP, answers=True, record=1, pending={"command": "deploy"}), "running"),
     (dict(v=view(serving=None), svc=LOOPING, answers=False, record=2), "crash-looping"),
     (dict(v=view(serving=None), svc=DOWN, answers=False, record=2), "stopped"),

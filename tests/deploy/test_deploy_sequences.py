@@ -474,3 +474,16 @@ def test_status_of_an_interrupted_deploy_is_incomplete_until_the_target_is_consi
     host.leftovers = []
     out = operations.status(first["deployment_id"], ctx=ctx_for(env, t))
     assert out["status"] == "running" and record(env, first).pending is None  # the record follows the truth
+
+
+def test_a_complete_release_with_this_digest_is_switched_to_not_copied_again(env):
+    t, host, first = deployed(env)
+    run(env, t, env_args=("GREETING=Hola",))
+    operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    assert host.serving == 1
+    t.calls.clear()
+    again = run(env, t, env_args=("GREETING=Hola",))
+    assert again["release"] == 2 and host.serving == 2 and not again["unchanged"]
+    assert "commit release 2" not in t.labels() and "commit release 3" not in t.labels()
+    assert not [c for c in t.calls if c.kind == "put" and "/staging/" in c.dst]
+    assert after(t.labels(), "smoke start", "start supervisor")  # still proven beside what serves first

@@ -1,11 +1,10 @@
-"""Fixtures of the deploy fault suite (integration/deploy/faults): fault_harness.py has the pieces,
-STATUS.md what passes against the latest product branch.
+"""Fixtures of the deploy fault suite (integration/deploy/faults): fault_harness.py says how the
+scenarios run, fault_target.py / fault_checks.py hold the pieces, STATUS.md what passes against
+the latest product branch.
 
-`pool` is the session's set of serving targets (each an sshd container behind a fault relay with
-one deployment), shared by the scenarios that fault a redeploy; at the end of the session every
-one is destroyed and checked for leftovers. Scenarios that need a fresh or special target make
-their own through it (pool.fresh). MUR_FAULTS_SOAK=1 runs more seeds (MUR_FAULTS_SEEDS=N exactly N),
-MUR_FAULTS_LANES how many targets work at once, MUR_FAULTS_SEED shifts every seed.
+`faults` is the session's scheduler: at the first scenario test it starts working through the
+seeds of every collected scenario on a few targets at once; each test waits for its own. At the
+end of the session every target still serving is destroyed and checked for leftovers.
 """
 
 from __future__ import annotations
@@ -16,7 +15,13 @@ import pytest
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-from fault_harness import LanePool  # noqa: E402
+import fault_harness  # noqa: E402
+from fault_harness import LanePool, Scheduler  # noqa: E402
+
+
+def pytest_collection_finish(session):
+    fault_harness.SELECTED[:] = [name for item in session.items
+                                 if (name := getattr(getattr(item, "function", None), "fault_scenario", None))]
 
 
 @pytest.fixture(scope="session")
@@ -27,9 +32,13 @@ def fault_manifest(hello_capsule, runtime_bundle):
 
 
 @pytest.fixture(scope="session")
-def pool(sshd_vm_image, fault_manifest, tmp_path_factory):
-    lanes = LanePool(sshd_vm_image, fault_manifest, tmp_path_factory.mktemp("faults"))
-    yield lanes
-    failures = lanes.close()
+def faults(sshd_vm_image, fault_manifest, tmp_path_factory):
+    pool = LanePool(sshd_vm_image, fault_manifest, tmp_path_factory.mktemp("faults"))
+    scheduler = Scheduler(pool, list(fault_harness.SELECTED))
+    try:
+        yield scheduler
+    finally:
+        scheduler.stop()
+        failures = pool.close()
     if failures:
         raise AssertionError("\n\n".join(failures))

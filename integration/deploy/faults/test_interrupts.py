@@ -15,7 +15,7 @@ import time
 import pytest
 
 from fault_harness import (
-    CTRL_C_BOUND, SILENT_BOUND, Lane, Seed, check_consistent, check_truthful, no_traceback, run_lanes, truth,
+    CTRL_C_BOUND, SILENT_BOUND, Lane, Seed, check_truthful, no_traceback, scenario, truth,
 )
 from mur.testing.relay import UP
 
@@ -79,107 +79,94 @@ def after_interrupt(lane: Lane, run, old: str, new: str) -> None:  # noqa: ANN00
             f"an interrupted deploy left an incomplete record without saying so:\n{run.stderr[-2000:]}"
 
 
-def test_kill_9_at_random_points_of_a_redeploy(pool):
-    def scenario(lane: Lane, s: Seed) -> None:
-        old = lane.greeting
-        old_n = truth(lane.box, lane.op, lane.dep).current  # type: ignore[arg-type]
-        run, rc, greeting = interrupted_deploy(lane, s, REDEPLOY_POINTS, "kill9")
-        assert rc in (0, -9), f"exit {rc}"
-        after_interrupt(lane, None, old, greeting)  # type: ignore[arg-type]
-        lane.repair(greeting)
-        # rollback finds the previous release on the target, whatever the killed deploy recorded
-        back = lane.op.json("deploy", "rollback", lane.dep)  # type: ignore[arg-type]
-        assert back["release"] == old_n, back
-        lane.greeting = old
-        check_consistent(lane.box, lane.op, lane.dep, expect=old)  # type: ignore[arg-type]
-
-    run_lanes("kill9-redeploy", scenario, pool)
+@scenario(cost=40)
+def test_kill_9_at_random_points_of_a_redeploy(lane: Lane, s: Seed) -> None:
+    old = lane.greeting
+    old_n = truth(lane.box, lane.op, lane.dep).current  # type: ignore[arg-type]
+    run, rc, greeting = interrupted_deploy(lane, s, REDEPLOY_POINTS, "kill9")
+    assert rc in (0, -9), f"exit {rc}"
+    after_interrupt(lane, None, old, greeting)  # type: ignore[arg-type]
+    lane.repair(greeting)
+    # rollback finds the previous release on the target, whatever the killed deploy recorded
+    back = lane.op.json("deploy", "rollback", lane.dep)  # type: ignore[arg-type]
+    assert back["release"] == old_n, back
+    lane.greeting = old
+    lane.check(expect=old)
 
 
-def test_kill_9_at_random_points_of_a_first_deploy(pool):
-    def scenario(lane: Lane, s: Seed) -> None:
-        run, rc, greeting = interrupted_deploy(lane, s, FIRST_DEPLOY_POINTS, "kill9")
-        assert rc in (0, -9), f"exit {rc}"
-        for rec in lane.op.records():
-            check_truthful(lane.box, lane.op, rec["deployment_id"])
-        lane.repair(greeting)
-        lane.destroy_all()
-        lane.dep = None
-
-    run_lanes("kill9-first-deploy", scenario, pool, shared=False, serving=False)
+@scenario(shared=False, serving=False, cost=35, seeds=1)
+def test_kill_9_at_random_points_of_a_first_deploy(lane: Lane, s: Seed) -> None:
+    run, rc, greeting = interrupted_deploy(lane, s, FIRST_DEPLOY_POINTS, "kill9")
+    assert rc in (0, -9), f"exit {rc}"
+    for rec in lane.op.records():
+        check_truthful(lane.box, lane.op, rec["deployment_id"])
+    lane.repair(greeting)
 
 
-def test_one_ctrl_c_on_a_terminal(pool):
-    def scenario(lane: Lane, s: Seed) -> None:
-        old = lane.greeting
-        run, rc, greeting = interrupted_deploy(lane, s, REDEPLOY_POINTS, "ctrl_c", tty=True)
-        if check_interrupted(run, rc):
-            # one Ctrl-C on a healthy link: the undo completes, the previous release serves
-            t = check_consistent(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
-            assert t.serving in (old, greeting), t.describe()
-        lane.repair(greeting)
-
-    run_lanes("ctrl-c-once", scenario, pool)
+@scenario(cost=25)
+def test_one_ctrl_c_on_a_terminal(lane: Lane, s: Seed) -> None:
+    old = lane.greeting
+    run, rc, greeting = interrupted_deploy(lane, s, REDEPLOY_POINTS, "ctrl_c", tty=True)
+    if check_interrupted(run, rc):
+        # one Ctrl-C on a healthy link: the undo completes, the previous release serves
+        t = lane.check()
+        assert t.serving in (old, greeting), t.describe()
+    lane.repair(greeting)
 
 
-def test_two_ctrl_c_on_a_terminal(pool):
-    def scenario(lane: Lane, s: Seed) -> None:
-        old = lane.greeting
-        run, rc, greeting = interrupted_deploy(lane, s, REDEPLOY_POINTS, "ctrl_c2", tty=True)
-        if check_interrupted(run, rc):
-            after_interrupt(lane, run, old, greeting)  # type: ignore[arg-type]
-        lane.repair(greeting)
-
-    run_lanes("ctrl-c-twice", scenario, pool)
+@scenario(cost=25, seeds=1)
+def test_two_ctrl_c_on_a_terminal(lane: Lane, s: Seed) -> None:
+    old = lane.greeting
+    run, rc, greeting = interrupted_deploy(lane, s, REDEPLOY_POINTS, "ctrl_c2", tty=True)
+    if check_interrupted(run, rc):
+        after_interrupt(lane, run, old, greeting)  # type: ignore[arg-type]
+    lane.repair(greeting)
 
 
-def test_one_ctrl_c_on_a_first_deploy(pool):
-    def scenario(lane: Lane, s: Seed) -> None:
-        run, rc, greeting = interrupted_deploy(lane, s, FIRST_DEPLOY_POINTS, "ctrl_c", tty=True)
-        if check_interrupted(run, rc):
-            records = lane.op.records()
-            # the undo of a first deploy on a healthy link leaves nothing at all
-            assert records == [], f"an interrupted first deploy left records: {records}"
-            assert not [p for p in lane.box.mur_procs() if "supervise" in p or " run " in p], lane.box.mur_procs()
-            assert not lane.box.out(f"ls -A {lane.box.home}/.murmur/deployments 2>/dev/null").strip()
-        lane.repair(greeting)
-        lane.destroy_all()
-        lane.dep = None
-
-    run_lanes("ctrl-c-first-deploy", scenario, pool, shared=False, serving=False)
+@scenario(shared=False, serving=False, cost=35, seeds=1)
+def test_one_ctrl_c_on_a_first_deploy(lane: Lane, s: Seed) -> None:
+    run, rc, greeting = interrupted_deploy(lane, s, FIRST_DEPLOY_POINTS, "ctrl_c", tty=True)
+    if check_interrupted(run, rc):
+        records = lane.op.records()
+        # the undo of a first deploy on a healthy link leaves nothing at all
+        assert records == [], f"an interrupted first deploy left records: {records}"
+        assert not [p for p in lane.box.mur_procs() if "supervise" in p or " run " in p], lane.box.mur_procs()
+        assert not lane.box.out(f"ls -A {lane.box.home}/.murmur/deployments 2>/dev/null").strip()
+    lane.repair(greeting)
 
 
-def test_ctrl_c_while_the_link_is_silent(pool):
+@scenario(cost=30)
+def test_ctrl_c_while_the_link_is_silent(lane: Lane, s: Seed) -> None:
     """The issue's hang: one Ctrl-C during an upload (or a remote command) on a silent link must end
     the command within a few seconds (no wait in SFTPFile.close on a dead channel)."""
-    def scenario(lane: Lane, s: Seed) -> None:
-        old = lane.greeting
-        stage = s.pick(["upload", "smoke", "start"])
-        greeting = lane.next_greeting()
-        extra: tuple[str, ...] = ()
-        relay = lane.box.relay
-        if stage == "upload":
-            seed_dir, size = lane.seed_dir(s.rng)
-            extra = ("--workdir", str(seed_dir))
-        run = lane.op.spawn(*lane.deploy_args(greeting, *extra), tty=True)
-        wait = s.rng.uniform(0.3, 2.0)
+    old = lane.greeting
+    stage = s.pick(["upload", "smoke", "start"])
+    greeting = lane.next_greeting()
+    extra: tuple[str, ...] = ()
+    relay = lane.box.relay
+    if stage == "upload":
+        seed_dir, size = lane.seed_dir(s.rng)
+        extra = ("--workdir", str(seed_dir))
+    run = lane.op.spawn(*lane.deploy_args(greeting, *extra), tty=True)
+    wait = s.rng.uniform(0.3, 2.0)
 
-        def silent_then_ctrl_c(*_: object) -> None:
-            relay.blackhole()
-            threading.Timer(wait, run.ctrl_c).start()
+    def silent_then_ctrl_c(*_: object) -> None:
+        relay.blackhole()
+        threading.Timer(wait, run.ctrl_c).start()
 
-        if stage == "upload":
-            run.on(r"· upload release", lambda: relay.arm(s.rng.randrange(1, size), UP, silent_then_ctrl_c))
-        else:
-            run.on(r"· smoke-start" if stage == "smoke" else r"· start release", silent_then_ctrl_c,
-                   delay=s.rng.uniform(0, 1.0))
-        lane.notes.append(f"blackhole during {stage}, Ctrl-C {wait:.2f}s later; new greeting {greeting}")
-        rc = run.finish(timeout=SILENT_BOUND + 120)
-        relay.pass_through()
-        if check_interrupted(run, rc):
-            t = check_truthful(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
-            if stage != "start":
-                assert t.serving == old, f"the previous release stopped serving: {t.describe()}"
-        lane.repair(greeting)
+    if stage == "upload":
+        run.on(r"· upload release", lambda: relay.arm(s.rng.randrange(1, size), UP, silent_then_ctrl_c))
+    else:
+        run.on(r"· smoke-start" if stage == "smoke" else r"· start release", silent_then_ctrl_c,
+               delay=s.rng.uniform(0, 1.0))
+    lane.notes.append(f"blackhole during {stage}, Ctrl-C {wait:.2f}s later; new greeting {greeting}")
+    rc = run.finish(timeout=SILENT_BOUND + 120)
+    relay.disarm()
+    relay.pass_through()
+    if check_interrupted(run, rc):
+        t = check_truthful(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
+        if stage != "start":
+            assert t.serving == old, f"the previous release stopped serving: {t.describe()}"
+    lane.repair(greeting)
 
-    run_lanes("ctrl-c-silent-link", scenario, pool)
+

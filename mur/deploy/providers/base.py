@@ -32,7 +32,7 @@ from mur.deploy.undo import Attempt, Phase
 from mur.deploy.init import init_for
 from mur.deploy.steps import BundleRef, FileRef, Layout, ServiceState, Tls
 from mur.deploy.targets import TargetSpec, connect
-from mur.deploy.targets.base import Target
+from mur.deploy.targets.base import Target, full_line, quoted
 from mur.errors import MurError
 
 
@@ -271,8 +271,13 @@ class Service:
         return endpoint_check(self.t, port, token, pin, 3)
 
     def failed(self, card: dict[str, Any], after: str, what: str = "the capsule did not start") -> MurError:
+        """E-DEPLOY-004 with the service log's last lines (E-DEPLOY-014 when they say the disk is full)."""
+        log = self.log_tail()
+        full = full_line(log)
+        if full is not None:
+            return self.t.disk_full(what, detail=full)
         return MurError("E-DEPLOY-004", f"{what} on {self.t.label}: {card.get('error', 'no agent card')}\n"
-                        f"remote log:\n{self.log_tail()}", after)
+                        f"remote log:\n{quoted(log)}", after)
 
 
 def undo_or_leave(ctx: Context, s: Any, a: Attempt, exc: BaseException, dep_id: str, command: str,

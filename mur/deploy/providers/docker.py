@@ -48,6 +48,7 @@ from mur.platform import platform_tag
 from mur.runtime.bundle import Bundle
 
 RELEASE_LABEL = "dev.mur.release"
+PIN_LABEL = "dev.mur.tls.pin"
 L = "dev.mur."  # mur.image.spec.LABEL_PREFIX
 IMAGE_HINT = "build it with `mur image build -m MANIFEST -t TAG`, pull it, or load one with --image-archive FILE"
 
@@ -79,9 +80,13 @@ class ContainerPlan:
     secrets: dict[str, Secret]
     options: dict[str, Any]
     digest: str  # what makes a redeploy a change: image, config, secrets, options
+    pin: str | None = None  # the certificate's pin when it serves TLS (each container its own)
 
     def labels(self, dep_id: str) -> dict[str, str]:
-        return {LABEL: dep_id, RELEASE_LABEL: self.digest}
+        out = {LABEL: dep_id, RELEASE_LABEL: self.digest}
+        if self.pin:
+            out[PIN_LABEL] = self.pin
+        return out
 
 
 def limits(cap: Any) -> tuple[int, int | None]:
@@ -93,7 +98,7 @@ def limits(cap: Any) -> tuple[int, int | None]:
 
 
 def container_plan(image: ImageFacts, *, port: int, bind: str, env: dict[str, str], token: bytes,
-                   tls: tuple[bytes, bytes] | None, options: dict[str, Any]) -> ContainerPlan:
+                   tls: tuple[bytes, bytes] | None, options: dict[str, Any], pin: str | None = None) -> ContainerPlan:
     """The container of a release (pure): secrets under /run/mur, pointed to by the entrypoint's variables."""
     def secret(data: bytes) -> Secret:
         return Secret(data, image.uid, image.gid)
@@ -108,7 +113,7 @@ def container_plan(image: ImageFacts, *, port: int, bind: str, env: dict[str, st
     h = hashlib.sha256(json.dumps({"image": image.id, "env": cenv, "options": options}, sort_keys=True).encode())
     for path, s in sorted(secrets.items()):
         h.update(path.encode() + b"\0" + hashlib.sha256(s.data).digest())
-    return ContainerPlan(cenv, secrets, options, h.hexdigest())
+    return ContainerPlan(cenv, secrets, options, h.hexdigest(), pin if tls is not None else None)
 
 
 def image_user(config_user: str) -> tuple[int, int]:
@@ -225,7 +230,7 @@ class DockerBuild:
         self.pin = self.tls.pin_sha256 if self.tls else None
         self.bind = "0.0.0.0" if req.publish else "127.0.0.1"
         self.plan = container_plan(self.image, port=self.port, bind=self.bind, env=dict(cap.env), token=self.token,
-                                   tls=_tls_bytes(self.tls), options=options)
+                                   tls=_tls_bytes(self.tls), options=options, pin=self.pin)
         with self.r.step("preflight (probe container)"):
             return self._preflight(info)
 

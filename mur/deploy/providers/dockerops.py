@@ -21,11 +21,12 @@ from mur.deploy.plan import pick_port
 from mur.deploy.preflight import Report
 from mur.deploy.providers.base import Context, DeployJob, Outcome, new_record, read_token, undo_or_leave
 from mur.deploy.providers.docker import (
-    L, RELEASE_LABEL, ContainerService, DockerBuild, destroy_containers, leftovers, reconcile,
+    L, PIN_LABEL, RELEASE_LABEL, ContainerService, DockerBuild, destroy_containers, leftovers, reconcile,
 )
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
 from mur.deploy.targets import TargetSpec
 from mur.deploy.targets.docker import LABEL, ContainerInfo, DockerEngine, container_name, image_repo
+from mur.deploy.targets.base import quoted
 from mur.deploy.targets.local import LocalTarget
 from mur.deploy.undo import Attempt, Phase
 from mur.errors import MurError
@@ -135,7 +136,7 @@ class DockerDeploy:
             if not card.get("ok"):
                 log = engine.logs(self.name, tail=40)
                 raise MurError("E-DEPLOY-004", f"the capsule did not start in {self.name}: {card.get('error')}\n"
-                               f"logs:\n{log[-2500:]}",
+                               f"logs:\n{quoted(log[-2500:])}",
                                "the previous container is serving again" if self.moved_prev else "nothing is left running")
         a.advance(Phase.STARTED)
         if changed and job.existing is not None and job.existing.release is not None:
@@ -177,7 +178,7 @@ class DockerDeploy:
         finally:
             engine.remove(name)
         if not res.get("ok"):
-            raise MurError("E-DEPLOY-004", f"the new release did not start: {res.get('error')}\nlogs:\n{log[-1500:]}",
+            raise MurError("E-DEPLOY-004", f"the new release did not start: {res.get('error')}\nlogs:\n{quoted(log[-1500:])}",
                            "the serving container was not touched")
 
     def _prune_images(self) -> None:
@@ -278,8 +279,9 @@ class DockerProvider:
         svc = self._service(engine, dep)
         st = svc.state()
         card: dict[str, Any] = {"ok": False, "error": "container not running"}
+        pin = info.labels.get(PIN_LABEL, dep.tls_pin) if info is not None else dep.tls_pin
         if info is not None and info.status == "running":
-            card = svc.answers(int(dep.service_port or 0), read_token(dep), dep.tls_pin)
+            card = svc.answers(int(dep.service_port or 0), read_token(dep), pin)
         truth = self._truth(engine, dep, info, st, bool(card.get("ok")), ctx)
 
         def follow(d: Deployment) -> None:
@@ -290,6 +292,7 @@ class DockerProvider:
                     d.previous, d.release = d.release, release_of(info, d.service_port)
                 cap = (d.release.extra.get("capsule") if d.release else None) or {}
                 d.name, d.version = cap.get("name") or d.name, cap.get("version") or d.version
+                d.tls_pin = pin
                 if truth.consistent:
                     d.pending = None
         with uninterrupted():
@@ -341,14 +344,15 @@ class DockerProvider:
         name = self._name(dep)
         with docker_lock(dep.deployment_id, ctx, f"mur deploy start {dep.deployment_id}"):
             reconcile(engine, dep.deployment_id)
-            with ctx.reporter.step(f"start {name}"):
+            with ctx.phase("start", f"start {name}"):
                 if not engine.start(name):
                     raise MurError("E-DEPLOY-010", f"container {name} does not exist", "deploy again")
-                card = self._service(engine, dep).wait(int(dep.service_port or 0), read_token(dep), dep.tls_pin,
-                                                       ctx.timeout)
+                info = engine.container(name)
+                pin = info.labels.get(PIN_LABEL, dep.tls_pin) if info is not None else dep.tls_pin
+                card = self._service(engine, dep).wait(int(dep.service_port or 0), read_token(dep), pin, ctx.timeout)
             if not card.get("ok"):
                 raise MurError("E-DEPLOY-004", f"the capsule did not start: {card.get('error')}\nlogs:\n"
-                               f"{engine.logs(name, 40)[-2500:]}")
+                               f"{quoted(engine.logs(name, 40)[-2500:])}")
 
         def change(d: Deployment) -> None:
             d.status = "running"
@@ -357,7 +361,7 @@ class DockerProvider:
 
     def stop(self, dep: Deployment, ctx: Context) -> Deployment:
         with docker_lock(dep.deployment_id, ctx, f"mur deploy stop {dep.deployment_id}"):
-            with ctx.reporter.step(f"stop {self._name(dep)}"):
+            with ctx.phase("stop", f"stop {self._name(dep)}"):
                 DockerEngine().stop(self._name(dep))
 
         def change(d: Deployment) -> None:
@@ -367,7 +371,7 @@ class DockerProvider:
 
     def destroy(self, dep: Deployment, ctx: Context) -> None:
         with docker_lock(dep.deployment_id, ctx, f"mur deploy destroy {dep.deployment_id}") as lock:
-            with ctx.reporter.step(f"destroy {self._name(dep)}"):
+            with ctx.phase("destroy", f"destroy {self._name(dep)}"):
                 destroy_containers(DockerEngine(), dep.deployment_id)
                 lock.remove_files()
 
@@ -406,12 +410,12 @@ class DockerProvider:
                     engine.rename(prev, name)
                     moved.append("prev")
                     engine.start(name)
-                    card = self._service(engine, dep).wait(int(dep.service_port or 0), read_token(dep), dep.tls_pin,
-                                                           ctx.timeout)
+                    card = self._service(engine, dep).wait(int(dep.service_port or 0), read_token(dep),
+                                                           back.labels.get(PIN_LABEL, dep.tls_pin), ctx.timeout)
                     if not card.get("ok"):
                         log = engine.logs(name, 40)
                         raise MurError("E-DEPLOY-004", f"the previous release did not start: {card.get('error')}\n"
-                                       f"logs:\n{log[-2500:]}", "switched back to the current release")
+                                       f"logs:\n{quoted(log[-2500:])}", "switched back to the current release")
                     engine.rename(swap, prev)
                 a.advance(Phase.DONE)
             except BaseException as exc:
@@ -425,6 +429,7 @@ class DockerProvider:
             d.previous = release_of(before, d.service_port) if before is not None else d.release
             d.release = rolled
             d.image = rolled.image if rolled and rolled.image else d.image
+            d.tls_pin = back.labels.get(PIN_LABEL, d.tls_pin)
             cap = (rolled.extra.get("capsule") if rolled else None) or {}
             d.name, d.version = cap.get("name") or d.name, cap.get("version") or d.version
             d.status, d.pending = "running", None

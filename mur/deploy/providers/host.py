@@ -22,6 +22,7 @@ holding the lock again when the old one is dead; what cannot be undone stays in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import shlex
@@ -29,7 +30,7 @@ from typing import Any
 
 from mur import __version__
 from mur.deploy import auth, fronted
-from mur.deploy.apply import apply_steps, run_step
+from mur.deploy.apply import ApplyStats, apply_steps, run_step
 from mur.deploy.cleanup import collect_step, destroy_steps, gc_shared_command, prune_command, sweep_command
 from mur.deploy.init import init_for
 from mur.deploy.init.supervisor import stop_smoke_command
@@ -42,9 +43,10 @@ from mur.deploy.preflight import Report, preflight_host
 from mur.deploy.providers.base import (
     DeployJob, Outcome, bundle_ref, credentials, free_local_port, new_record, undo_or_leave,
 )
-from mur.deploy.providers.hostsession import HostSession, follow_truth
+from mur.deploy.providers.hostsession import HostSession, follow_truth, release_pin
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
 from mur.deploy.steps import ServiceConfig, Symlink
+from mur.deploy.targets.base import full_line, quoted
 from mur.deploy.undo import Attempt, Phase
 from mur.errors import MurError
 from mur.platform import platform_tag
@@ -70,6 +72,7 @@ class HostDeploy:
         self.ports: fronted.Ports | None = None
         self.front: fronted.Fronted | None = None
         self.handed_over = False
+        self.reuse: int | None = None  # a complete release on the target that is this release
 
     # the attempt --------------------------------------------------------------------------------
 
@@ -161,12 +164,19 @@ class HostDeploy:
             memory_bytes=cap.service_memory_bytes, tasks_max=cap.service_tasks_max, env=tuple(sorted(cap.env.items())),
             run_args=cap.run_args, keep_sessions=req.keep_sessions, boot=str(report.facts["boot"]), tls=tls is not None,
             tls_pin=tls.pin_sha256 if tls else "")
-        self.n = max(view.numbers, default=0) + 1
-        plan = plan_release(ReleaseInputs(
-            dep_id=job.dep_id, home=lay.home, n=self.n, bundle=bundle_ref(runtime), manifest=cap.manifest,
-            files=cap.files, workdir=cap.workdir, artifacts=cap.artifacts, service=svc, sudo=sudo,
-            prev_n=view.current if view.current in view.releases else None, precompiled=compiled,
-            capsule_name=cap.name, capsule_version=cap.version, token=token, tls=tls, nonce=self.nonce))
+        inputs = ReleaseInputs(
+            dep_id=job.dep_id, home=lay.home, n=max(view.numbers, default=0) + 1, bundle=bundle_ref(runtime),
+            manifest=cap.manifest, files=cap.files, workdir=cap.workdir, artifacts=cap.artifacts, service=svc,
+            sudo=sudo, prev_n=view.current if view.current in view.releases else None, precompiled=compiled,
+            capsule_name=cap.name, capsule_version=cap.version, token=token, tls=tls, nonce=self.nonce)
+        plan = plan_release(inputs)
+        # this very release is already complete on the target (an interrupted deploy committed it and
+        # never switched to it): it is switched to as it is, not copied again under a new number
+        same = [m for m, meta in view.releases.items() if meta.get("digest") == plan.digest and m != view.current]
+        self.reuse = max(same) if same else None
+        if self.reuse is not None:
+            plan = plan_release(dataclasses.replace(inputs, n=self.reuse))
+        self.n = plan.release_meta["n"]
         if self.ports:
             url, tunnel, tunnel_port = self._address(self.ports.front, "0.0.0.0" if req.publish else "127.0.0.1",
                                                      "https" if tls else "http")
@@ -222,8 +232,7 @@ class HostDeploy:
         self.r.note(f"repair: {what}")
         if view.serving is not None and view.serving != view.current and view.serving in view.releases:
             back = view.serving
-            self.a.push(f"switch back to release {back}, which was serving",
-                        lambda: self._activate(back, restart=True))
+            self.a.push(f"switch back to release {back}, which was serving", lambda: self._back_to(back))
         with self.ctx.phase("start", f"restart release {view.current} (repair)", t, release=view.current):
             self._start_and_verify(view.current, "the previous state was restored where possible")
         return self._finish(rec, view.current, previous=rec.previous, card=self.card, unchanged=False, repaired=what)
@@ -233,20 +242,27 @@ class HostDeploy:
         assert t is not None and self.before is not None
         lay, n = s.lay, self.n
         a.at(Phase.RECORDED)
-        a.push(f"remove the new release {n}", self._remove_new)
         with uninterrupted():
             ctx.store.update(job.dep_id, lambda d: d.pending and d.pending.update(release=n, phase="staging"))
-        with ctx.phase("stage", f"upload release {n}", t, release=n):
-            stats = apply_steps(t, plan.prepare, job.dep_id, self.r.note)
-            verify = artifact_verify_command(lay, job.capsule.artifacts)
-            if verify and t.run(verify, check=False, what="verify artifacts").rc != 0:
-                raise MurError("E-REG-002", f"artifact digest mismatch on {t.label} after upload")
-        with ctx.phase("commit", f"commit release {n}", t, release=n):
-            run_step(t, plan.commit)
+        if self.reuse is None:
+            a.push(f"remove the new release {n}", self._remove_new)
+            with ctx.phase("stage", f"upload release {n}", t, release=n):
+                stats = apply_steps(t, plan.prepare, job.dep_id, self.r.note)
+                verify = artifact_verify_command(lay, job.capsule.artifacts)
+                if verify and t.run(verify, check=False, what="verify artifacts").rc != 0:
+                    raise MurError("E-REG-002", f"artifact digest mismatch on {t.label} after upload")
+            with ctx.phase("commit", f"commit release {n}", t, release=n):
+                run_step(t, plan.commit)
+        else:
+            self.r.note(f"release {n} is this release, complete on the target: switching to it")
+            stats = ApplyStats()
         a.advance(Phase.STAGED)
 
         before = self.before
-        self.was_serving = before.serving is not None and bool(s.health(self.port, self.token, self.pin).get("ok"))
+        self.was_serving = before.serving is not None and bool(
+            s.health(self.port, self.token, self._pin_of(before.serving)).get("ok"))
+        # a start stages the capsule's tools (about the capsule's size): what a full disk is said to need
+        t.need_bytes = job.capsule.upload_bytes
         if self.was_serving and self.front is not None and before.serving in before.releases:
             self._hand_over(n, before.serving)  # zero downtime: a twin of release n takes the address
         elif self.was_serving:
@@ -338,8 +354,12 @@ class HostDeploy:
         except (ValueError, IndexError):
             out = {"ok": False, "error": (res.stderr or res.stdout).strip()[-800:]}
         if not out.get("ok"):
+            stderr = (out.get("stderr") or "").strip()[-1500:]
+            full = full_line(stderr)
+            if full is not None:
+                raise t.disk_full("smoke-start the new release", detail=full)
             raise MurError("E-DEPLOY-004", f"the new release did not start on {t.label}: {out.get('error')}\n"
-                           f"remote stderr:\n{(out.get('stderr') or '').strip()[-1500:]}",
+                           f"remote stderr:\n{quoted(stderr)}",
                            "the previous release keeps serving; fix the capsule and deploy again")
 
     def _finish(self, rec: Deployment, n: int, *, previous: Release | None, card: dict[str, Any], unchanged: bool,
@@ -347,6 +367,7 @@ class HostDeploy:
         before = self.before
         meta = meta or (before.meta(n) if before else {})
         rec.release, rec.previous = Release.from_dict(meta), previous
+        rec.tls_pin = release_pin(meta, rec.tls_pin)
         cap = meta.get("capsule") or {}
         rec.name, rec.version = cap.get("name") or rec.name, cap.get("version") or rec.version
         rec.status, rec.pending = "running", None
@@ -434,6 +455,11 @@ class HostDeploy:
               f"2>/dev/null && [ \"$(readlink {q(lay.current)})\" != releases/{self.n} ]; then rm -rf {q(rel)}; fi; true",
               sudo=self.s.sudo, check=False, what="remove the new release")
 
+    def _back_to(self, back: int) -> None:
+        self._activate(back, restart=True)
+        if self.a.remaining() > 2:
+            self.s.svc.wait(self.port, self.token, self._pin_of(back), self.a.remaining() - 1)
+
     def _switch_back(self, back: int) -> None:
         s, t, lay = self.s, self.s.t, self.s.lay
         assert t is not None
@@ -447,6 +473,15 @@ class HostDeploy:
         else:
             steps += new.stop(lay, s.sudo)
         apply_steps(t, steps)
+        if self.was_serving and self.a.remaining() > 2:
+            # it served before this deploy: give it the rest of the budget to answer again, so the
+            # command ends with it serving (or the record says it is still starting)
+            s.svc.wait(self.port, self.token, self._pin_of(back), self.a.remaining() - 1)
+
+    def _pin_of(self, n: int | None) -> str | None:
+        before = self.before
+        fallback = self.job.existing.tls_pin if self.job.existing else None
+        return release_pin(before.meta(n), fallback) if before is not None else fallback
 
     def _restore(self, old: Deployment | None) -> None:
         if old is None:

@@ -20,7 +20,7 @@ from mur.deploy.observe import HostView
 from mur.deploy.preflight import Report
 from mur.deploy.providers.base import Context, DeployJob, Outcome, read_token, undo_or_leave
 from mur.deploy.providers.host import HostDeploy
-from mur.deploy.providers.hostsession import HostSession, follow_truth
+from mur.deploy.providers.hostsession import HostSession, follow_truth, release_pin
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
 from mur.deploy.steps import Layout, Run, ServiceConfig, Symlink
 from mur.deploy.targets import TargetSpec
@@ -86,9 +86,10 @@ class HostProvider:
                                "deploy it again")
             st = s.state()
             restart = (view.serving is not None and view.serving != view.current) or st.looping
+            pin = release_pin(view.meta(view.current), dep.tls_pin)
             with ctx.phase("start", f"start release {view.current}", s.t, release=view.current):
                 _activate(s, dep, view.current, restart=restart)
-                card = s.svc.wait(int(dep.service_port or 0), read_token(dep), dep.tls_pin, ctx.timeout)
+                card = s.svc.wait(int(dep.service_port or 0), read_token(dep), pin, ctx.timeout)
                 if not card.get("ok"):
                     raise s.svc.failed(card, "see `mur deploy logs`")
                 f = fronted.for_record(s.t, s.lay, dep, s.svc.sudo, read_token(dep), ctx.reporter)
@@ -99,6 +100,7 @@ class HostProvider:
         def change(d: Deployment) -> None:
             d.status = "running"
             d.release = Release.from_dict(meta)
+            d.tls_pin = pin
         with uninterrupted():
             return ctx.store.update(dep.deployment_id, change) or dep
 
@@ -217,6 +219,7 @@ def _switch(s: HostSession, dep: Deployment, ctx: Context, view: HostView, to: i
     token = read_token(dep)
     a = Attempt("mur deploy rollback", Phase.LOCKED)
     was_serving = view.serving is not None
+    pin = release_pin(view.meta(to), dep.tls_pin)  # each release serves its own certificate
 
     def mark(d: Deployment) -> None:
         d.status, d.pending = "incomplete", {"command": "rollback", "release": to, "from": cur, "at": now_rfc3339()}
@@ -245,7 +248,7 @@ def _switch(s: HostSession, dep: Deployment, ctx: Context, view: HostView, to: i
             _activate(s, dep, to, restart=True)
         a.advance(Phase.SWITCHED)
         with ctx.phase("start", f"wait for release {to}", s.t, release=to):
-            card = s.svc.wait(port, token, dep.tls_pin, ctx.timeout)
+            card = s.svc.wait(port, token, pin, ctx.timeout)
             if not card.get("ok"):
                 raise s.svc.failed(card, f"switched back to release {cur}" if cur is not None else "see `mur deploy logs`",
                                    f"release {to} did not start")
@@ -271,6 +274,7 @@ def _switch(s: HostSession, dep: Deployment, ctx: Context, view: HostView, to: i
         d.release, d.previous = Release.from_dict(meta), Release.from_dict(prev) if prev else d.release
         cap = meta.get("capsule") or {}
         d.name, d.version = cap.get("name") or d.name, cap.get("version") or d.version
+        d.tls_pin = pin
         d.status, d.pending = "running", None
 
     with uninterrupted():

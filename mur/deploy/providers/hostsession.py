@@ -27,6 +27,11 @@ from mur.deploy.targets.base import Target
 from mur.errors import MurError
 
 
+def release_pin(meta: dict[str, Any], fallback: str | None) -> str | None:
+    """The TLS pin a release serves (its release.json says; one from before that: the record's)."""
+    return (meta.get("tls_pin") or None) if "tls_pin" in meta else fallback
+
+
 class HostSession:
     def __init__(self, ctx: Context, spec: TargetSpec, dep_id: str, *, command: str, home: str = "",
                  init: str = "supervisor", sudo: bool = False, helper: bool = False, trust_new_host: bool = False):
@@ -125,7 +130,8 @@ class HostSession:
         port = int(dep.service_port or 0) or None
         view = self.observe(port)
         st = self.state()
-        card = self.health(port, token, dep.tls_pin) if (st.running or view.listener) else \
+        pin = release_pin(view.meta(view.serving if view.serving is not None else view.current), dep.tls_pin)
+        card = self.health(port, token, pin) if (st.running or view.listener) else \
             {"ok": False, "error": "service not running"}
         record = dep.release.n if dep.release is not None else None
         truth = derive(view, st, bool(card.get("ok")), record, dep.pending, self.token if own else "")
@@ -158,6 +164,7 @@ def follow_truth(dep: Deployment, truth: Truth, view: HostView) -> Callable[[Dep
                 d.release = Release.from_dict(meta)
                 cap = meta.get("capsule") or {}
                 d.name, d.version = cap.get("name") or d.name, cap.get("version") or d.version
+                d.tls_pin = release_pin(meta, d.tls_pin)
             if truth.consistent:
                 d.pending = None
     return change

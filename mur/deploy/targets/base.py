@@ -30,6 +30,20 @@ HELPER = "/usr/local/lib/mur/mur-deploy-helper"
 DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded")
 
 
+def quoted(text: str) -> str:
+    """Remote output quoted inside one of our errors: its own `error[CODE]` lines are shown as
+    `(remote CODE)`, so the error line of this command is the only `error[...]` a reader (or a
+    script) finds."""
+    import re
+
+    return re.sub(r"\berror\[([A-Z]+-[A-Z]+-\d+)\]", r"(remote \1)", text)
+
+
+def full_line(text: str) -> str | None:
+    """The line of remote output that says a filesystem is full, if one does."""
+    return next((ln.strip() for ln in text.splitlines() if any(t in ln for t in DISK_FULL_TEXT)), None)
+
+
 class Held:
     """A long-running command on the target, its stdin ours to write and its stdout ours to read
     (the deployment lock's holder, mur.deploy.lock). It ends when we close it or our process dies."""
@@ -231,7 +245,7 @@ class Target:
         fs = f"{room[0]} (mounted on {room[1]}, {_human(room[2])} free)" if room else "the target's filesystem"
         wanted = f": {_human(need)} needed" if need else ""
         return MurError("E-DEPLOY-014", f"{self.label}: no space left on {fs}{during} ({what}){wanted}"
-                        + (f"\n  {detail}" if detail else ""),
+                        + (f"\n  remote: {quoted(detail)}" if detail else ""),
                         "free space on that filesystem (or give the deploy user a larger home), then deploy again; "
                         "`mur deploy gc` removes what interrupted deploys left")
 

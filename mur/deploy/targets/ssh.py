@@ -370,10 +370,17 @@ class SSHTarget(Target):
         text = ""
         if exc is not None:
             try:
-                text = str(exc) or type(exc).__name__
+                text = str(exc)
             except Exception:  # noqa: BLE001
-                text = type(exc).__name__
-        return MurError("E-DEPLOY-003", f"{self.label}: {what} failed{during}: {text or 'the connection is gone'}")
+                text = ""
+        return MurError("E-DEPLOY-003", f"{self.label}: {what} failed{during}: "
+                        f"{text or 'the connection was closed (by the host or the network)'}",
+                        "`mur deploy status ID` shows what is true on the target; the next deploy repairs what a "
+                        "cut command left")
+
+    def _alive_transport(self) -> bool:
+        tr = self._client.get_transport() if self._client else None
+        return tr is not None and tr.is_active()
 
     def _transport(self):
         tr = self._client.get_transport() if self._client else None
@@ -412,6 +419,9 @@ class SSHTarget(Target):
                                        f"{cmd[:200]}")
                     select.select([chan], [], [], 0.2)
                 rc = chan.recv_exit_status()
+                if rc == -1 and (self.dead is not None or not self._alive_transport()):
+                    # paramiko reports a channel that died with its connection as exit status -1
+                    raise self._lost("SSH command")
                 return Result(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
             finally:
                 chan.close()
