@@ -43,8 +43,17 @@ CATALOGUE: dict[str, str] = {
     "E-DEPLOY-010": "(mur) Docker engine unavailable or container operation failed",
     "E-DEPLOY-011": "(mur) nothing to roll back to",
     "E-DEPLOY-012": "(mur) --image / --image-archive: absent, not a mur capsule image, or not this manifest's",
+    "E-DEPLOY-013": "(mur) another command holds the deployment's lock on the target (the holder is named)",
+    "E-DEPLOY-014": "(mur) no space left on the target (the filesystem and the bytes needed are named)",
     # export (Kubernetes manifests)
     "E-EXP-001": "(mur) the capsule cannot be exported as asked (bad --image or output directory)",
+    # fleets (deploy.yaml: several targets, rolling deploys)
+    "E-FLEET-001": "(mur) the fleet file (deploy.yaml) is invalid, or a secrets file it names is readable by others",
+    "E-FLEET-002": "(mur) --only / --host selects no target of the fleet",
+    "E-FLEET-003": "(mur) no deployment of that name answers (mur send NAME)",
+    "E-FLEET-004": "(mur) another command is rolling the same fleet (the fleet lock)",
+    "E-FLEET-005": "(mur) fleet preflight failed on a target: nothing was changed anywhere",
+    "E-FLEET-006": "(mur) a rollout stopped at a failing target; the targets it switched went back",
     # images
     "E-IMG-001": "(mur) Docker engine unavailable, or an image build / load / tag failed",
     "E-IMG-002": "(mur) the image registry refused a push or pull (credentials, read-only, unreachable)",

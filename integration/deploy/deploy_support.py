@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -129,9 +130,10 @@ def wait_for_ssh(port: int, timeout: float = 30) -> None:
     raise RuntimeError(f"sshd did not come up on port {port}")
 
 
-def sshd_container(image: str, workdir: Path, *, cron: bool = True) -> SshdVM:
+def sshd_container(image: str, workdir: Path, *, cron: bool = True, murmur_tmpfs: str | None = None) -> SshdVM:
     """Start one sshd "VM" (testcontainers) with a fresh host key and one client key for root and
-    deployer; /run is a tmpfs, so a restart is a boot for cron's @reboot entries."""
+    deployer; /run is a tmpfs, so a restart is a boot for cron's @reboot entries. `murmur_tmpfs`
+    (e.g. "40m"): deployer's ~/.murmur is a filesystem of that size (a disk that fills up)."""
     workdir.mkdir(parents=True, exist_ok=True)
     key = keygen(workdir / "id_ed25519")
     host = keygen(workdir / "host_ed25519", "sshd-vm")
@@ -145,6 +147,8 @@ def sshd_container(image: str, workdir: Path, *, cron: bool = True) -> SshdVM:
           .with_copy_into_container(pub, "/root/.ssh/authorized_keys", 0o600)
           .with_copy_into_container(pub, "/home/deployer/.ssh/authorized_keys", 0o600)
           .waiting_for(LogMessageWaitStrategy("Server listening on")))
+    if murmur_tmpfs:
+        tc.with_tmpfs_mount("/home/deployer/.murmur", f"size={murmur_tmpfs},uid=1000,gid=1000,mode=0755,exec")
     tc.start()
     return SshdVM(tc, port, key, (workdir / "host_ed25519.pub").read_text(), workdir)
 
@@ -166,3 +170,91 @@ def shell_task(*commands: str) -> str:
 
 FORK_40 = "i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); done; echo started"
 READ_OUTSIDE = "read x < /etc/hostname && echo read-ok"
+
+
+# --- faults: a deploy driven step by step, and what the target holds ----------------------------
+
+FAST = {  # short deadlines (docs/deploy.md, "Deadlines"): a silent link is dead after 3 s
+    "MUR_DEPLOY_CONNECT_TIMEOUT": "3", "MUR_DEPLOY_CONNECT_BUDGET": "4", "MUR_DEPLOY_KEEPALIVE": "0.5",
+    "MUR_DEPLOY_DEAD_AFTER": "3", "MUR_DEPLOY_UNDO_BUDGET": "8", "MUR_DEPLOY_UPLOAD_STALL": "10",
+}
+
+
+class Deploying:
+    """A `mur ...` process started in the background, its progress events in a file; `stop_at`
+    ("stage:begin"): it stops itself there (MUR_DEPLOY_STOP_AT) until `cont()`."""
+
+    def __init__(self, args: list[str], home: Path, env: dict | None = None, stop_at: str | None = None):
+        self.events = home / f"events-{time.monotonic_ns()}.jsonl"
+        full = {**os.environ, "HOME": str(home), "MUR_DEPLOY_EVENTS": str(self.events), **FAST, **(env or {})}
+        if stop_at:
+            full["MUR_DEPLOY_STOP_AT"] = stop_at
+        self.proc = subprocess.Popen([sys.executable, "-m", "mur", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=full, cwd=str(ROOT))
+
+    def seen(self) -> list[dict]:
+        try:
+            return [json.loads(line) for line in self.events.read_text().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return []
+
+    def wait_for(self, step: str, event: str = "begin", timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(e.get("step") == step and e.get("event") == event for e in self.seen()):
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"mur ended ({self.proc.returncode}) before {step}/{event}: "
+                                     f"{self.proc.stderr.read()[-3000:]}")
+            time.sleep(0.05)
+        raise AssertionError(f"no {step}/{event} within {timeout}s")
+
+    def stopped(self, timeout: float = 600) -> None:
+        """Wait until it stopped itself (at `stop_at`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                state = "?"
+            if state == "T":
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"mur ended ({self.proc.returncode}) before it stopped: "
+                                     f"{self.proc.stderr.read()[-3000:]}")
+            time.sleep(0.05)
+        raise AssertionError(f"it did not stop within {timeout}s")
+
+    def cont(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def finish(self, timeout: float = 600) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+
+def murmur_files(vm: SshdVM, home: str = "/root") -> list[str]:
+    """Everything under the target user's ~/.murmur (empty when it does not exist)."""
+    return [ln for ln in vm.sh(f"find {home}/.murmur 2>/dev/null")[1].splitlines() if ln.strip()]
+
+
+def serving_release(vm: SshdVM, port: int) -> int | None:
+    """The release the process listening on `port` runs (its working directory), read on the VM."""
+    from mur.deploy.observe import serving_command
+
+    out = vm.sh(serving_command(port))[1]
+    for line in out.splitlines():
+        if line.startswith("@@serving "):
+            cwd = line.split(" ", 2)[2]
+            part = cwd.split("/releases/")[-1].split("/")[0] if "/releases/" in cwd else ""
+            return int(part) if part.isdigit() else None
+    return None
+
+
+def current_release(vm: SshdVM, dep: str, home: str = "/root") -> int | None:
+    link = vm.sh(f"readlink {home}/.murmur/deployments/{dep}/current")[1].strip()
+    return int(link.rsplit("/", 1)[-1]) if link.rsplit("/", 1)[-1].isdigit() else None

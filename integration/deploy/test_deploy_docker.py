@@ -98,8 +98,20 @@ def test_docker_deploy_redeploy_rollback_destroy(docker_client, base_image, home
                for m in docker_client.containers.get(name).attrs["Mounts"] if m.get("Type") == "volume"}
     assert len(volumes) == 2  # each container's /workdir
 
+    # one command at a time: a stop that holds the deployment's lock (stopped right there) keeps a
+    # rollback out, naming itself; killed with -9, its lock goes with it
+    from deploy_support import Deploying
+
+    holder = Deploying(["deploy", "stop", dep], home, stop_at="stop:begin",
+                       env={"MUR_DEPLOY_DEAD_AFTER": "120", "MUR_DEPLOY_KEEPALIVE": "1"})
+    holder.stopped()
+    st = mur_json("deploy", "status", dep, home=home)
+    assert st["state"]["locked_by"]["command"] == f"mur deploy stop {dep}"  # status reads, never takes it
+    r = mur("deploy", "rollback", dep, home=home, check=False)
+    assert r.returncode == 1 and "error[E-DEPLOY-013]" in r.stderr and f"(pid {holder.proc.pid} on " in r.stderr
+    holder.kill()
     back = mur_json("deploy", "rollback", dep, home=home)
-    assert back["status"] == "running"
+    assert back["status"] == "running" and back["release"] == first["image"]
     assert send(first, "again") == "Hello, again!"
 
     status = mur_json("deploy", "status", dep, home=home)

@@ -62,7 +62,7 @@ def test_root_deploy_redeploy_rollback_stop_destroy(sshd_vm, home, runtime_bundl
     dep = first["deployment_id"]
     assert first["provider"] == "ssh" and first["release"] == 1 and first["uploaded"] > 0 and first["boot"] == "cron"
     assert send_via_tunnel(home, vm, first, "world") == "Hello, world!"
-    assert vm.sh(f"stat -c %a /root/.murmur/deployments/{dep}/a2a-token") == (0, "600\n")
+    assert vm.sh(f"stat -c %a /root/.murmur/deployments/{dep}/releases/1/a2a-token") == (0, "600\n")
     assert f"# mur:{dep}" in vm.sh("crontab -l")[1]
 
     # The printed tunnel command works as printed (a free local port), and `mur send ID` finds the token.

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
     from mur.a2a.client import Credentials
     from mur.remote.reach import Named
 
-URL_HELP = ("Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS), or a deployment id "
-            "(an SSH deployment is reached through its own SSH forward, closed when the command ends).")
+URL_HELP = ("Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS), a deployment id, "
+            "NAME@TARGET, or a capsule or fleet name (an answering deployment of it); an SSH deployment is "
+            "reached through its own SSH forward, closed when the command ends.")
 Url = Annotated[str, typer.Argument(help=URL_HELP)]
 Token = Annotated[Optional[str], typer.Option("--token", help="Bearer token the capsule wants (else MURMUR_A2A_TOKEN).")]
 TokenFile = Annotated[
@@ -31,29 +32,35 @@ Pin = Annotated[
 
 
 def resolve_credentials(
-    target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None
+    target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None,
+    fleet_target: str | None = None,
 ) -> tuple[str, "Credentials"]:
     """The URL to call and the credentials to call it with (see `_resolve`)."""
-    named, credentials = _resolve(target, token, token_file, cacert, pin)
+    named, credentials = _resolve(target, token, token_file, cacert, pin, fleet_target)
     return named.url, credentials
 
 
 def _resolve(
-    target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None
+    target: str, token: str | None, token_file: Path | None, cacert: Path | None, pin: str | None,
+    fleet_target: str | None = None,
 ) -> tuple["Named", "Credentials"]:
     """What `target` names and the credentials to call it with. The token: --token, else --token-file,
     else MURMUR_A2A_TOKEN, else the deployment record's token file; the server check: --cacert or
     --pin-sha256, else the record's pin (an https:// URL without either is verified against the
-    system's CAs). `target` may be a URL or a deployment id / unique prefix (`mur deploy ls`)."""
+    system's CAs). `target` may be a URL, a deployment id / unique prefix or NAME@TARGET (`mur deploy ls`),
+    or a capsule or fleet name: an answering deployment of it (on `fleet_target` when given)."""
     from dataclasses import replace
 
     from mur.a2a.auth import read_token_file
     from mur.a2a.client import Credentials, normalize_url, parse_pin
-    from mur.remote.reach import lookup
+    from mur.fleet.address import pick
+    from mur.remote.reach import Named, lookup
 
     if token and token_file:
         raise typer.BadParameter("give --token or --token-file, not both", param_hint="--token")
-    named = lookup(target)  # a deployment id/prefix, or a URL a deployment recorded
+    # a capsule or fleet name, else a deployment id/prefix or NAME@TARGET, or a URL a deployment recorded
+    chosen = pick(target, fleet_target)
+    named = Named(chosen.url, chosen) if chosen is not None else lookup(target)
     dep = named.deployment
     if dep is not None:
         if not (token or token_file or os.environ.get("MURMUR_A2A_TOKEN")) and dep.token_file:
@@ -74,14 +81,14 @@ def _resolve(
 
 @contextlib.contextmanager
 def _reached(target: str, token: str | None, token_file: Path | None, cacert: Path | None,
-             pin: str | None) -> Iterator[tuple[str, "Credentials", Optional[str]]]:
+             pin: str | None, fleet_target: str | None = None) -> Iterator[tuple[str, "Credentials", Optional[str]]]:
     """(URL, credentials, the name messages use) for the block: an SSH deployment is reached through
     a forward this command opens over the verified SSH connection and closes when the block ends
     (mur.remote.reach); messages then name it as the user did, not by the forward's local port."""
     from mur.cli.render import note
     from mur.remote.reach import endpoint
 
-    named, credentials = _resolve(target, token, token_file, cacert, pin)
+    named, credentials = _resolve(target, token, token_file, cacert, pin, fleet_target)
     with endpoint(named, note=lambda text: note(f"note: {text}")) as url:
         yield url, credentials, (target if url != named.url else None)
 
@@ -96,13 +103,15 @@ def send(
     token_file: TokenFile = None,
     cacert: CaCert = None,
     pin_sha256: Pin = None,
+    fleet_target: Optional[str] = typer.Option(
+        None, "--target", help="With a capsule or fleet name: send to its deployment on this target."),
 ) -> None:
     """Send a task to a capsule and print its result."""
     from mur.a2a.client import send_task, task_text
     from mur.cli.render import emit_json, note, terminal_safe
     from mur.errors import MurError
 
-    with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown):
+    with _reached(url, token, token_file, cacert, pin_sha256, fleet_target) as (base, credentials, shown):
         task = send_task(base, text, context_id=context, timeout=timeout or None, credentials=credentials,
                          shown_as=shown)
     state = task.get("status", {}).get("state")

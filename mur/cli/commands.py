@@ -41,7 +41,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("config", "mur.cli.config", "Read or change ~/.murmur/config.yaml and .murmur/config.yaml."),
 )
 # Registered but left out of `mur --help` (hidden=True where they are registered).
-HIDDEN: tuple[tuple[str, str], ...] = (("supervise", "mur.cli.deploy"),)
+HIDDEN: tuple[tuple[str, str], ...] = (("supervise", "mur.cli.deploy"), ("front", "mur.cli.front"))
 
 # The root options typer adds, as `mur --help` lists them.
 OPTIONS: tuple[tuple[str, str], ...] = (
@@ -64,6 +64,7 @@ MODULES: tuple[str, ...] = (
     "mur.cli.run", "mur.cli.build", "mur.cli.new", "mur.cli.artifacts", "mur.cli.uninstall", "mur.cli.registry",
     "mur.cli.a2a", "mur.cli.deploy", "mur.cli.image", "mur.cli.export", "mur.cli.host", "mur.cli.vm",
     "mur.cli.probe", "mur.cli.trace", "mur.cli.eval", "mur.cli.config", "mur.cli.gc", "mur.cli.schema",
+    "mur.cli.front",
 )
 
 

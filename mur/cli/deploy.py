@@ -2,7 +2,12 @@
 
     mur deploy [--host H | --docker] [OPTIONS]     deploy or redeploy (default target: this machine)
     mur deploy --check [--json]                    preflight only
-    mur deploy ls | status ID | logs ID [-f] | start ID | stop ID | destroy ID | rollback ID
+    mur deploy ls | status ID | logs ID [-f] | start ID | stop ID | destroy ID | rollback ID [--to N]
+    mur deploy gc [ID...] [--host H | --docker]    sweep what interrupted commands left
+
+Commands that change a target take `--lock-wait SECONDS` (default 0: fail at once, E-DEPLOY-013,
+when another command holds the deployment). `MUR_DEPLOY_EVENTS=FILE` appends one JSON line per
+step (begin/end/fail) for tests that act at a given step.
 
 `mur supervise run|smoke` (hidden) is the on-target half: the supervisor and smoke starts.
 This module only parses, calls one function of mur.deploy.operations and renders.
@@ -10,11 +15,12 @@ This module only parses, calls one function of mur.deploy.operations and renders
 
 from __future__ import annotations
 
-import contextlib
+import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -53,6 +59,8 @@ def _human_deploy(r: dict) -> str:
         lines.append(f"  container {r['container']} ({r.get('image')})")
     if r.get("unchanged"):
         lines.append(f"  release   {_text(r.get('release'))} unchanged: nothing uploaded")
+    elif r.get("repaired"):
+        lines.append(f"  release   {_text(r.get('release'))} repaired: {r['repaired']}")
     else:
         uploaded = f" ({r['uploaded']} files uploaded)" if r.get("uploaded") is not None else ""
         lines.append(f"  release   {_text(r.get('release'))}{uploaded}")
@@ -66,19 +74,29 @@ def _human_deploy(r: dict) -> str:
 
 def _human_status(r: dict) -> str:
     svc = r.get("service") or {}
-    inner = svc.get("supervisor") or {}
+    truth = r.get("state") or {}
     lines = [f"{r.get('deployment_id')}  {r.get('name')} {r.get('version')}  ({r.get('provider')})",
-             f"  status    {r.get('status')}",
+             f"  status    {r.get('status')}" + (f"  ({truth['reason']})" if truth.get("reason") else ""),
              f"  url       {r.get('url')}"]
     lines += _reach_lines(r)
-    state = svc.get("state")
-    if inner:
-        state = f"{state} (supervisor {inner.get('state')})"
-    lines += [f"  service   {_text(state)} · {_text(svc.get('restarts') or inner.get('restarts') or 0)} restarts"
+    last = f" · last exit {svc['last_exit']}" if svc.get("last_exit") not in (None, "") else ""
+    lines += [f"  service   {_text(svc.get('state'))} · {_text(svc.get('restarts') or 0)} restarts{last}"
               + (f" · pid {svc['pid']}" if svc.get("pid") else ""),
-              f"  answers   {_text(r.get('agent_card_ok'))}" + (f" ({r['error']})" if r.get("error") else ""),
-              f"  release   {_text(r.get('release'))} (previous {_text(r.get('previous'))})",
-              f"  init      {r.get('init')} · boot {_text(r.get('boot'))}"]
+              f"  answers   {_text(r.get('agent_card_ok'))}" + (f" ({r['error']})" if r.get("error") else "")]
+    if r.get("provider") != "docker":
+        lines.append(f"  release   current {_text(truth.get('current'))} · serving {_text(truth.get('serving'))} · "
+                     f"record {_text(r.get('release'))} (previous {_text(r.get('previous'))})")
+    else:
+        lines.append(f"  release   {_text(r.get('release'))} (previous {_text(r.get('previous'))})")
+    front = r.get("front")
+    if front:  # mur.deploy.fronted: the address clients use, and where it sends them
+        active = next((b["name"] for b in front.get("backends") or [] if b.get("role") == "active"), "-")
+        lines.append(f"  front     port {front['port']} · " + (f"serving {active}" if front.get("alive") else "not running"))
+    for item in truth.get("left") or []:
+        lines.append(f"  left      {item}")
+    if truth.get("locked_by"):
+        lines.append(f"  locked    by {truth['locked_by'].get('command')}")
+    lines.append(f"  init      {r.get('init')} · boot {_text(r.get('boot'))}")
     return "\n".join(lines) + "\n"
 
 
@@ -91,21 +109,62 @@ def _human_result(r: dict) -> str:
     return " · ".join(parts) + "\n"
 
 
-def render_table(records: list[dict]) -> str:
-    """Upstream's `mur ps` table, with the provider's real address instead of an empty region."""
-    if not records:
-        return "no deployments\n"
-    rows = []
-    for r in records:
-        t = r.get("target") or {}
-        where = (f"{t.get('user')}@{t.get('host')}:{t.get('port')}" if r.get("provider") == "ssh"
-                 else r.get("container") or r.get("provider", ""))
-        rows.append([str(r.get("deployment_id", "")), str(r.get("provider", "")), where, str(r.get("name", "")),
-                     str(r.get("status", "")), str(r.get("url", ""))])
-    head = ["DEPLOYMENT_ID", "PROVIDER", "TARGET", "NAME", "STATUS", "URL"]
-    widths = [max(len(x[i]) for x in rows + [head]) for i in range(len(head) - 1)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
-    return "\n".join(fmt.format(*row).rstrip() for row in [head] + rows) + "\n"
+def _human_gc(r: dict) -> str:
+    lines = []
+    for t in r.get("targets") or []:
+        lines.append(f"{t['target']}: {len(t['removed'])} removed" + (f", {len(t['skipped'])} skipped" if t["skipped"] else ""))
+        lines += [f"  - {x}" for x in t["removed"]] + [f"  skipped {x}" for x in t["skipped"]]
+    return "\n".join(lines or ["nothing to collect"]) + "\n"
+
+
+def _events() -> Callable[..., None]:
+    """`MUR_DEPLOY_EVENTS=FILE`: one JSON line per step, appended and flushed as it happens.
+    `MUR_DEPLOY_STOP_AT=step:event[,...]` (fault tests): after writing that event the command stops
+    itself (SIGSTOP), so a test can act at exactly that point (kill -9 it, cut its link, fill the
+    disk) and then let it go on (SIGCONT) or not."""
+    path = os.environ.get("MUR_DEPLOY_EVENTS")
+    stops = {x.strip() for x in os.environ.get("MUR_DEPLOY_STOP_AT", "").split(",") if x.strip()}
+    if not path and not stops:
+        return lambda name, **fields: None
+    fh = open(path, "a", buffering=1, encoding="utf-8") if path else None  # noqa: SIM115 - lives with the command
+
+    def emit(name: str, **fields: Any) -> None:
+        if fh is not None:
+            try:
+                fh.write(json.dumps({"t": round(time.time(), 3), "pid": os.getpid(), "event": name, **fields}) + "\n")
+                fh.flush()
+            except (OSError, ValueError):
+                pass
+        if f"{fields.get('step')}:{name}" in stops:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSTOP)
+    return emit
+
+
+def _context(lock_wait: float = 0.0, timeout: float | None = None) -> Any:
+    from mur.deploy.deadlines import current
+    from mur.deploy.providers.base import Context
+
+    deadlines = current()
+    return Context(reporter=StepReporter(), lock_wait=lock_wait, event=_events(), deadlines=deadlines,
+                   timeout=timeout if timeout is not None else deadlines.start)
+
+
+def _op(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one operation. A Ctrl-C that got out of it did its work (the undo ran, the record says
+    what is left): from then on the command only ends, so a further Ctrl-C is ignored instead of
+    killing the interpreter half-way through its exit."""
+    try:
+        return fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise
+
+
+LOCK_WAIT_HELP = "Wait up to SECONDS for another command's lock on the deployment (default 0: fail at once)."
 
 
 def register(app: typer.Typer) -> None:
@@ -147,11 +206,21 @@ def register(app: typer.Typer) -> None:
         keep_lifecycle: bool = typer.Option(False, "--keep-lifecycle",
                                             help="Keep a one-task lifecycle (restart after each task) instead of serving a queue."),
         dep_id: Optional[str] = typer.Option(None, "--id", help="Redeploy this deployment id."),
-        start_timeout: float = typer.Option(180.0, "--start-timeout", help="Seconds to wait for the agent card."),
+        start_timeout: Optional[float] = typer.Option(None, "--start-timeout",
+                                                      help="Seconds to wait for the agent card (default 180, MUR_DEPLOY_START_TIMEOUT)."),
+        lock_wait: float = typer.Option(0.0, "--lock-wait", min=0, metavar="SECONDS", help=LOCK_WAIT_HELP),
         check: bool = typer.Option(False, "--check", help="Only run the preflight and print its report."),
         json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
+        fleet: Optional[Path] = typer.Option(None, "--fleet", help="Fleet file (default: deploy.yaml beside the manifest)."),
+        no_fleet: bool = typer.Option(False, "--no-fleet", help="Ignore deploy.yaml: deploy to the one target given."),
+        front: bool = typer.Option(False, "--front", help="SSH/local: a front holds the address, so later releases "
+                                                          "switch without refusing a request (chosen at the first deploy)."),
+        destination: Optional[str] = typer.Option(None, "--destination", "-d", help="Fleet: merge deploy.DESTINATION.yaml over deploy.yaml."),
+        only: List[str] = typer.Option([], "--only", help="Fleet: only these targets or groups (repeatable, or comma-separated)."),
+        batch: Optional[str] = typer.Option(None, "--batch", help="Fleet: targets switched at once, N or P% (default: the file's, else 1)."),
+        skip_unreachable: bool = typer.Option(False, "--skip-unreachable", help="Fleet: leave out targets that cannot be reached instead of stopping."),
     ) -> None:
-        """Deploy a capsule (default target: this machine)."""
+        """Deploy a capsule (default target: this machine; with deploy.yaml: its fleet)."""
         if ctx.invoked_subcommand is not None:
             return
         if init not in INITS:
@@ -160,6 +229,9 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"'{containment}' is not one of: {', '.join(CLASSES)}", param_hint="--containment")
         if host is not None and docker:
             raise typer.BadParameter("choose one target: --host or --docker", param_hint="--docker")
+        if front and docker:
+            raise typer.BadParameter("--front is for SSH hosts and this machine (a container restarts in place)",
+                                     param_hint="--front")
         if tls is not None and (tls_cert or tls_key):
             raise typer.BadParameter("--tls self-signed or --tls-cert/--tls-key, not both", param_hint="--tls")
         from mur.deploy import operations
@@ -169,42 +241,71 @@ def register(app: typer.Typer) -> None:
 
         if host is not None and not host.strip():
             raise MurError("E-DEPLOY-001", "no host specified; create a VM first, then pass its IP via --host")
+        from mur.cli import fleet as fleet_cli
+
+        fleet_path = fleet_cli.fleet_file(manifest, fleet, no_fleet, single=docker or dep_id is not None)
+        if fleet_path is not None:  # deploy.yaml: a rolling deploy to its targets (--host/--only narrow it)
+            ctx = _context(lock_wait, start_timeout)
+            fleet_cli.deploy_fleet(
+                fleet_path, manifest, destination=destination, only=only, host=host, env=env, batch=batch,
+                skip_unreachable=skip_unreachable, lock_wait=lock_wait, json_out=json_out, check=check, ctx=ctx,
+                common=dict(workdir=workdir.resolve() if workdir else None, release_source=release_source,
+                            mur_binary=mur_binary, use_bundle=use_bundle, publish=publish, init=init,
+                            containment=containment, trust_new_host=trust_new_host, start_timeout=ctx.timeout,
+                            base_image=base_image, seccomp_profile=str(seccomp_profile) if seccomp_profile else None,
+                            keep_lifecycle=keep_lifecycle, precompile=not no_precompile, keep_sessions=keep_sessions,
+                            no_boot_hook=no_boot_hook, tls=tls, tls_cert=tls_cert.resolve() if tls_cert else None,
+                            tls_key=tls_key.resolve() if tls_key else None))
+            return
+        if destination or only or batch or skip_unreachable:
+            raise MurError("E-DEPLOY-001", "--destination, --only, --batch and --skip-unreachable need a fleet file",
+                           "write deploy.yaml beside murmur.yaml (docs/deploy.md, \"Fleets\"), or pass --fleet FILE")
         if host:
             spec = TargetSpec("ssh", host=host, port=ssh_port, user=ssh_user,
                               key_file=str(ssh_key.expanduser().resolve()) if ssh_key else None,
                               known_hosts=str(known_hosts.expanduser().resolve()) if known_hosts else None)
         else:
             spec = TargetSpec("docker" if docker else "local")
+        ctx = _context(lock_wait, start_timeout)
         req = DeployRequest(
             manifest=manifest.resolve(), target=spec, workdir=workdir.resolve() if workdir else None, env_args=tuple(env),
             env_file=env_file, release_source=release_source, mur_binary=mur_binary, use_bundle=use_bundle,
             publish=publish, init=init, containment=containment, trust_new_host=trust_new_host, deployment_id=dep_id,
-            start_timeout=start_timeout, base_image=base_image,
+            start_timeout=ctx.timeout, base_image=base_image,
             seccomp_profile=str(seccomp_profile) if seccomp_profile else None, keep_lifecycle=keep_lifecycle,
             precompile=not no_precompile, keep_sessions=keep_sessions, no_boot_hook=no_boot_hook, tls=tls,
             tls_cert=tls_cert.resolve() if tls_cert else None, tls_key=tls_key.resolve() if tls_key else None,
-            image=image, image_archive=image_archive.resolve() if image_archive else None)
-        reporter = StepReporter()
+            image=image, image_archive=image_archive.resolve() if image_archive else None, front=front)
         if check:
-            report = operations.check(req, reporter)
+            report = _op(operations.check, req, ctx.reporter, ctx)
             emit(report.to_dict(), json_out, lambda _r: report.render())
             raise typer.Exit(0 if report.ok else 1)
-        emit(operations.deploy(req, reporter), json_out, _human_deploy)
+        emit(_op(operations.deploy, req, ctx.reporter, ctx), json_out, _human_deploy)
 
     @group.command("ls")
     def ls(json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
         """List deployments."""
+        from mur.cli.fleet import render_ls
         from mur.deploy.operations import list_deployments
 
-        emit(list_deployments(), json_out, render_table)
+        emit(list_deployments(), json_out, render_ls)
 
     @group.command("status")
     def status(dep: str = typer.Argument(..., metavar="ID"),
-               json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Service state, URL, and whether the agent card answers (exit 3 when it is not running)."""
+               json_out: bool = typer.Option(False, "--json", help="One JSON line."),
+               only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Service state, URL, and whether the agent card answers (exit 3 when it is not running).
+
+        ID is a deployment id or prefix, NAME@TARGET, or a capsule or fleet name (all its deployments)."""
+        from mur.cli import fleet as fleet_cli
+        from mur.fleet import ops
+
+        if only or ops.covers_many(dep):
+            return fleet_cli.many(ops.status(dep, only, StepReporter()), json_out, "status", running=True)
         from mur.deploy.operations import status as run
 
-        result = run(dep, StepReporter())
+        ctx = _context()
+        result = _op(run, dep, ctx.reporter, ctx)
         emit(result, json_out, _human_status)
         if result.get("status") != "running":
             raise typer.Exit(3)
@@ -213,10 +314,17 @@ def register(app: typer.Typer) -> None:
     def logs(dep: str = typer.Argument(..., metavar="ID"),
              follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming."),
              lines: int = typer.Option(200, "--lines", "-n", help="Lines of history."),
-             json_out: bool = typer.Option(False, "--json", help="One JSON line (with -f: one per log line).")) -> None:
-        """Show the service log (journal, supervisor log, or container log) with a line per task."""
+             json_out: bool = typer.Option(False, "--json", help="One JSON line (with -f: one per log line)."),
+             only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Show the service log (journal, supervisor log, or container log) with a line per task; a fleet's,
+        merged, each line labelled with its NAME@TARGET."""
+        from mur.cli import fleet as fleet_cli
         from mur.cli.render import note, terminal_safe
+        from mur.fleet import ops
         from mur.remote.logs import deployment_logs, follow_logs
+
+        if only or ops.covers_many(dep):
+            return fleet_cli.logs(dep, lines, follow, only, json_out)
 
         def say(text: str) -> None:
             note(f"note: {text}")
@@ -241,37 +349,98 @@ def register(app: typer.Typer) -> None:
 
     @group.command("start")
     def start(dep: str = typer.Argument(..., metavar="ID"),
+              lock_wait: float = typer.Option(0.0, "--lock-wait", min=0, metavar="SECONDS", help=LOCK_WAIT_HELP),
               json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Start a stopped deployment."""
+        """Start a stopped deployment (what `current` names; a different release serving is restarted)."""
         from mur.deploy.operations import start as run
 
-        emit(run(dep, StepReporter()), json_out, _human_result)
+        ctx = _context(lock_wait)
+        emit(_op(run, dep, ctx.reporter, ctx.timeout, ctx), json_out, _human_result)
 
     @group.command("stop")
     def stop(dep: str = typer.Argument(..., metavar="ID"),
-             json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Stop the service and everything it started; files stay."""
+             lock_wait: float = typer.Option(0.0, "--lock-wait", min=0, metavar="SECONDS", help=LOCK_WAIT_HELP),
+             json_out: bool = typer.Option(False, "--json", help="One JSON line."),
+             only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Stop the service and everything it started; files stay (a capsule or fleet name: all its targets)."""
+        from mur.cli import fleet as fleet_cli
+        from mur.fleet import ops
+
+        if only or ops.covers_many(dep):
+            return fleet_cli.many(ops.stop(dep, only, StepReporter(), lock_wait), json_out, "stopped")
         from mur.deploy.operations import stop as run
 
-        emit(run(dep, StepReporter()), json_out, _human_result)
+        ctx = _context(lock_wait)
+        emit(_op(run, dep, ctx.reporter, ctx), json_out, _human_result)
 
     @group.command("destroy")
     def destroy(dep: str = typer.Argument(..., metavar="ID"),
                 force: bool = typer.Option(False, "--force", help="Forget it even if the remote cleanup fails."),
-                json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Stop, remove everything of the deployment from its target, then forget it."""
+                lock_wait: float = typer.Option(0.0, "--lock-wait", min=0, metavar="SECONDS", help=LOCK_WAIT_HELP),
+                json_out: bool = typer.Option(False, "--json", help="One JSON line."),
+                only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Stop, remove everything of the deployment from its target, then forget it (a capsule or fleet
+        name: all its targets)."""
+        from mur.cli import fleet as fleet_cli
+        from mur.fleet import ops
+
+        if only or ops.covers_many(dep):
+            return fleet_cli.many(ops.destroy(dep, only, StepReporter(), force=force, lock_wait=lock_wait),
+                                  json_out, "destroyed")
         from mur.deploy.operations import destroy as run
 
-        emit(run(dep, StepReporter(), force=force), json_out,
+        ctx = _context(lock_wait)
+        emit(_op(run, dep, ctx.reporter, force=force, ctx=ctx), json_out,
              lambda r: f"destroyed {r['deployment_id']} ({r.get('target')})\n")
 
     @group.command("rollback")
     def rollback(dep: str = typer.Argument(..., metavar="ID"),
-                 json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
-        """Serve the previous release again (bundle, capsule and config together)."""
+                 to: Optional[int] = typer.Option(None, "--to", metavar="N",
+                                                  help="Roll back to this complete release (default: the newest older one)."),
+                 lock_wait: float = typer.Option(0.0, "--lock-wait", min=0, metavar="SECONDS", help=LOCK_WAIT_HELP),
+                 json_out: bool = typer.Option(False, "--json", help="One JSON line."),
+                 only: List[str] = typer.Option([], "--only", help="A fleet: only these targets or groups.")) -> None:
+        """Serve an earlier release again (bundle, capsule, config and material together; a capsule or fleet
+        name: on all its targets)."""
+        from mur.cli import fleet as fleet_cli
+        from mur.fleet import ops
+
+        if only or ops.covers_many(dep):
+            if to is not None:
+                raise typer.BadParameter("--to names a release of one deployment; give its id or NAME@TARGET",
+                                         param_hint="--to")
+            return fleet_cli.many(ops.rollback(dep, only, StepReporter(), lock_wait), json_out, "rolled back")
         from mur.deploy.operations import rollback as run
 
-        emit(run(dep, StepReporter()), json_out, _human_result)
+        ctx = _context(lock_wait)
+        emit(_op(run, dep, ctx.reporter, ctx.timeout, to=to, ctx=ctx), json_out, _human_result)
+
+    @group.command("gc")
+    def gc(deps: List[str] = typer.Argument(None, metavar="[ID...]"),
+           host: Optional[str] = typer.Option(None, "--host", help="An SSH target (with or without deployments here)."),
+           ssh_user: str = typer.Option("root", "--ssh-user", help="SSH user."),
+           ssh_port: int = typer.Option(22, "--ssh-port", help="SSH port."),
+           ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key."),
+           known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file."),
+           docker: bool = typer.Option(False, "--docker", help="The Docker engine."),
+           local: bool = typer.Option(False, "--local", help="This machine."),
+           json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
+        """Remove what interrupted commands left (staging, partial releases and runtimes, stale payload
+        caches, smoke starts) and shared files no deployment uses; locked deployments are skipped."""
+        from mur.deploy.operations import gc as run
+        from mur.deploy.targets import TargetSpec
+
+        if sum(bool(x) for x in (host, docker, local)) > 1:
+            raise typer.BadParameter("choose one target: --host, --docker or --local", param_hint="--host")
+        spec = None
+        if host:
+            spec = TargetSpec("ssh", host=host, port=ssh_port, user=ssh_user,
+                              key_file=str(ssh_key.expanduser().resolve()) if ssh_key else None,
+                              known_hosts=str(known_hosts.expanduser().resolve()) if known_hosts else None)
+        elif docker or local:
+            spec = TargetSpec("docker" if docker else "local")
+        ctx = _context()
+        emit({"targets": _op(run, list(deps or []), spec, ctx.reporter, ctx)}, json_out, _human_gc)
 
     app.add_typer(group, name="deploy")
 
@@ -286,7 +455,7 @@ def register(app: typer.Typer) -> None:
                       force: bool = typer.Option(False, "--force", help="Forget it even if the remote cleanup fails."),
                       json_out: bool = typer.Option(False, "--json", help="One JSON line.")) -> None:
         """Stop, remove the remote files, then forget a deployment (same as `mur deploy destroy`)."""
-        destroy(dep, force, json_out)
+        destroy(dep, force, json_out, [])
 
     supervise = typer.Typer(help="Internal: the on-target half of `mur deploy` (not for direct use).",
                             no_args_is_help=True)

@@ -58,6 +58,9 @@ def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
             target.run(" && ".join(links), what="link unchanged files from the previous release")
             links.clear()
 
+    # what is still to be written: a full disk is reported with it (Target.disk_full)
+    target.need_bytes = sum(s.size for s in files if isinstance(s, Upload)) + sum(len(s.content) for s in files
+                                                                                 if isinstance(s, WriteFile))
     for step in steps:
         if isinstance(step, Mkdir):
             pending_dirs.append(step)
@@ -72,7 +75,8 @@ def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
             elif fresh:
                 if note:
                     note(f"upload {Path(step.dst).name} ({_size(step.size)})")
-                target.put_file(Path(step.src), step.dst, step.mode)
+                target.put_file(Path(step.src), step.dst, step.mode, scratch=step.scratch)
+                target.need_bytes = max(0, target.need_bytes - step.size)
                 stats.uploaded += 1
                 stats.uploaded_bytes += step.size
                 stats.written.append(step.dst)
@@ -96,6 +100,7 @@ def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
             run_step(target, step)
     flush_dirs()
     flush_links()
+    target.need_bytes = 0
     if refs_cmds:
         target.run("; ".join(refs_cmds) + "; true", check=False, what="record references")
     return stats

@@ -76,6 +76,23 @@ def fingerprint(cert_pem: bytes) -> str:
     return hashlib.sha256(cert.public_bytes(Encoding.DER)).hexdigest()
 
 
+def _check_pair(cert_pem: bytes, key_pem: bytes, cert: Path, key: Path) -> None:
+    """The key must be the certificate's: a mismatch is refused here, before any target is touched
+    (the service would fail its TLS setup at start)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key
+
+    try:
+        private = load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise MurError("E-DEPLOY-001", f"{key} is not an unencrypted PEM private key: {exc}") from exc
+    public = x509.load_pem_x509_certificate(cert_pem).public_key()
+    fmt = (Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    if private.public_key().public_bytes(*fmt) != public.public_bytes(*fmt):
+        raise MurError("E-DEPLOY-001", f"the TLS key {key} does not belong to the certificate {cert}",
+                       "give the key the certificate was issued for")
+
+
 def _self_signed(host: str) -> tuple[bytes, bytes]:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -109,9 +126,11 @@ def tls_for(dep_id: str, mode: str | None, cert: Path | None, key: Path | None, 
             if not p.is_file():
                 raise MurError("E-IO-001", f"TLS file not found: {p}")
         try:
-            pin = fingerprint(cert.read_bytes())
+            cert_pem, key_pem = cert.read_bytes(), key.read_bytes()
         except OSError as exc:
-            raise MurError("E-IO-001", f"cannot read {cert}: {exc.strerror or exc}") from exc
+            raise MurError("E-IO-001", f"cannot read {exc.filename}: {exc.strerror or exc}") from exc
+        pin = fingerprint(cert_pem)
+        _check_pair(cert_pem, key_pem, cert, key)
         return Tls(file_ref(cert, "cert.pem"), file_ref(key, "key.pem"), pin)
     if mode is None:
         return None

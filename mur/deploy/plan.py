@@ -5,15 +5,21 @@ Everything here is pure (inputs -> frozen steps), so tests assert plans as data 
 target user's own home (never a hard-coded /root)::
 
     ~/.murmur/bin/mur-<version>-<platform>            pinned runtime, shared by deployments
-    ~/.murmur/bin/.refs/<bundle>/<dep_id>             who uses it (destroy removes unused ones)
+    ~/.murmur/bin/.refs/<bundle>/<dep_id>             who uses it (destroy and gc remove unused ones)
     ~/.murmur/artifacts/<name>/<version>/...          the target's global artifact store
-    ~/.murmur/deployments/<dep_id>/releases/<n>/      murmur.yaml, referenced files, work/ (the tools'
-                                                      workdir, seeded), workdir/ (session records),
-                                                      env (0600), mur -> the bundle, service.json,
-                                                      prestart.sh, the systemd unit, release.json
+    ~/.murmur/locks/<dep_id>.lock, .holder            the deployment's lock and who holds it (mur.deploy.lock)
+    ~/.murmur/staging/<dep_id>/release-<n>-<nonce>/   a release being built (never served)
+    ~/.murmur/staging/<dep_id>/shared-<nonce>/        shared files being copied, renamed into place
+    ~/.murmur/deployments/<dep_id>/releases/<n>/      a complete release: murmur.yaml, referenced files,
+                                                      work/ (the tools' workdir, seeded), workdir/ (session
+                                                      records), env, a2a-token, tls/ (0600), mur -> the
+                                                      bundle, service.json, prestart.sh, the unit, and
+                                                      release.json, written last
     ~/.murmur/deployments/<dep_id>/current            symlink to the serving release
-    ~/.murmur/deployments/<dep_id>/a2a-token, tls/    the A2A bearer token (0600), the certificate
     ~/.murmur/deployments/<dep_id>/run/ logs/ tmp/    supervisor pid/state, service log, TMPDIR
+
+A release is built in staging, its release.json written last, every file fsynced, and only then
+renamed to releases/<n> (`commit_command`): a directory under releases/ is always complete.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ class ReleaseInputs:
     capsule_version: str = ""
     token: bytes = b""  # the deployment's A2A bearer token (written 0600, never part of a digest)
     tls: Tls | None = None
+    nonce: str = "0"  # this deploy attempt: names its staging, marks the release it committed
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,9 @@ class ReleasePlan:
     digest: str
     capsule_digest: str
     config_digest: str
+    stage_dir: str
     prepare: tuple[Step, ...]
+    commit: Run
     activate: tuple[Step, ...]
     service_spec: dict[str, Any]
     release_meta: dict[str, Any]
@@ -160,8 +169,10 @@ def release_digest(inp: ReleaseInputs) -> str:
                     "config": config_digest(inp)})
 
 
-def service_spec(lay: Layout, release_dir: str, svc: ServiceConfig) -> dict[str, Any]:
-    """What `mur supervise` runs: read at each (re)start, paths through `current`."""
+def service_spec(lay: Layout, release_dir: str, svc: ServiceConfig, release: str = "") -> dict[str, Any]:
+    """What `mur supervise` runs. `release_dir` is where it starts (through `current`: the supervisor
+    resolves it once when it starts, and restarts that release only); `release` is the release's
+    own directory, whose material (token, certificate) the service reads."""
     return {
         "deployment_id": lay.dep_id,
         "release_dir": release_dir,
@@ -172,62 +183,71 @@ def service_spec(lay: Layout, release_dir: str, svc: ServiceConfig) -> dict[str,
         "home": lay.home,
         "run_dir": lay.run_dir,
         "log_file": lay.log_file,
-        "env": service_env(lay, svc),
+        "env": service_env(lay, svc, release or release_dir),
         "cgroup": {"name": lay.dep_id, "memory_bytes": svc.memory_bytes, "pids_max": svc.tasks_max},
         "run_args": list(svc.run_args),
     }
 
 
 def plan_release(inp: ReleaseInputs) -> ReleasePlan:
-    """Every step of putting one release on a target, up to (not including) starting it."""
+    """Every step of putting one release on a target, up to (not including) starting it.
+
+    `prepare` builds it in staging (shared files through a scratch directory, renamed into place);
+    `commit` makes it a release; `activate` switches `current` to it and restarts the service."""
     lay = Layout(inp.home, inp.dep_id)
-    rel = lay.release(inp.n)
+    final = lay.release(inp.n)
+    stage = lay.stage(inp.n, inp.nonce)
+    scratch = lay.scratch(inp.nonce)
     svc = inp.service
     steps: list[Step] = [
         Mkdir(lay.bin_dir, 0o755), Mkdir(f"{lay.bin_dir}/.refs/{inp.bundle.name}", 0o755),
         Mkdir(lay.root, 0o700), Mkdir(lay.releases, 0o700), Mkdir(lay.run_dir, 0o700), Mkdir(lay.log_dir, 0o700),
-        Mkdir(lay.tmp_dir, 0o700), Mkdir(rel, 0o755), Mkdir(f"{rel}/workdir", 0o755),
-        Mkdir(f"{rel}/{TOOLS_WORKDIR}", 0o755),
+        Mkdir(lay.tmp_dir, 0o700), Mkdir(lay.staging, 0o700), Mkdir(scratch, 0o700), Mkdir(stage, 0o755),
+        Mkdir(f"{stage}/workdir", 0o755), Mkdir(f"{stage}/{TOOLS_WORKDIR}", 0o755),
     ]
     steps.append(Upload(inp.bundle.src, lay.bundle(inp.bundle.name), 0o755, inp.bundle.sha256,
-                        inp.bundle.size, refs=lay.bundle_refs(inp.bundle.name)))
+                        inp.bundle.size, refs=lay.bundle_refs(inp.bundle.name), scratch=scratch))
     for a in inp.artifacts:
         adir = lay.artifact_dir(a.name, a.version)
         steps.append(Mkdir(adir, 0o755))
         for f in a.files:
-            steps.append(Upload(f.src, f"{adir}/{f.rel}", 0o644, f.sha256, f.size, refs=f"{adir}/.refs"))
+            steps.append(Upload(f.src, f"{adir}/{f.rel}", 0o644, f.sha256, f.size, refs=f"{adir}/.refs", scratch=scratch))
     if inp.precompiled:
         steps.append(Mkdir(lay.wasm_cache, 0o700))
         for f in inp.precompiled:
             steps.append(Upload(f.src, f"{lay.wasm_cache}/{f.rel}", 0o600, f.sha256, f.size,
-                                refs=f"{lay.wasm_cache}/.refs/{f.rel}"))
+                                refs=f"{lay.wasm_cache}/.refs/{f.rel}", scratch=scratch))
     dirs = sorted({str(f.rel).rsplit("/", 1)[0] for f in inp.files if "/" in str(f.rel)})
     dirs += sorted({f"{TOOLS_WORKDIR}/" + str(f.rel).rsplit("/", 1)[0] for f in inp.workdir if "/" in str(f.rel)})
-    steps += [Mkdir(f"{rel}/{d}", 0o755) for d in dirs]
+    steps += [Mkdir(f"{stage}/{d}", 0o755) for d in dirs]
     prev = lay.release(inp.prev_n) if inp.prev_n is not None and inp.prev_n != inp.n else None
 
     def alt(path: str) -> str | None:
         return f"{prev}/{path}" if prev else None
 
-    steps.append(Upload(inp.manifest.src, f"{rel}/murmur.yaml", 0o644, inp.manifest.sha256, inp.manifest.size,
+    steps.append(Upload(inp.manifest.src, f"{stage}/murmur.yaml", 0o644, inp.manifest.sha256, inp.manifest.size,
                         alt=alt("murmur.yaml")))
     for f in inp.files:
-        steps.append(Upload(f.src, f"{rel}/{f.rel}", f.mode, f.sha256, f.size, alt=alt(str(f.rel))))
+        steps.append(Upload(f.src, f"{stage}/{f.rel}", f.mode, f.sha256, f.size, alt=alt(str(f.rel))))
     for f in inp.workdir:
-        steps.append(Upload(f.src, f"{rel}/{TOOLS_WORKDIR}/{f.rel}", f.mode, f.sha256, f.size,
+        steps.append(Upload(f.src, f"{stage}/{TOOLS_WORKDIR}/{f.rel}", f.mode, f.sha256, f.size,
                             alt=alt(f"{TOOLS_WORKDIR}/{f.rel}")))
-    steps.append(WriteFile(f"{rel}/env", render_env_file(svc.env), 0o600))
+    # the release's own material (private from the first byte), read by it alone
+    steps.append(WriteFile(f"{stage}/env", render_env_file(svc.env), 0o600))
     if inp.token:
-        steps.append(WriteFile(lay.token_file, inp.token, 0o600))
+        steps.append(WriteFile(lay.token_file(stage), inp.token, 0o600))
     if inp.tls is not None:
-        steps.append(Mkdir(f"{lay.root}/tls", 0o700))
-        steps.append(Upload(inp.tls.cert.src, lay.tls_cert, 0o644, inp.tls.cert.sha256, inp.tls.cert.size))
-        steps.append(Upload(inp.tls.key.src, lay.tls_key, 0o600, inp.tls.key.sha256, inp.tls.key.size))
-    steps.append(Symlink(lay.bundle(inp.bundle.name), f"{rel}/mur"))
-    spec = service_spec(lay, lay.current, svc)
-    steps.append(WriteFile(f"{rel}/service.json", (json.dumps(spec, indent=2) + "\n").encode(), 0o644))
-    steps.append(WriteFile(f"{rel}/prestart.sh", prestart_script(lay, svc.keep_sessions).encode(), 0o755))
-    steps.append(WriteFile(f"{rel}/{lay.unit_name}", render_unit(lay, svc, capsule=inp.capsule_name).encode(), 0o644))
+        steps.append(Mkdir(f"{stage}/tls", 0o700))
+        steps.append(Upload(inp.tls.cert.src, lay.tls_cert(stage), 0o644, inp.tls.cert.sha256, inp.tls.cert.size,
+                            alt=alt("tls/cert.pem")))
+        steps.append(Upload(inp.tls.key.src, lay.tls_key(stage), 0o600, inp.tls.key.sha256, inp.tls.key.size,
+                            alt=alt("tls/key.pem")))
+    steps.append(Symlink(lay.bundle(inp.bundle.name), f"{stage}/mur"))
+    spec = service_spec(lay, lay.current, svc, final)
+    steps.append(WriteFile(f"{stage}/service.json", (json.dumps(spec, indent=2) + "\n").encode(), 0o644))
+    steps.append(WriteFile(f"{stage}/prestart.sh", prestart_script(lay, svc.keep_sessions).encode(), 0o755))
+    steps.append(WriteFile(f"{stage}/{lay.unit_name}",
+                           render_unit(lay, svc, capsule=inp.capsule_name, release=final).encode(), 0o644))
     if svc.boot == "cron":
         steps.append(WriteFile(lay.boot_script, boot_script(lay, inp.sudo), 0o755))
     digest = release_digest(inp)
@@ -237,14 +257,31 @@ def plan_release(inp: ReleaseInputs) -> ReleasePlan:
         "capsule": {"name": inp.capsule_name, "version": inp.capsule_version},
         "artifacts": [{"name": a.name, "version": a.version, "sha256": a.sha256} for a in inp.artifacts],
         "precompiled": [f.rel for f in inp.precompiled],
-        "port": svc.port, "init": svc.init, "restart": svc.restart,
+        "port": svc.port, "init": svc.init, "restart": svc.restart, "nonce": inp.nonce,
+        "tls_pin": svc.tls_pin or None,  # the certificate this release serves (clients pin it)
     }
-    steps.append(WriteFile(f"{rel}/release.json", (json.dumps(meta, indent=2) + "\n").encode(), 0o644))
+    steps.append(WriteFile(f"{stage}/release.json", (json.dumps(meta, indent=2) + "\n").encode(), 0o644))
     return ReleasePlan(
-        layout=lay, release_dir=rel, digest=digest, capsule_digest=meta["capsule_digest"],
-        config_digest=meta["config_digest"], prepare=tuple(steps),
+        layout=lay, release_dir=final, digest=digest, capsule_digest=meta["capsule_digest"],
+        config_digest=meta["config_digest"], stage_dir=stage, prepare=tuple(steps),
+        commit=Run(commit_command(stage, final, scratch), label=f"commit release {inp.n}"),
         activate=tuple(activate_steps(lay, inp.n, svc, inp.sudo)), service_spec=spec, release_meta=meta,
     )
+
+
+def commit_command(stage: str, final: str, scratch: str = "") -> str:
+    """Make a staged release a release: fsync every file (release.json was written last), then
+    rename the directory into releases/ (atomic: it is there complete, or not at all). The
+    deploy's scratch directory (shared files were renamed out of it) goes too."""
+    q = shlex.quote
+    parent = final.rsplit("/", 1)[0]
+    staging = stage.rsplit("/", 1)[0]
+    tidy = f" && rm -rf {q(scratch)}" if scratch else ""
+    # the staging directories go when nothing else is in them: an interrupted deploy from here on
+    # leaves nothing in staging
+    tidy += f" && {{ rmdir {q(staging)} {q(staging.rsplit('/', 1)[0])} 2>/dev/null; true; }}"
+    return (f"test -f {q(stage + '/release.json')} && find {q(stage)} -type f -exec sync -- {{}} + && "
+            f"sync -- {q(stage)} && mv -T {q(stage)} {q(final)} && sync -- {q(parent)}{tidy}")
 
 
 def artifact_verify_command(lay: Layout, artifacts: tuple[ArtifactRef, ...]) -> str | None:
@@ -260,60 +297,3 @@ def activate_steps(lay: Layout, n: int, svc: ServiceConfig, sudo: bool) -> list[
     init = init_for(svc.init)
     return [Symlink(f"releases/{n}", lay.current), *init.start(lay, sudo, restart=True),
             *init.install_boot(lay, svc, sudo)]
-
-
-def destroy_steps(lay: Layout, init: str, sudo: bool, bundles: list[str], artifacts: list[tuple[str, str]],
-                  precompiled: list[str] = (), keep_bundles: bool = False) -> list[Step]:
-    """Stop, remove unit, boot hook and the deployment's files, drop references to shared files.
-
-    Shared files (runtime, artifacts, compiled components) go when no other deployment references
-    them; then the empty directories of ~/.murmur go too, so a host's last deployment leaves nothing.
-    `keep_bundles`: this machine's runtime files are its own cache, not the deployment's.
-    """
-    q = shlex.quote
-    system = init_for(init)
-    steps = [*system.stop(lay, sudo), *system.remove(lay, sudo)]
-    if init != "supervisor":  # a boot hook may exist from an earlier supervisor release
-        steps += init_for("supervisor").remove(lay, sudo)
-    # Run and log files may belong to root (a supervisor started through sudo).
-    steps.append(Run(f"rm -rf {q(lay.root)}", sudo=sudo, label="remove deployment files"))
-    for name in bundles:
-        refs = lay.bundle_refs(name)
-        drop = "" if keep_bundles else (f"rm -f {q(lay.bundle(name))} {q(lay.bundle(name) + '.sha256')}; "
-                                        f"rm -rf {q(lay.runtime_dir)}/{q(name)}-*; ")
-        steps.append(Run(f"rm -f {q(refs + '/' + lay.dep_id)}; if rmdir {q(refs)} 2>/dev/null; then {drop}"
-                         f"rmdir {q(lay.bin_dir + '/.refs')} 2>/dev/null; fi; true", sudo=sudo, check=False,
-                         label=f"release {name}"))
-    for name in precompiled:
-        refs = f"{lay.wasm_cache}/.refs/{name}"
-        steps.append(Run(f"rm -f {q(refs + '/' + lay.dep_id)}; if rmdir {q(refs)} 2>/dev/null; then rm -f "
-                         f"{q(lay.wasm_cache + '/' + name)}; fi; true", check=False, label="release compiled component"))
-    for name, version in artifacts:
-        adir = lay.artifact_dir(name, version)
-        steps.append(Run(f"rm -f {q(adir + '/.refs/' + lay.dep_id)}; if rmdir {q(adir + '/.refs')} 2>/dev/null; then "
-                         f"rm -rf {q(adir)}; rmdir {q(lay.artifacts + '/' + name)} 2>/dev/null; fi; true",
-                         check=False, label=f"release {name}@{version}"))
-    if not keep_bundles:
-        empty = [f"{lay.bin_dir}/.refs", lay.runtime_dir]
-        steps.append(Run(f"if ! ls {q(lay.bin_dir)}/mur-* >/dev/null 2>&1; then rm -rf {q(lay.bin_dir + '/.probe')}; "
-                         f"rmdir {' '.join(q(d) for d in empty)} {q(lay.bin_dir)} 2>/dev/null; fi; true",
-                         sudo=sudo, check=False, label="remove the runtime cache when unused"))
-    if not keep_bundles:
-        # What the runtime compiled itself (a first start without precompiled components) and its
-        # kernel-probe cache are shared by every deployment here: they go with the last one.
-        deps = q(f"{lay.murmur}/deployments")
-        steps.append(Run(f"if [ -z \"$(ls -A {deps} 2>/dev/null)\" ]; then rm -rf {q(lay.wasm_cache)} "
-                         f"{q(lay.probe_cache)}; fi; true",
-                         sudo=sudo, check=False, label="remove the compile and probe caches when unused"))
-    dirs = [f"{lay.wasm_cache}/.refs", lay.wasm_cache, f"{lay.murmur}/cache/payloads", f"{lay.murmur}/cache", lay.artifacts,
-            f"{lay.murmur}/deployments", lay.murmur]
-    steps.append(Run(f"for d in {' '.join(q(d) for d in dirs)}; do rmdir \"$d\" 2>/dev/null; done; true",
-                     check=False, label="remove empty directories"))
-    return steps
-
-
-def prune_command(lay: Layout, keep: list[int]) -> str:
-    """Remove releases other than `keep` (the current and previous few)."""
-    keep_set = " ".join(str(k) for k in sorted(set(keep)))
-    return (f"cd {shlex.quote(lay.releases)} 2>/dev/null && for r in *; do case \" {keep_set} \" in "
-            f"*\" $r \"*) ;; *) rm -rf -- \"$r\";; esac; done; true")

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from mur.runtime.bundle import Bundle
 from mur.deploy.capsule import DeployCapsule
 from mur.deploy.steps import Layout, Mkdir, Upload
-from mur.deploy.targets.base import HELPER, Target
+from mur.deploy.targets.base import DISK_FULL_TEXT, HELPER, Target
 from mur.errors import MurError
 from mur.platform import platform_tag
 
@@ -70,6 +70,10 @@ class Report:
         failed = [c for c in self.checks if c.fatal and not c.ok]
         if not failed:
             return
+        if len(failed) == 1 and failed[0].name == "disk":
+            raise MurError("E-DEPLOY-014", f"preflight failed on {self.target}: {failed[0].detail}",
+                           "free space on that filesystem (or give the deploy user a larger home), then deploy "
+                           "again; `mur deploy gc` removes what interrupted deploys left")
         if len(failed) == 1 and failed[0].name == "containment":
             c = self.containment
             raise MurError(
@@ -104,12 +108,18 @@ def parse_version(text: str) -> str:
 
 def parse_df(text: str) -> int | None:
     """Available bytes from `df -Pk PATH` output."""
+    room = parse_df_full(text)
+    return room[2] if room else None
+
+
+def parse_df_full(text: str) -> tuple[str, str, int] | None:
+    """(filesystem, mount point, available bytes) from `df -Pk PATH` output."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if len(lines) < 2:
         return None
     cols = lines[-1].split()
     try:
-        return int(cols[3]) * 1024
+        return cols[0], cols[5], int(cols[3]) * 1024
     except (IndexError, ValueError):
         return None
 
@@ -199,8 +209,10 @@ def boot_check(report: Report, target: Target, init: str, no_boot_hook: bool) ->
 
 
 def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id: str, init_pref: str = "auto",
-                   no_boot_hook: bool = False, progress: Callable[[str], None] | None = None) -> Report:
-    """Probe an SSH or local target; uploads (only) the verified runtime into its cache."""
+                   no_boot_hook: bool = False, progress: Callable[[str], None] | None = None,
+                   scratch: str | None = None) -> Report:
+    """Probe an SSH or local target; uploads (only) the verified runtime into its cache (through
+    `scratch`, the deploy's staging directory, when given)."""
     from mur.deploy.apply import apply_steps
 
     report = Report(target.label, target.kind)
@@ -245,18 +257,28 @@ def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id
     have_bundle = target.digests([remote_bundle]).get(remote_bundle) == bundle.sha256
     # the runtime file, plus its one-time unpacking into ~/.murmur/runtime (~2.5x the file)
     need_home = need + (0 if have_bundle else bundle.size) + (bundle.size * 3 if bundle.origin != "installed" else 0)
-    df_home = parse_df(target.run(f"df -Pk {q(home)}", check=False, what="disk space").stdout)
-    report.facts.update({"disk_free_bytes": df_home, "disk_needed_bytes": need_home})
+    # where deploy writes: ~/.murmur, or the nearest existing directory above it (it may be a
+    # filesystem of its own)
+    room = parse_df_full(target.run(f"p={q(home + '/.murmur')}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do "
+                                    "p=$(dirname \"$p\"); done; df -Pk \"$p\"", check=False, what="disk space").stdout)
+    df_home = room[2] if room else None
+    report.facts.update({"disk_free_bytes": df_home, "disk_needed_bytes": need_home,
+                         "disk_filesystem": room[0] if room else None, "disk_mount": room[1] if room else None})
+    where = f"{room[0]} (mounted on {room[1]}, holding {home}/.murmur)" if room else home
     report.add("disk", df_home is None or df_home >= need_home,
-               f"{_mb(df_home)} free in {home}, {_mb(need_home)} needed")
+               f"{_mb(df_home)} free on {where}, {_mb(need_home)} needed ({need_home} bytes)")
     if df_home is not None and df_home < need_home:
         return report
 
     if progress and not have_bundle:
         progress(f"upload runtime {bundle.name} ({_mb(bundle.size)})")
-    apply_steps(target, [Mkdir(lay.bin_dir, 0o755),
-                         Upload(str(bundle.path), remote_bundle, 0o755, bundle.sha256, bundle.size)])
+    dirs = [Mkdir(lay.bin_dir, 0o755)] + ([Mkdir(lay.staging, 0o700), Mkdir(scratch, 0o700)] if scratch else [])
+    apply_steps(target, [*dirs, Upload(str(bundle.path), remote_bundle, 0o755, bundle.sha256, bundle.size,
+                                       scratch=scratch)])
     res = target.run(probe_command(remote_bundle, bundle.sha256, uid), check=False, timeout=600, what="probe")
+    if res.rc != 0 and any(t in res.stderr + res.stdout for t in DISK_FULL_TEXT):
+        # the runtime unpacks itself at its first run (about 2.5 times its size)
+        raise target.disk_full("unpack the runtime", need=bundle.size * 3)
     try:
         probe = parse_probe(res.stdout) if res.rc == 0 else {}
     except MurError:

@@ -37,6 +37,9 @@ class DeployRequest:
     # of an archive written by `mur image save` (loaded into the engine first).
     image: str | None = None
     image_archive: Path | None = None
+    # SSH and local hosts: put a front (mur.deploy.fronted) before the service at its first deploy, so
+    # releases change without refusing a request; a deployment keeps what its first deploy chose
+    front: bool = False
 
     def __post_init__(self) -> None:
         from mur.errors import MurError

@@ -7,8 +7,12 @@ what the lifecycle commands need (target coordinates, release history, tunnel, t
 may deploy at once, so every read-modify-write holds an exclusive ``flock`` on a sibling lock
 file; writes go to a temp file that is fsynced and renamed.
 
-Status: running | stopped | failed | starting | incomplete (a deploy was interrupted: `ls` shows
-it, `status` reads the target, `destroy` removes whatever it left).
+Status: the state `mur deploy status` last derived from the target (mur.deploy.observe): running |
+starting | crash-looping | stopped | diverged | incomplete. Every command that changes a target
+first marks its record `incomplete` with `pending` (the command, what it is doing, and, when it
+could not undo everything, what is left); only a finished command clears it. So a record that
+says anything but `incomplete` was written after the command ended, and one that says
+`incomplete` tells what to repair (the next deploy does; `destroy` removes everything).
 """
 
 from __future__ import annotations
@@ -16,26 +20,39 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import secrets
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+from mur import ids
 from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
 from mur.fsutil import atomic_write_bytes, locked
 from mur.paths import deployments_path
 
-STATUSES = ("running", "stopped", "failed", "starting", "incomplete")
+STATUSES = ("running", "starting", "crash-looping", "stopped", "diverged", "incomplete")
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Hold off SIGINT while a record is written: a Ctrl-C lands right after it, never inside."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def new_deployment_id() -> str:
-    """`dep_` + a UUIDv7 in simple form (32 lowercase hex): time-ordered, like upstream's ids."""
-    ms = int(time.time() * 1000) & ((1 << 48) - 1)
-    value = (ms << 80) | (0x7 << 76) | (secrets.randbits(12) << 64) | (0b10 << 62) | secrets.randbits(62)
-    return "dep_" + f"{value:032x}"
+    """`dep_` + 32 lowercase hex, random first, time after (mur.ids.deployment_id says why)."""
+    return ids.deployment_id()
 
 
 def now_rfc3339() -> str:
@@ -105,6 +122,8 @@ class Deployment:
     image: str | None = None
     token_file: str | None = None  # the local copy of the A2A token (0600); the record never holds the token
     tls_pin: str | None = None  # SHA-256 of the service certificate (DER) when it speaks HTTPS
+    # an unfinished command: {"command", "phase", "at", "left": [...], "repair"} (None when none is)
+    pending: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     _RELEASES = ("release", "previous")
@@ -206,20 +225,79 @@ class DeploymentStore:
                 records.append(body)
         return dep
 
-    def remove(self, dep_id: str) -> None:
+    def remove(self, dep_id: str, only_if: Callable[[Deployment], bool] | None = None) -> bool:
+        """Forget a record (`only_if`: only when it still satisfies this); whether it was removed."""
         with self._transaction() as records:
-            records[:] = [r for r in records if r.get("deployment_id") != dep_id]
+            keep = [r for r in records if r.get("deployment_id") != dep_id
+                    or (only_if is not None and not only_if(Deployment.from_dict(r)))]
+            gone = len(keep) != len(records)
+            records[:] = keep
+        return gone
+
+    def update(self, dep_id: str, change: Callable[[Deployment], None]) -> Deployment | None:
+        """Change one record in place, read and written under the lock (a status that runs while a
+        deploy saves never writes back a stale copy of the whole record)."""
+        with self._transaction() as records:
+            for i, existing in enumerate(records):
+                if existing.get("deployment_id") == dep_id:
+                    dep = Deployment.from_dict(existing)
+                    change(dep)
+                    dep.updated_at = now_rfc3339()
+                    records[i] = dep.to_dict()
+                    return dep
+        return None
+
+    def reserve(self, make: Callable[[], Deployment], find: Callable[[list[Deployment]], Deployment | None]
+                ) -> tuple[Deployment, bool]:
+        """The record `find` picks, or a new one from `make` inserted now (under one lock, so two
+        deploys of the same capsule from this HOME agree on one deployment); (record, created)."""
+        with self._transaction() as records:
+            found = find([Deployment.from_dict(r) for r in records])
+            if found is not None:
+                return found, False
+            dep = make()
+            dep.updated_at = now_rfc3339()
+            dep.started_at = dep.started_at or dep.updated_at
+            records.append(dep.to_dict())
+            return dep, True
 
 
 def _unknown(ident: str) -> MurError:
     return MurError("E-DEPLOY-008", f"no deployment found with id '{ident}'", "list deployments with `mur deploy ls`")
 
 
+def fleet_tag(rec: Deployment) -> dict[str, Any]:
+    """Where a fleet deploy put this deployment: {name, destination, target, groups} (mur.fleet), or {}."""
+    tag = rec.extra.get("fleet")
+    return tag if isinstance(tag, dict) else {}
+
+
+def _by_place(records: list[Deployment], ident: str) -> Deployment:
+    """`capsule@target`: the capsule's deployment on a fleet target (by its name in the fleet file, or
+    the host); the part before `@` may be the fleet's `name.destination` to tell destinations apart."""
+    who, _, where = ident.partition("@")
+    hits = []
+    for rec in records:
+        tag = fleet_tag(rec)
+        fleet = f"{tag.get('name')}.{tag['destination']}" if tag.get("destination") else tag.get("name")
+        if who in (rec.name, fleet) and where in (tag.get("target"), rec.target.host, rec.target.label):
+            hits.append(rec)
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        names = ", ".join(f"{r.deployment_id} ({fleet_tag(r).get('destination') or 'no destination'})" for r in hits)
+        raise MurError("E-DEPLOY-008", f"'{ident}' matches several deployments: {names}",
+                       "name the destination too, as NAME.DESTINATION@TARGET, or give the id")
+    raise MurError("E-DEPLOY-008", f"no deployment of '{who}' on '{where}'", "list deployments with `mur deploy ls`")
+
+
 def resolve_id(records: list[Deployment], ident: str) -> Deployment:
-    """Exact id first, then a unique prefix (with or without `dep_`); E-DEPLOY-008 otherwise."""
+    """Exact id first, then `capsule@target`, then a unique prefix (with or without `dep_`); E-DEPLOY-008 otherwise."""
     ident = ident.strip()
     if not ident:
         raise _unknown(ident)
+    if "@" in ident and not ident.startswith("dep_"):
+        return _by_place(records, ident)
     for rec in records:
         if rec.deployment_id == ident:
             return rec

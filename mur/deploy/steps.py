@@ -39,6 +39,9 @@ class Upload:
     size: int = 0
     refs: str | None = None  # a .refs dir recording that this deployment uses the file
     alt: str | None = None  # the same file in the previous release: linked there instead of uploaded
+    # a shared file (runtime, artifact, compiled component) is copied into this per-deploy staging
+    # directory first and renamed into place, so an interrupted copy never lies beside the file
+    scratch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -199,17 +202,35 @@ class Layout:
         return f"{self.root}/tmp"
 
     @property
-    def token_file(self) -> str:
-        """The A2A bearer token (0600), the same for every release of the deployment."""
-        return f"{self.root}/a2a-token"
+    def staging(self) -> str:
+        """This deployment's staging area: releases being built, shared files being copied. Only a
+        command holding the deployment's lock writes or sweeps it; nothing in it is ever served."""
+        return f"{self.murmur}/staging/{self.dep_id}"
+
+    def stage(self, n: int, nonce: str) -> str:
+        return f"{self.staging}/release-{n}-{nonce}"
+
+    def scratch(self, nonce: str) -> str:
+        return f"{self.staging}/shared-{nonce}"
 
     @property
-    def tls_cert(self) -> str:
-        return f"{self.root}/tls/cert.pem"
+    def locks(self) -> str:
+        return f"{self.murmur}/locks"
 
-    @property
-    def tls_key(self) -> str:
-        return f"{self.root}/tls/key.pem"
+    # Per-release material: each release reads its own env file, token, certificate and key, so a
+    # new release's material never replaces what the serving one reads (until the switch).
+    @staticmethod
+    def token_file(release: str) -> str:
+        """The A2A bearer token (0600) of a release (the same value for every release of a deployment)."""
+        return f"{release}/a2a-token"
+
+    @staticmethod
+    def tls_cert(release: str) -> str:
+        return f"{release}/tls/cert.pem"
+
+    @staticmethod
+    def tls_key(release: str) -> str:
+        return f"{release}/tls/key.pem"
 
     @property
     def boot_script(self) -> str:
@@ -246,11 +267,12 @@ class ServiceConfig:
 
 @dataclass(frozen=True)
 class ServiceState:
-    """The service as the target reports it (read with the shell: no runtime start).
+    """The service as the init system reports it (read with the shell: no runtime start).
 
     `running`: the process is up or restarting; `ready`: the runtime printed its startup line, i.e.
     staging and compilation are done (its A2A port answers earlier than that); `exited`: it stopped
-    on its own or failed, and will not come back by itself.
+    on its own or failed, and will not come back by itself; `looping`: it keeps exiting and being
+    restarted (`restarts` so far, the status of the last exit in `last_exit`).
     """
 
     state: str
@@ -260,7 +282,9 @@ class ServiceState:
     restarts: int = 0
     pid: int | None = None
     detail: tuple[tuple[str, str], ...] = ()
+    looping: bool = False
+    last_exit: int | None = None
 
     def to_dict(self) -> dict:
         return {"state": self.state, "running": self.running, "ready": self.ready, "restarts": self.restarts,
-                "pid": self.pid, **dict(self.detail)}
+                "pid": self.pid, "last_exit": self.last_exit, "crash_looping": self.looping, **dict(self.detail)}

@@ -9,6 +9,7 @@ mur.deploy.init.supervisor for the shell commands that start and stop it), it:
   * runs the release's prestart script before every start (stale payloads, bounded sessions);
   * restarts it per the restart policy with exponential backoff (1 s doubling to 60 s, reset
     after 60 s of uptime), and never gives up (a crash loop is visible in `mur deploy status`);
+    always the release `current` named when it started (resolved once, recorded in state.json);
   * records `run/supervisor.pid` and `run/child.pid` with their identity (mur.deploy.procid),
     `run/cgroups` and `run/state.json`, and appends everything to `logs/service.log` (or stdout);
   * first removes what a previous supervisor killed with SIGKILL left behind (its service, still
@@ -247,9 +248,12 @@ class Supervisor:
         procs = self._make_cgroup()
         backoff = BACKOFF_START
         rc = 0
+        # The release is resolved once: a restart after a crash runs the release that was serving,
+        # never one `current` was switched to since (a switch restarts the supervisor).
+        release = os.path.realpath(self.spec["release_dir"])
+        self.save(release=release)
         try:
             while not self.stopping.is_set():
-                release = os.path.realpath(self.spec["release_dir"])
                 env = child_env(self.spec, release, user)
                 self._prestart(release, env, user)
                 argv = run_argv(release, int(self.spec["port"]), self.spec.get("bind", "127.0.0.1"),
@@ -339,7 +343,33 @@ def _tls_pin(cert: str | None) -> str | None:
     return hashlib.sha256(der).hexdigest()
 
 
+def spare_port(wanted: int) -> int:
+    """`wanted` if nothing listens on it now, else one the kernel has free (deploy chose `wanted`
+    from what listened when it looked; a leftover may have taken it since)."""
+    import socket
+
+    for port in (wanted, 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    return wanted
+
+
 def smoke(spec: dict[str, Any], release_dir: str, port: int, timeout: float = 120.0) -> dict[str, Any]:
+    """Start a release on a spare port (another one when that is taken meanwhile); see `_smoke_once`."""
+    result: dict[str, Any] = {}
+    for _attempt in range(3):
+        result = _smoke_once(spec, release_dir, spare_port(port), timeout)
+        if result.get("ok") or "E-RUN-010" not in (result.get("stderr") or ""):
+            return result
+        port = 0
+    return result
+
+
+def _smoke_once(spec: dict[str, Any], release_dir: str, port: int, timeout: float = 120.0) -> dict[str, Any]:
     """Start a release once on a spare port, wait for its startup JSON and agent card, stop it.
 
     Used before switching `current`, so a release that cannot start never replaces one that serves.

@@ -43,7 +43,7 @@ def test_bash_completes_commands_subcommands_and_values(tmp_path):
     assert {"run", "build", "trace", "schema", "config"} <= set(_bash_complete(tmp_path, "mur "))
     assert _bash_complete(tmp_path, "mur tr") == ["trace"]
     assert set(_bash_complete(tmp_path, "mur trace s")) == {"show", "steps"}
-    assert set(_bash_complete(tmp_path, "mur schema ")) == {"capsule", "artifact"}
+    assert set(_bash_complete(tmp_path, "mur schema ")) == {"capsule", "artifact", "fleet"}
     assert "--manifest" in _bash_complete(tmp_path, "mur run --")
 
 

@@ -87,7 +87,7 @@ def engine_calls(tmp_path):
         "stop": lambda e: e.stop("c"), "remove": lambda e: e.remove("c"), "rename": lambda e: e.rename("c", "d"),
         "exec": lambda e: e.exec("c", ["true"]), "stdout_since": lambda e: e.stdout_since("c", 0),
         "put_file": lambda e: e.put_file("c", "/a/b", b"x", 0o600), "images": lambda e: e.images("r"),
-        "untag": lambda e: e.untag("r"), "logs": lambda e: e.logs("c"),
+        "untag": lambda e: e.untag("r"), "logs": lambda e: e.logs("c"), "labelled": lambda e: e.labelled("l"),
     }
 
 
@@ -160,6 +160,9 @@ class FakeSSHClient:
 
     def open_sftp(self):
         raise self.channel_exc
+
+    def get_exception(self):
+        return None
 
 
 def ssh_errors() -> list[BaseException]:

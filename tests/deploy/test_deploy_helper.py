@@ -11,7 +11,7 @@ import pytest
 from mur.deploy.apply import apply_steps, run_step
 from mur.deploy.capsule import gather
 from mur.deploy.init import init_for
-from mur.deploy.plan import destroy_steps
+from mur.deploy.cleanup import destroy_steps
 from mur.deploy.preflight import preflight_host
 from mur.deploy.steps import Layout
 from mur.deploy.targets.base import HELPER
@@ -36,14 +36,14 @@ def test_systemd_steps_go_through_the_helper_and_nothing_else_is_elevated():
     apply_steps(t, [*systemd.start(lay, True, restart=True), *systemd.stop(lay, True), *systemd.remove(lay, True)])
     run_step(t, systemd.status(lay, True))
     run_step(t, systemd.logs(lay, 50, False, True))
-    apply_steps(t, destroy_steps(lay, "systemd", True, ["mur-0.1.0-linux-x86_64"], []))
+    apply_steps(t, destroy_steps(lay, "systemd", True))
     helper_calls = [c for c in t.sent if c.startswith("sudo")]
     assert helper_calls[:6] == [f"sudo -n {HELPER} {sub}" for sub in (
         f"install-unit {DEP}", f"restart {DEP}", f"stop {DEP}", f"remove {DEP}", f"status {DEP}", f"logs {DEP} 50")]
     assert all(c.startswith(f"sudo -n {HELPER} ") for c in helper_calls)
     assert not any("sh -c" in c for c in t.sent)
     # the deployment's files are the user's own there: removed without elevation
-    assert any(c == f"rm -rf {lay.root}" for c in t.sent)
+    assert any(c == f"rm -rf {lay.root} {lay.staging}" for c in t.sent)
 
 
 def test_without_the_helper_sudo_wraps_the_whole_step():

@@ -8,12 +8,12 @@ import pytest
 
 from mur.deploy.env import parse_env_args, parse_env_text, read_env_file, render_env_file
 from mur.deploy.init import init_for, run_argv
+from mur.deploy.cleanup import destroy_steps, gc_shared_command, prune_command, sweep_command
 from mur.deploy.plan import (
-    ReleaseInputs, activate_steps, artifact_verify_command, choose_port, destroy_steps, listening_ports, pick_port,
-    plan_release, prune_command,
+    ReleaseInputs, activate_steps, artifact_verify_command, choose_port, listening_ports, pick_port, plan_release,
 )
 from mur.deploy.steps import (
-    ArtifactRef, BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Symlink, Upload, WriteFile,
+    ArtifactRef, BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Symlink, Tls, Upload, WriteFile,
 )
 from mur.errors import MurError
 
@@ -21,7 +21,7 @@ DEP = "dep_0123456789abcdef0123456789abcdef"
 
 
 def inputs(home="/home/deployer", n=1, env=(("API_TOKEN", 'se"cr$et'),), prev=None, sudo=True, token=b"",
-           **svc) -> ReleaseInputs:
+           tls_files=None, **svc) -> ReleaseInputs:
     return ReleaseInputs(
         dep_id=DEP, home=home, n=n,
         bundle=BundleRef("mur-0.1.0-linux-x86_64", "/cache/mur-0.1.0-linux-x86_64", "b" * 64, "0.1.0", 1000),
@@ -32,7 +32,7 @@ def inputs(home="/home/deployer", n=1, env=(("API_TOKEN", 'se"cr$et'),), prev=No
                                                    FileRef("/s/greet-1.0.0.sha256", "greet-1.0.0.sha256", "c" * 64, 64)),
                                "greet-1.0.0.mur.zip", "a" * 64),),
         service=ServiceConfig(**({"port": 23456, "env": env, "user": "deployer", "init": "systemd"} | svc)),
-        sudo=sudo, prev_n=prev, capsule_name="hello", capsule_version="1.0.0", token=token)
+        sudo=sudo, prev_n=prev, capsule_name="hello", capsule_version="1.0.0", token=token, tls=tls_files, nonce="n0nce")
 
 
 def test_everything_lives_under_the_target_users_home():
@@ -52,7 +52,40 @@ def test_the_env_file_is_private_and_the_bundle_executable():
     assert bundle.mode == 0o755 and bundle.sha256 == "b" * 64
     assert bundle.refs == "/home/deployer/.murmur/bin/.refs/mur-0.1.0-linux-x86_64"
     link = next(s for s in plan.prepare if isinstance(s, Symlink))
-    assert link == Symlink("/home/deployer/.murmur/bin/mur-0.1.0-linux-x86_64", f"{plan.release_dir}/mur")
+    assert link == Symlink("/home/deployer/.murmur/bin/mur-0.1.0-linux-x86_64", f"{plan.stage_dir}/mur")
+
+
+def test_a_release_is_built_in_staging_and_exists_only_once_complete():
+    plan = plan_release(inputs())
+    stage = plan.stage_dir
+    assert stage == f"/home/deployer/.murmur/staging/{DEP}/release-1-n0nce"
+    files = [s for s in plan.prepare if isinstance(s, (Upload, WriteFile))]
+    own = [f for f in files if not f.dst.startswith(("/home/deployer/.murmur/bin/", "/home/deployer/.murmur/artifacts/"))
+           and f.dst != plan.layout.boot_script]
+    assert own and all(f.dst.startswith(stage + "/") for f in own)  # nothing of it under releases/ yet
+    assert files[-1].dst == f"{stage}/release.json"  # written last
+    assert json.loads(files[-1].content)["nonce"] == "n0nce"
+    cmd = plan.commit.cmd
+    # every file fsynced, then one rename into releases/: a release directory is always complete
+    assert cmd.index("test -f") < cmd.index("-exec sync") < cmd.index(f"mv -T {stage} {plan.release_dir}")
+    # shared files are copied through this deploy's scratch directory, never beside the shared file
+    shared = [f for f in files if isinstance(f, Upload) and f.refs]
+    assert shared and all(f.scratch == f"/home/deployer/.murmur/staging/{DEP}/shared-n0nce" for f in shared)
+
+
+def test_each_release_has_its_own_material():
+    cert, key = FileRef("/k/cert.pem", "cert.pem", "c" * 64, 9), FileRef("/k/key.pem", "key.pem", "k" * 64, 9)
+    plan = plan_release(inputs(token=b"tok", tls_files=Tls(cert, key, "p" * 64), tls=True, tls_pin="p" * 64))
+    by_dst = {s.dst: s for s in plan.prepare if isinstance(s, (Upload, WriteFile))}
+    stage, final = plan.stage_dir, plan.release_dir
+    assert by_dst[f"{stage}/a2a-token"].mode == 0o600 and by_dst[f"{stage}/tls/key.pem"].mode == 0o600
+    assert f"{stage}/tls/cert.pem" in by_dst and f"{stage}/env" in by_dst
+    assert not any(d.startswith(plan.layout.root + "/") and "/releases/" not in d for d in by_dst)  # none shared
+    env = plan.service_spec["env"]
+    assert env["MURMUR_A2A_TOKEN_FILE"] == f"{final}/a2a-token"
+    assert env["MURMUR_A2A_TLS_CERT"] == f"{final}/tls/cert.pem" and env["MURMUR_A2A_TLS_KEY"] == f"{final}/tls/key.pem"
+    unit = by_dst[f"{stage}/{plan.layout.unit_name}"].content.decode()
+    assert f"WorkingDirectory={final}\n" in unit and f"ExecStart={final}/mur run" in unit and "/current" not in unit
 
 
 def test_artifacts_go_to_the_targets_global_store_with_their_digests():
@@ -79,7 +112,7 @@ def test_directories_come_before_the_files_in_them():
 
 def test_unchanged_files_are_linked_from_the_previous_release():
     plan = plan_release(inputs(n=3, prev=2))
-    man = next(s for s in plan.prepare if isinstance(s, Upload) and s.dst.endswith("/releases/3/murmur.yaml"))
+    man = next(s for s in plan.prepare if isinstance(s, Upload) and s.dst == f"{plan.stage_dir}/murmur.yaml")
     assert man.alt.endswith("/releases/2/murmur.yaml")
     seed = next(s for s in plan.prepare if isinstance(s, Upload) and s.dst.endswith("/work/bin/tool.sh"))
     assert seed.alt.endswith("/releases/2/work/bin/tool.sh") and seed.mode == 0o755
@@ -135,17 +168,17 @@ def test_a_boot_hook_is_installed_with_the_release_and_removed_by_destroy():
     assert len(cron) == 1 and f"@reboot /bin/sh {lay.boot_script} # mur:{DEP}" in cron[0].cmd
     assert not any(isinstance(s, Run) and s.label == "install boot hook"
                    for s in plan_release(inputs(init="supervisor", boot="none")).activate)
-    text = "\n".join(s.cmd for s in destroy_steps(lay, "supervisor", True, [], []))
+    text = "\n".join(s.cmd for s in destroy_steps(lay, "supervisor", True))
     assert f"# mur:{DEP}" in text and "crontab -" in text
 
 
 def test_the_token_file_is_private_and_a_new_token_is_a_new_release():
     plan = plan_release(inputs(token=b"tok-1"))
     tok = next(s for s in plan.prepare if isinstance(s, WriteFile) and s.dst.endswith("/a2a-token"))
-    assert tok.mode == 0o600 and tok.content == b"tok-1" and tok.dst == f"{plan.layout.root}/a2a-token"
+    assert tok.mode == 0o600 and tok.content == b"tok-1" and tok.dst == f"{plan.stage_dir}/a2a-token"
     assert plan_release(inputs(token=b"tok-2")).digest != plan.digest
     assert "tok-1" not in json.dumps(plan.release_meta) and "tok-1" not in json.dumps(plan.service_spec)
-    assert plan.service_spec["env"]["MURMUR_A2A_TOKEN_FILE"] == f"{plan.layout.root}/a2a-token"
+    assert plan.service_spec["env"]["MURMUR_A2A_TOKEN_FILE"] == f"{plan.release_dir}/a2a-token"
 
 
 def test_the_service_stages_payloads_inside_the_deployment_and_bounds_sessions():
@@ -159,19 +192,30 @@ def test_the_service_stages_payloads_inside_the_deployment_and_bounds_sessions()
 
 def test_destroy_stops_removes_and_releases_shared_files():
     lay = Layout("/home/u", DEP)
-    steps = destroy_steps(lay, "systemd", True, ["mur-0.1.0-linux-x86_64"], [("greet", "1.0.0")])
-    text = "\n".join(s.cmd for s in steps)
-    assert "rm -f /home/u/.murmur/bin/mur-0.1.0-linux-x86_64 " in text  # unreferenced: the runtime goes too
-    kept = "\n".join(s.cmd for s in destroy_steps(lay, "supervisor", False, ["mur-0.1.0-linux-x86_64"], [],
-                                                  keep_bundles=True))
-    assert f".refs/mur-0.1.0-linux-x86_64/{DEP}" in kept and "rm -f /home/u/.murmur/bin/mur-0.1.0" not in kept
+    text = "\n".join(s.cmd for s in destroy_steps(lay, "systemd", True))
     assert text.index("systemctl stop") < text.index("rm -f /etc/systemd/system/") < text.index(f"rm -rf {lay.root}")
-    assert f".refs/mur-0.1.0-linux-x86_64/{DEP}" in text and f"greet/1.0.0/.refs/{DEP}" in text
+    assert f"rm -rf {lay.root} {lay.staging}" in text
+    assert f"/home/u/.murmur/bin/.refs/*/{DEP}" in text and f"/home/u/.murmur/artifacts/*/*/.refs/{DEP}" in text
+    assert "flock -n 8" not in text  # the collection runs after the lock files went (collect_step)
+    gc = gc_shared_command(lay)
+    # unreferenced runtimes go (not this machine's: its runtimes are its own cache)
+    assert "@@gc runtime" in gc and "@@gc runtime" not in gc_shared_command(lay, keep_bundles=True)
+    # only with the shared lock taken exclusively and without waiting: a deploy in progress holds it shared
+    assert "flock -n 8" in gc and gc.rstrip().endswith(f"8>>{lay.locks}/shared.lock; true")
+    # an artifact or compiled component goes only when its references are all gone (never the user's store)
+    assert '[ -d "$v/.refs" ]' in gc and "@@gc payload cache" in gc and 'flock -n "$p/.owner.lock" true' in gc
 
 
-def test_prune_keeps_the_listed_releases():
+def test_sweep_removes_only_what_interrupted_commands_left():
+    lay = Layout("/h", DEP)
+    cmd = sweep_command(lay)
+    assert f"rm -rf -- {lay.staging}" in cmd and 'if [ ! -f "$r/release.json" ]' in cmd and ".smoke" in cmd
+    assert "smoke.pid" in cmd  # a smoke start a dropped connection left running is stopped first
+
+
+def test_prune_keeps_the_listed_releases_and_counts_only_complete_ones():
     cmd = prune_command(Layout("/h", DEP), [5, 4, 3])
-    assert '" 3 4 5 "' in cmd and "rm -rf" in cmd
+    assert '" 3 4 5 "' in cmd and "rm -rf" in cmd and '[ -f "$r/release.json" ] || continue' in cmd
 
 
 def test_env_args_and_files():

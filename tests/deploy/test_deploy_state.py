@@ -6,6 +6,7 @@ import json
 import os
 import re
 import threading
+import time
 
 import pytest
 
@@ -18,12 +19,17 @@ def dep(dep_id: str, **kw) -> Deployment:
     return Deployment(dep_id, "local", TargetSpec("local"), **kw)
 
 
-def test_ids_are_uuid7_simple_with_the_dep_prefix():
+def test_ids_keep_upstreams_form_differ_early_and_still_sort_by_time():
+    from mur.ids import created_ms, deployment_sort_key
+
     ids = [new_deployment_id() for _ in range(50)]
     assert all(re.fullmatch(r"dep_[0-9a-f]{32}", i) for i in ids)
-    assert all(i[4 + 12] == "7" for i in ids)  # the version nibble
-    assert len(set(ids)) == 50
-    assert sorted(ids) == ids or ids[0][:12] <= ids[-1][:12]  # time-ordered prefix
+    assert all(i[4 + 12] == "8" and i[4 + 16] in "89ab" for i in ids)  # UUIDv8 version and variant
+    assert len({i[:12] for i in ids}) == 50  # made in one burst, yet upstream's 12-character short form tells them apart
+    assert sorted(ids, key=deployment_sort_key) == ids
+    assert all(abs(created_ms(i) - time.time() * 1000) < 60_000 for i in ids)
+    old = "dep_" + "0195d4c3a8f17abc8def0123456789ab"  # an upstream UUIDv7 id sorts among them by its time
+    assert sorted([ids[0], old], key=deployment_sort_key)[0] == old
 
 
 def test_missing_file_is_an_empty_list_and_writes_are_private(tmp_path):

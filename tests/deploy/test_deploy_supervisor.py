@@ -231,7 +231,7 @@ def test_a_crashing_service_backs_off(deployment):
     lay = d["lay"]
     start(lay)
     st = wait_for(lambda: (s := state(lay)).restarts >= 2 and s, timeout=30)
-    assert st.state in ("backoff", "starting") and dict(st.detail)["last_exit"] == "3"
+    assert st.state in ("backoff", "starting") and st.last_exit == 3 and st.looping
     assert len(launches(d["log"])) >= 2
     assert "boom: cannot start" in Path(lay.log_file).read_text()
 
@@ -268,7 +268,7 @@ def test_smoke_checks_the_token_and_cleans_up(deployment):
     res = sv.smoke(d["spec"], str(d["rel"]), free_port(), timeout=30)
     assert res["ok"] and res["agent_card"]["name"] == "fake"
     assert not (d["rel"] / ".smoke").exists() and not Path(lay.run_dir, "smoke.pid").exists()
-    Path(lay.token_file).write_text("good-token\n")
+    Path(d["spec"]["env"]["MURMUR_A2A_TOKEN_FILE"]).write_text("good-token\n")  # the release's own token
     res = sv.smoke(d["spec"], str(d["rel"]), free_port(), timeout=30)
     assert res["ok"], res  # the service reads the token file it was given; smoke sends the same token
     d = deployment("crash")
@@ -281,5 +281,5 @@ def test_child_env_is_clean_and_carries_the_env_file(deployment, monkeypatch):
     monkeypatch.setenv("SECRET_FROM_DEPLOYER", "x")
     env = sv.child_env(d["spec"], str(d["rel"]), None)
     assert "SECRET_FROM_DEPLOYER" not in env and env["FAKE_MODE"] == "ok"
-    assert env["MURMUR_A2A_TIMEOUT_SECS"] == "0" and env["MURMUR_A2A_TOKEN_FILE"] == d["lay"].token_file
+    assert env["MURMUR_A2A_TIMEOUT_SECS"] == "0" and env["MURMUR_A2A_TOKEN_FILE"] == d["lay"].token_file(d["lay"].current)
     assert env["TMPDIR"] == d["lay"].tmp_dir

@@ -31,7 +31,7 @@ def test_unit_delegates_restarts_and_runs_as_the_deploy_user():
                           "--port 2345 --lifecycle-task-acceptance queue")
     assert "KillMode=mixed" in lines and "StandardOutput=journal" in lines
     assert "Environment=MUR_RUNTIME_DIR=/home/deployer/.murmur/runtime" in lines
-    assert f"Environment=MURMUR_A2A_TOKEN_FILE=/home/deployer/.murmur/deployments/{DEP}/a2a-token" in lines
+    assert f"Environment=MURMUR_A2A_TOKEN_FILE=/home/deployer/.murmur/deployments/{DEP}/current/a2a-token" in lines
     assert f"Environment=TMPDIR=/home/deployer/.murmur/deployments/{DEP}/tmp" in lines
     assert f"ExecStartPre=/bin/sh /home/deployer/.murmur/deployments/{DEP}/current/prestart.sh" in lines
     assert "WantedBy=multi-user.target" in lines  # enabled: back after a reboot
@@ -124,7 +124,7 @@ def test_rollback_without_history_is_deploy_011(tmp_path):
     state.parent.mkdir()
     state.write_text(json.dumps([{"deployment_id": DEP, "provider": "local", "previous": None}]))
     r = mur("deploy", "rollback", DEP[:10], home=tmp_path)
-    assert r.returncode == 1 and r.stderr.startswith("error[E-DEPLOY-011]")
+    assert r.returncode == 1 and "error[E-DEPLOY-011]" in r.stderr and "complete releases: none" in r.stderr
 
 
 def test_probe_command(tmp_path):

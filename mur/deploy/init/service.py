@@ -26,10 +26,11 @@ def prestart_script(lay: Layout, keep_sessions: int) -> str:
             "while IFS= read -r d; do rm -rf -- \"$d\"; done\nexit 0\n")
 
 
-def service_env(lay: Layout, svc: ServiceConfig) -> dict[str, str]:
-    """The runtime's own variables for a service (beside the user's env file)."""
+def service_env(lay: Layout, svc: ServiceConfig, release: str) -> dict[str, str]:
+    """The runtime's own variables for a service (beside the user's env file): the token and TLS
+    files are the release's own (`release` is its final directory)."""
     env = {"HOME": lay.home, "MURMUR_A2A_TIMEOUT_SECS": "0", "MUR_RUNTIME_DIR": lay.runtime_dir,
-           "TMPDIR": lay.tmp_dir, "MURMUR_A2A_TOKEN_FILE": lay.token_file}
+           "TMPDIR": lay.tmp_dir, "MURMUR_A2A_TOKEN_FILE": lay.token_file(release)}
     if svc.tls:
-        env.update({"MURMUR_A2A_TLS_CERT": lay.tls_cert, "MURMUR_A2A_TLS_KEY": lay.tls_key})
+        env.update({"MURMUR_A2A_TLS_CERT": lay.tls_cert(release), "MURMUR_A2A_TLS_KEY": lay.tls_key(release)})
     return env

@@ -131,10 +131,14 @@ class Supervisor:
         if alive is None and state not in ("stopped", "exited"):
             state = "dead"  # the recorded supervisor is gone (or the pid now belongs to someone else)
         running = alive is not None and state in ("running", "starting", "backoff")
+        restarts = int(st.get("restarts") or 0)
+        last = st.get("last_exit")
         return ServiceState(
             state=state, running=running, ready=running and state == "running" and bool(st.get("url")),
-            exited=alive is None, restarts=int(st.get("restarts") or 0), pid=alive,
-            detail=(("child_pid", str(st.get("child_pid") or "")), ("last_exit", str(st.get("last_exit") or ""))))
+            exited=alive is None, restarts=restarts, pid=alive,
+            detail=(("child_pid", str(st.get("child_pid") or "")), ("release", str(st.get("release") or ""))),
+            looping=running and (state == "backoff" or (state == "starting" and restarts > 0)),
+            last_exit=int(last) if isinstance(last, int) else None)
 
     def logs(self, lay: Layout, lines: int, follow: bool, sudo: bool) -> Run:
         # the log file belongs to the deploy user: no sudo

@@ -11,8 +11,10 @@ Why these settings:
   * ``ExecStartPre`` runs the release's prestart script (stale payloads, bounded past sessions).
   * ``KillMode=mixed``: SIGTERM to `mur run` only (it lets a running task finish within its grace
     period), SIGKILL to whatever is left afterwards.
-  * ``ExecStart`` goes through ``current``: switching the symlink and restarting swaps bundle,
-    capsule and config together (that is what rollback relies on).
+  * Each release has its own unit naming that release's directory (not ``current``): a restart
+    by ``Restart=`` after a crash runs the release that was serving, never one that `current`
+    was switched to without a restart. A switch installs the unit of the release `current`
+    now names and restarts it, so bundle, capsule, config and material change together.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ def _quote(arg: str) -> str:
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def render_unit(lay: Layout, svc: ServiceConfig, capsule: str = "") -> str:
-    """The unit file text for one deployment."""
-    argv = run_argv(lay.current, svc.port, svc.bind, svc.run_args)
+def render_unit(lay: Layout, svc: ServiceConfig, capsule: str = "", release: str = "") -> str:
+    """The unit file text of one release (`release`: its final directory)."""
+    release = release or lay.current
+    argv = run_argv(release, svc.port, svc.bind, svc.run_args)
     exec_start = " ".join(_quote(a.replace("%", "%%")) for a in argv)
     lines = [
         "# written by mur deploy; removed by `mur deploy destroy`",
@@ -45,11 +48,11 @@ def render_unit(lay: Layout, svc: ServiceConfig, capsule: str = "") -> str:
     ]
     if svc.user:
         lines.append(f"User={svc.user}")
-    lines.append(f"WorkingDirectory={lay.current}")
-    lines += [f"Environment={_quote(f'{k}={v}'.replace('%', '%%'))}" for k, v in service_env(lay, svc).items()]
+    lines.append(f"WorkingDirectory={release}")
+    lines += [f"Environment={_quote(f'{k}={v}'.replace('%', '%%'))}" for k, v in service_env(lay, svc, release).items()]
     lines += [
-        f"EnvironmentFile=-{lay.current}/env",
-        f"ExecStartPre=/bin/sh {lay.current}/prestart.sh",
+        f"EnvironmentFile=-{release}/env",
+        f"ExecStartPre=/bin/sh {release}/prestart.sh",
         f"ExecStart={exec_start}",
         f"Restart={svc.restart}",
         "RestartSec=2s",
@@ -115,11 +118,16 @@ class Systemd:
         if props.get("LoadState") == "not-found":
             active = "absent"
         pid = int(props["MainPID"]) if props.get("MainPID", "").isdigit() and props["MainPID"] != "0" else None
+        restarts = int(props.get("NRestarts") or 0)
+        sub = props.get("SubState", "")
+        last = props.get("ExecMainStatus", "")
         return ServiceState(
             state=active, running=active in ("active", "activating", "reloading"),
             ready=active == "active" and props.get("READY") == "1",
-            exited=active in ("failed", "inactive", "absent"), restarts=int(props.get("NRestarts") or 0), pid=pid,
-            detail=(("sub_state", props.get("SubState", "")), ("enabled", props.get("UnitFileState", ""))))
+            exited=active in ("failed", "inactive", "absent"), restarts=restarts, pid=pid,
+            detail=(("sub_state", sub), ("enabled", props.get("UnitFileState", ""))),
+            looping=sub == "auto-restart" or (active == "activating" and restarts > 0),
+            last_exit=int(last) if last.lstrip("-").isdigit() and (restarts or active != "active") else None)
 
     def logs(self, lay: Layout, lines: int, follow: bool, sudo: bool) -> Run:
         cmd = f"journalctl -u {shlex.quote(lay.unit_name)} --no-pager -o cat -n {int(lines)}" + (" -f" if follow else "")

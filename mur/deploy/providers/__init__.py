@@ -13,11 +13,11 @@ KINDS = ("local", "ssh", "docker")
 
 def provider_for(kind: str) -> Provider:
     if kind in ("local", "ssh"):
-        from mur.deploy.providers.host import HostProvider
+        from mur.deploy.providers.hostops import HostProvider
 
         return HostProvider(kind)
     if kind == "docker":
-        from mur.deploy.providers.docker import DockerProvider
+        from mur.deploy.providers.dockerops import DockerProvider
 
         return DockerProvider()
     raise MurError("E-DEPLOY-001", f"unknown provider '{kind}'", f"one of: {', '.join(KINDS)}")

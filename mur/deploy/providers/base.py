@@ -3,7 +3,7 @@
     provider = provider_for(record.provider)         # mur.deploy.providers: "local" | "ssh" | "docker"
     report = provider.check(job)                     # preflight only (--check)
     dep = provider.deploy(job)                       # deploy or redeploy; returns the saved record
-    provider.status(dep, ctx) / logs(...) / start / stop / destroy / rollback
+    provider.status(dep, ctx) / logs(...) / start / stop / destroy / rollback / gc(spec, ctx)
 
 What is the same for every provider lives here, once: the deploy job, the runtime for the
 target's platform, precompiled components, the service port, the record fields, the health wait.
@@ -11,24 +11,28 @@ target's platform, precompiled components, the service port, the record fields, 
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from mur import __version__
 from mur.deploy import auth
 from mur.runtime.bundle import Bundle
 from mur.deploy.apply import run_step
 from mur.deploy.capsule import DeployCapsule
+from mur.deploy.deadlines import Deadlines, current as current_deadlines
 from mur.deploy.preflight import Report
 from mur.progress import QUIET, Reporter
 from mur.deploy.request import DeployRequest
-from mur.deploy.state import Deployment, DeploymentStore
+from mur.deploy.state import Deployment, DeploymentStore, now_rfc3339, uninterrupted
+from mur.deploy.undo import Attempt, Phase
 from mur.deploy.init import init_for
 from mur.deploy.steps import BundleRef, FileRef, Layout, ServiceState, Tls
 from mur.deploy.targets import TargetSpec, connect
-from mur.deploy.targets.base import Target
+from mur.deploy.targets.base import Target, full_line, quoted
 from mur.errors import MurError
 
 
@@ -61,6 +65,10 @@ def precompiled_components(req: DeployRequest, cap: DeployCapsule, plat: str, re
         return tuple(p.file for p in pc.precompile(sources, plat, reporter))
 
 
+def _no_event(name: str, **fields: Any) -> None:
+    pass
+
+
 @dataclass
 class Context:
     """What a provider is given instead of reaching for globals (tests inject their own)."""
@@ -71,10 +79,36 @@ class Context:
     runtime: Callable[[DeployRequest, DeployCapsule, str, Callable[[str], None]], Bundle] = resolve_runtime
     precompile: Callable[[DeployRequest, DeployCapsule, str, Reporter], tuple[FileRef, ...]] = precompiled_components
     timeout: float = 180.0
+    lock_wait: float = 0.0  # --lock-wait: how long to wait for another command's lock on the deployment
+    deadlines: Deadlines = field(default_factory=current_deadlines)
+    # progress as machine-readable events (`MUR_DEPLOY_EVENTS`, for fault tests): name + fields
+    event: Callable[..., None] = _no_event
+    # what a new release must pass before it takes traffic (a fleet's smoke task; mur.deploy.fronted):
+    # (target, port, token, pin) -> {"ok", "error"}; None: the authenticated health check
+    gate: Callable[..., dict[str, Any]] | None = None
 
     def open(self, spec: TargetSpec, trust_new_host: bool = False) -> Target:
-        with self.reporter.step(f"connect {spec.label}"):
+        with self.phase("connect", f"connect {spec.label}"):
             return self.connect(spec, trust_new_host=trust_new_host, note=self.reporter.note)
+
+    @contextlib.contextmanager
+    def phase(self, key: str, text: str, target: Target | None = None, **fields: Any) -> Iterator[None]:
+        """A named step: reported (`text`), announced as an event (`key`: stable, for tests), and
+        named by every link or disk error raised while it runs (`target.doing`)."""
+        self.event("begin", step=key, text=text, **fields)
+        before = target.doing if target is not None else ""
+        if target is not None:
+            target.doing = text
+        try:
+            with self.reporter.step(text):
+                yield
+        except BaseException as exc:
+            self.event("fail", step=key, error=type(exc).__name__)
+            raise
+        finally:
+            if target is not None:
+                target.doing = before
+        self.event("end", step=key)
 
 
 @dataclass
@@ -83,6 +117,7 @@ class Outcome:
 
     deployment: Deployment
     unchanged: bool = False
+    repaired: str | None = None  # what an otherwise unchanged deploy had to set right (restart, switch back)
     uploaded: int | None = None
     uploaded_bytes: int | None = None
     agent_card: dict[str, Any] | None = None
@@ -93,25 +128,10 @@ class DeployJob:
     req: DeployRequest
     capsule: DeployCapsule
     dep_id: str
-    existing: Deployment | None
+    existing: Deployment | None  # the record as it was before this command (None: a new deployment)
     ctx: Context
-
-
-class UndoableDeploy:
-    """One deploy attempt: `_run` does it; any failure or interrupt goes through `_abort` first."""
-
-    def run(self) -> Outcome:
-        try:
-            return self._run()
-        except BaseException as exc:
-            self._abort(exc)
-            raise
-
-    def _run(self) -> Outcome:
-        raise NotImplementedError
-
-    def _abort(self, exc: BaseException) -> None:
-        """Undo what this attempt did (best effort); never raises over the original error."""
+    created: bool = False  # this command reserved the record (a failure before any change forgets it)
+    reservation: str = ""  # the token of that reservation (pending.token of the reserved record)
 
 
 class Provider(Protocol):
@@ -137,7 +157,11 @@ class Provider(Protocol):
     def destroy(self, dep: Deployment, ctx: Context) -> None:
         """Remove everything of the deployment from the target (the caller forgets the record)."""
 
-    def rollback(self, dep: Deployment, ctx: Context) -> Deployment: ...
+    def rollback(self, dep: Deployment, ctx: Context, to: int | str | None = None) -> Deployment:
+        """Serve an earlier complete release again (the newest older one, or `to`)."""
+
+    def gc(self, spec: TargetSpec, ctx: Context) -> dict[str, Any]:
+        """Sweep what interrupted commands left on a target and collect unused shared files."""
 
 
 # --- shared pieces --------------------------------------------------------------------------------
@@ -175,7 +199,8 @@ def new_record(job: DeployJob, runtime: Bundle, *, home: str, init: str, port: i
         bundles=list(old.bundles) if old else [], artifacts=list(old.artifacts) if old else [],
         precompiled=list(old.precompiled) if old else [], mur_version=runtime.version,
         token_file=str(token_file), tls_pin=tls.pin_sha256 if tls else None,
-        tunnel=old.tunnel if old else None, tunnel_port=old.tunnel_port if old else None)
+        tunnel=old.tunnel if old else None, tunnel_port=old.tunnel_port if old else None,
+        extra=dict(old.extra) if old else {})  # keys other commands keep (a fleet's place: mur.fleet)
     dep.uses(runtime.name, [(a.name, a.version) for a in cap.artifacts], [])
     return dep
 
@@ -214,9 +239,10 @@ def wait_ready(read_state: Callable[[], ServiceState], probe: Callable[[float], 
             res = probe(min(15.0, max(1.0, deadline - time.monotonic())))
             if res.get("ok") or res.get("auth") is False:
                 return {**res, "state": st.to_dict()}
-        elif st.restarts > 0 or st.exited:
+        elif st.restarts > 0 or st.exited or st.looping:
+            last = f", last exit status {st.last_exit}" if st.last_exit is not None else ""
             return {"ok": False, "error": f"the service exited during startup (state {st.state}, "
-                                          f"{st.restarts} restarts)", "state": st.to_dict()}
+                                          f"{st.restarts} restarts{last})", "state": st.to_dict()}
         if time.monotonic() >= deadline:
             return {"ok": False, "error": f"the service was not ready within {timeout:.0f}s", "state": st.to_dict()}
         time.sleep(poll)
@@ -245,14 +271,58 @@ class Service:
         return endpoint_check(self.t, port, token, pin, 3)
 
     def failed(self, card: dict[str, Any], after: str, what: str = "the capsule did not start") -> MurError:
+        """E-DEPLOY-004 with the service log's last lines (E-DEPLOY-014 when they say the disk is full)."""
+        log = self.log_tail()
+        full = full_line(log)
+        if full is not None:
+            return self.t.disk_full(what, detail=full)
         return MurError("E-DEPLOY-004", f"{what} on {self.t.label}: {card.get('error', 'no agent card')}\n"
-                        f"remote log:\n{self.log_tail()}", after)
+                        f"remote log:\n{quoted(log)}", after)
 
 
-def observed_status(dep: Deployment, running: bool, answers: bool) -> str:
-    """What `status` reports: running, starting, stopped (by request), or failed."""
-    if running and answers:
-        return "running"
-    if running:
-        return "starting"
-    return "stopped" if dep.status == "stopped" else "failed"
+def undo_or_leave(ctx: Context, s: Any, a: Attempt, exc: BaseException, dep_id: str, command: str,
+                  repair: str, fallback: Deployment | None = None, **facts: Any) -> list[str]:
+    """After a failure or Ctrl-C: undo the attempt's steps within the undo budget, on a connection
+    that holds the lock again (`s.regain`: a fresh one when the old is dead). What is left is written into the
+    record (`incomplete`, what is left, why, how to repair) and returned."""
+    if a.phase is Phase.DONE or not a.pending():
+        return []
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    budget = ctx.deadlines.undo
+    t0 = time.monotonic()
+    why, left = "", []
+    # the budget is a promise (one Ctrl-C ends the command within it): past it, the connection is
+    # cut from here, which ends whatever the undo waits for
+    target = getattr(s, "t", None)
+    timer = threading.Timer(budget + 1.0, lambda: target.abort("the undo ran out of time") if target else None)
+    timer.daemon = True
+    timer.start()
+    try:
+        with ctx.phase("undo", f"interrupted: undoing this {command}" if interrupted else f"undoing this {command}", s.t):
+            if not s.regain(budget):
+                left, why = a.pending(), "another command took the deployment's lock meanwhile"
+            else:
+                left = a.undo(max(0.5, budget - (time.monotonic() - t0)),
+                              on_step=lambda label: ctx.reporter.note(f"undo: {label}"))
+                why = "the undo did not finish" if left else ""
+    except KeyboardInterrupt:
+        left, why = a.pending(), "interrupted again"
+    except MurError as err:
+        left, why = a.pending(), err.message.splitlines()[0]
+    finally:
+        timer.cancel()
+    if not left:
+        return []
+    pending = {"command": command, "at": now_rfc3339(), "phase": a.phase.value, "left": left, "why": why,
+               "repair": repair, **facts}
+
+    def mark(d: Deployment) -> None:
+        d.status, d.pending = "incomplete", pending
+
+    with uninterrupted():
+        if ctx.store.update(dep_id, mark) is None and fallback is not None:
+            mark(fallback)
+            ctx.store.save(fallback)
+    ctx.reporter.note(f"could not undo everything ({why}): {dep_id} is recorded as incomplete; left: "
+                      f"{'; '.join(left)}. {repair}")
+    return left

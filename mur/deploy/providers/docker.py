@@ -18,6 +18,9 @@ Secrets (env file, A2A token, TLS key and certificate) are copied into each crea
 container's config; the image's entrypoint reads them through MUR_ENV_FILE, MURMUR_A2A_TOKEN_FILE,
 MURMUR_A2A_TLS_CERT/KEY. The previous container is kept stopped as `-prev`: a failed start or a
 rollback brings it back with its own secrets.
+
+This module prepares (the image, the plan, the preflight) and puts an interrupted deployment's
+containers back in order (`reconcile`); mur.deploy.providers.dockerops runs the commands.
 """
 
 from __future__ import annotations
@@ -28,17 +31,13 @@ import time
 from calendar import timegm
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mur import __version__
 from mur.deploy.env import render_env_file
-from mur.deploy.plan import LISTENING_COMMAND, choose_port, listening_ports, pick_port
+from mur.deploy.plan import LISTENING_COMMAND, choose_port, listening_ports
 from mur.deploy.preflight import Report, containment_check, parse_probe, parse_version
-from mur.deploy.providers.base import (
-    Context, DeployJob, Outcome, Service, UndoableDeploy, credentials, new_record, observed_status, read_token,
-    wait_ready,
-)
-from mur.deploy.state import Deployment, Release
+from mur.deploy.providers.base import DeployJob, Service, credentials, wait_ready
 from mur.deploy.steps import Layout, ServiceState, Tls
 from mur.deploy.targets.docker import (
     LABEL, SECRETS_DIR, ContainerTarget, DockerEngine, Secret, container_name, container_options, image_engine,
@@ -49,6 +48,7 @@ from mur.platform import platform_tag
 from mur.runtime.bundle import Bundle
 
 RELEASE_LABEL = "dev.mur.release"
+PIN_LABEL = "dev.mur.tls.pin"
 L = "dev.mur."  # mur.image.spec.LABEL_PREFIX
 IMAGE_HINT = "build it with `mur image build -m MANIFEST -t TAG`, pull it, or load one with --image-archive FILE"
 
@@ -80,9 +80,13 @@ class ContainerPlan:
     secrets: dict[str, Secret]
     options: dict[str, Any]
     digest: str  # what makes a redeploy a change: image, config, secrets, options
+    pin: str | None = None  # the certificate's pin when it serves TLS (each container its own)
 
     def labels(self, dep_id: str) -> dict[str, str]:
-        return {LABEL: dep_id, RELEASE_LABEL: self.digest}
+        out = {LABEL: dep_id, RELEASE_LABEL: self.digest}
+        if self.pin:
+            out[PIN_LABEL] = self.pin
+        return out
 
 
 def limits(cap: Any) -> tuple[int, int | None]:
@@ -94,7 +98,7 @@ def limits(cap: Any) -> tuple[int, int | None]:
 
 
 def container_plan(image: ImageFacts, *, port: int, bind: str, env: dict[str, str], token: bytes,
-                   tls: tuple[bytes, bytes] | None, options: dict[str, Any]) -> ContainerPlan:
+                   tls: tuple[bytes, bytes] | None, options: dict[str, Any], pin: str | None = None) -> ContainerPlan:
     """The container of a release (pure): secrets under /run/mur, pointed to by the entrypoint's variables."""
     def secret(data: bytes) -> Secret:
         return Secret(data, image.uid, image.gid)
@@ -109,7 +113,7 @@ def container_plan(image: ImageFacts, *, port: int, bind: str, env: dict[str, st
     h = hashlib.sha256(json.dumps({"image": image.id, "env": cenv, "options": options}, sort_keys=True).encode())
     for path, s in sorted(secrets.items()):
         h.update(path.encode() + b"\0" + hashlib.sha256(s.data).digest())
-    return ContainerPlan(cenv, secrets, options, h.hexdigest())
+    return ContainerPlan(cenv, secrets, options, h.hexdigest(), pin if tls is not None else None)
 
 
 def image_user(config_user: str) -> tuple[int, int]:
@@ -166,9 +170,12 @@ class ContainerService(Service):
         running = info.status in ("running", "restarting")
         ready = info.status == "running" and any(
             _startup(line) for line in self.engine.stdout_since(self.name, _since(info.started_at)).splitlines())
+        looping = info.status == "restarting" or (info.status == "running" and info.restart_count > 0 and not ready)
         return ServiceState(info.status, running=running, ready=ready,
                             exited=info.status in ("exited", "dead") and info.restart_policy in ("no", ""),
-                            restarts=info.restart_count)
+                            restarts=info.restart_count, looping=looping,
+                            last_exit=info.exit_code if info.restart_count or info.status != "running" else None,
+                            detail=(("release", info.labels.get(RELEASE_LABEL, "")),))
 
     def log_tail(self, lines: int = 40) -> str:
         return self.engine.logs(self.name, tail=lines).strip()[-3000:]
@@ -182,7 +189,8 @@ class ContainerService(Service):
             st = self.state()
             info = self.engine.container(self.name)
             exited = info is None or info.status in ("exited", "dead")
-            return ServiceState(st.state, st.running, st.ready, exited, st.restarts - base)
+            return ServiceState(st.state, st.running, st.ready, exited, st.restarts - base, last_exit=st.last_exit,
+                                looping=st.looping and st.restarts > base)
 
         return wait_ready(state, lambda w: self._probe(port, token, pin, w), timeout)
 
@@ -195,20 +203,18 @@ class ContainerService(Service):
         return self.wait_start(port, token, pin, timeout)
 
 
-# --- one deploy --------------------------------------------------------------------------------
+# --- what a deploy prepares --------------------------------------------------------------------------------
 
 
-class DockerDeploy(UndoableDeploy):
-    """One `mur deploy --docker`, with the state `_abort` needs to undo it."""
+class DockerBuild:
+    """What a Docker deploy prepares before it changes anything: the image (built or checked), the
+    port, the credentials, the container plan, and the preflight report (a probe container)."""
 
-    def __init__(self, job: DeployJob):
+    def __init__(self, job: DeployJob, engine: DockerEngine | None = None):
         self.job, self.ctx, self.r = job, job.ctx, job.ctx.reporter
-        self.engine = DockerEngine()
+        self.engine = engine or DockerEngine()
         self.name = container_name(job.dep_id)
         self.prev_name = container_name(job.dep_id, "prev")
-        self.phase = "prepare"
-        self.rec: Deployment | None = None
-        self.moved_prev = False
 
     def prepare(self) -> Report:
         job, req, cap = self.job, self.job.req, self.job.capsule
@@ -224,7 +230,7 @@ class DockerDeploy(UndoableDeploy):
         self.pin = self.tls.pin_sha256 if self.tls else None
         self.bind = "0.0.0.0" if req.publish else "127.0.0.1"
         self.plan = container_plan(self.image, port=self.port, bind=self.bind, env=dict(cap.env), token=self.token,
-                                   tls=_tls_bytes(self.tls), options=options)
+                                   tls=_tls_bytes(self.tls), options=options, pin=self.pin)
         with self.r.step("preflight (probe container)"):
             return self._preflight(info)
 
@@ -337,124 +343,6 @@ class DockerDeploy(UndoableDeploy):
     def service(self, name: str) -> ContainerService:
         return ContainerService(self.engine, name, self.job.dep_id)
 
-    def _run(self) -> Outcome:
-        job, engine = self.job, self.engine
-        report = self.prepare()
-        report.raise_if_failed()
-        rec = new_record(job, self.runtime, home="/", init="docker", port=self.port, bind=self.bind,
-                         url=f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}", boot="docker",
-                         token_file=self.token_file, tls=self.tls)
-        rec.container, rec.image = self.name, self.image.tag
-        self.rec = self.ctx.store.save(rec)
-        self.phase = "recorded"
-        current = engine.container(self.name)
-        changed = current is not None and current.labels.get(RELEASE_LABEL) != self.plan.digest
-        if current is not None and not changed and current.status == "running":
-            card = self.service(self.name).answers(self.port, self.token, self.pin)
-            if card.get("ok"):
-                return self._done(rec, card, unchanged=True)
-        if changed and current is not None and current.status == "running":
-            self.phase = "smoke"
-            with self.r.step("smoke-start the new release beside the serving container"):
-                self._smoke()
-        self.phase = "switch"
-        with self.r.step(f"start container {self.name}"):
-            if changed:
-                engine.remove(self.prev_name)
-                engine.stop(self.name)
-                self.moved_prev = engine.rename(self.name, self.prev_name)
-            engine.create(self.image.tag, self.name, self.plan.env, self.plan.options, self.plan.labels(job.dep_id),
-                          self.plan.secrets)
-            card = self.service(self.name).wait(self.port, self.token, self.pin, job.req.start_timeout)
-            if not card.get("ok"):
-                log = engine.logs(self.name, tail=40)
-                raise MurError("E-DEPLOY-004", f"the capsule did not start in {self.name}: {card.get('error')}\n"
-                               f"logs:\n{log[-2500:]}",
-                               "the previous container is serving again" if self.moved_prev else "nothing is left running")
-        if changed and job.existing is not None:
-            rec.previous = job.existing.release
-        self._prune_images()
-        return self._done(rec, card, unchanged=False)
-
-    def _release(self) -> Release:
-        labels = self.image.labels
-        return Release(digest=self.plan.digest, bundle=self.runtime.name, bundle_version=self.runtime.version,
-                       port=self.port, image=self.image.tag,
-                       extra={"image_id": self.image.id, "capsule_digest": labels.get(f"{L}capsule.digest"),
-                              "capsule": {"name": labels.get(f"{L}capsule.name"),
-                                          "version": labels.get(f"{L}capsule.version")}})
-
-    def _done(self, rec: Deployment, card: dict[str, Any], unchanged: bool) -> Outcome:
-        if not unchanged or rec.release is None:
-            rec.release = self._release()
-        rec.status, self.phase = "running", "done"
-        self.ctx.store.save(rec)
-        return Outcome(rec, unchanged=unchanged, uploaded=0 if unchanged else None, agent_card=card.get("agent_card"))
-
-    def _smoke(self) -> None:
-        """The new release once on a spare port, beside the serving container; removed either way."""
-        spare = pick_port(self.job.dep_id, self.busy | {self.port}, salt=1)
-        name = container_name(self.job.dep_id, "candidate")
-        env = {**self.plan.env, "MUR_PORT": str(spare)}
-        self.engine.create(self.image.tag, name, env, self.plan.options, {LABEL: self.job.dep_id}, self.plan.secrets,
-                           restart="no")
-        try:
-            res = self.service(name).wait(spare, self.token, self.pin, self.job.req.start_timeout)
-            log = "" if res.get("ok") else self.engine.logs(name, tail=40)
-        finally:
-            self.engine.remove(name)
-        if not res.get("ok"):
-            raise MurError("E-DEPLOY-004", f"the new release did not start: {res.get('error')}\nlogs:\n{log[-1500:]}",
-                           "the serving container was not touched")
-
-    def _prune_images(self) -> None:
-        """Untag the deployment's images no container of it uses any more (the image goes with its last tag)."""
-        keep = {self.image.tag}
-        prev = self.engine.container(self.prev_name)
-        keep |= set(prev.image_tags) if prev else set()
-        repo = image_repo(self.job.dep_id)
-        for _image_id, tags in self.engine.images(repo):
-            if set(tags) & keep:
-                continue
-            for t in tags:
-                if t.startswith(repo + ":"):
-                    try:
-                        self.engine.untag(t)
-                    except MurError:
-                        pass  # in use by a container being removed: the next deploy prunes it
-
-    def _abort(self, exc: BaseException) -> None:
-        engine, job = self.engine, self.job
-        if self.phase == "done":
-            return
-        if self.rec is None:  # refused before anything ran: only a fresh deployment's image to remove
-            if job.existing is None:
-                try:
-                    destroy_containers(engine, job.dep_id)
-                except BaseException:  # noqa: BLE001 - best effort; the original error is what matters
-                    pass
-            return
-        try:
-            with self.r.step("undoing this deploy"):
-                engine.remove(container_name(job.dep_id, "candidate"))
-                if self.phase == "switch":
-                    engine.remove(self.name)
-                    if self.moved_prev:
-                        engine.rename(self.prev_name, self.name)
-                        engine.start(self.name)
-                if job.existing is None:
-                    destroy_containers(engine, job.dep_id)
-                    self.ctx.store.remove(job.dep_id)
-                    from mur.deploy import auth
-
-                    auth.forget(job.dep_id)
-                else:
-                    self.ctx.store.save(job.existing)
-        except BaseException:  # noqa: BLE001 - keep the record for destroy
-            self.r.note(f"could not undo everything: {job.dep_id} stays recorded as incomplete; "
-                        f"`mur deploy destroy {job.dep_id}` removes it")
-
-
 def _tls_bytes(tls: Tls | None) -> tuple[bytes, bytes] | None:
     if tls is None:
         return None
@@ -478,92 +366,37 @@ def destroy_containers(engine: DockerEngine, dep_id: str) -> list[str]:
     return removed
 
 
-class DockerProvider:
-    kind = "docker"
 
-    def check(self, job: DeployJob) -> Report:
-        d = DockerDeploy(job)
-        try:
-            return d.prepare()
-        finally:
-            if job.existing is None:  # the image of a deployment that does not exist: leave nothing behind
-                destroy_containers(d.engine, job.dep_id)
 
-    def deploy(self, job: DeployJob) -> Outcome:
-        return DockerDeploy(job).run()
-
-    def _service(self, engine: DockerEngine, dep: Deployment) -> ContainerService:
-        return ContainerService(engine, self._name(dep), dep.deployment_id)
-
-    @staticmethod
-    def _name(dep: Deployment) -> str:
-        return dep.container or container_name(dep.deployment_id)
-
-    def status(self, dep: Deployment, ctx: Context) -> dict[str, Any]:
-        engine = DockerEngine()
-        info = engine.container(self._name(dep))
-        state: dict[str, Any] = {"state": info.status if info else "absent", "restarts": info.restart_count if info else 0,
-                                 "restart_policy": info.restart_policy if info else ""}
-        card: dict[str, Any] = {"ok": False, "error": "container not running"}
-        if info is not None and info.status == "running":
-            card = self._service(engine, dep).answers(int(dep.service_port or 0), read_token(dep), dep.tls_pin)
-        running = info is not None and info.status == "running"
-        dep.status = observed_status(dep, running, bool(card.get("ok")))
-        ctx.store.save(dep)
-        return {"service": state, "agent_card_ok": bool(card.get("ok")), "agent_card": card.get("agent_card"),
-                "error": None if card.get("ok") else card.get("error")}
-
-    def logs(self, dep: Deployment, lines: int, follow: bool, sink: Callable[[bytes], None] | None,
-             ctx: Context) -> str:
-        return DockerEngine().logs(self._name(dep), lines, follow, sink)
-
-    def start(self, dep: Deployment, ctx: Context) -> Deployment:
-        engine = DockerEngine()
-        name = self._name(dep)
-        with ctx.reporter.step(f"start {name}"):
-            if not engine.start(name):
-                raise MurError("E-DEPLOY-010", f"container {name} does not exist", "deploy again")
-            card = self._service(engine, dep).wait(int(dep.service_port or 0), read_token(dep), dep.tls_pin, ctx.timeout)
-        if not card.get("ok"):
-            raise MurError("E-DEPLOY-004", f"the capsule did not start: {card.get('error')}\nlogs:\n"
-                           f"{engine.logs(name, 40)[-2500:]}")
-        dep.status = "running"
-        return ctx.store.save(dep)
-
-    def stop(self, dep: Deployment, ctx: Context) -> Deployment:
-        with ctx.reporter.step(f"stop {self._name(dep)}"):
-            DockerEngine().stop(self._name(dep))
-        dep.status = "stopped"
-        return ctx.store.save(dep)
-
-    def destroy(self, dep: Deployment, ctx: Context) -> None:
-        with ctx.reporter.step(f"destroy {self._name(dep)}"):
-            destroy_containers(DockerEngine(), dep.deployment_id)
-
-    def rollback(self, dep: Deployment, ctx: Context) -> Deployment:
-        engine = DockerEngine()
-        dep_id = dep.deployment_id
-        name, prev, swap = container_name(dep_id), container_name(dep_id, "prev"), container_name(dep_id, "swap")
-        if engine.container(prev) is None:
-            raise MurError("E-DEPLOY-011", f"deployment {dep_id} has no previous container ({prev}) to roll back to",
-                           "rollback needs at least two deploys with different releases")
-        label = dep.previous.image if dep.previous else "previous"
-        with ctx.reporter.step(f"switch to the previous container ({label})"):
-            engine.stop(name)
-            engine.remove(swap)
-            engine.rename(name, swap)
-            engine.rename(prev, name)
-            engine.start(name)
-            card = self._service(engine, dep).wait(int(dep.service_port or 0), read_token(dep), dep.tls_pin, ctx.timeout)
-            if not card.get("ok"):
-                log = engine.logs(name, 40)
-                engine.stop(name)
-                engine.rename(name, prev)
-                engine.rename(swap, name)
-                engine.start(name)
-                raise MurError("E-DEPLOY-004", f"the previous release did not start: {card.get('error')}\nlogs:\n"
-                               f"{log[-2500:]}", "switched back to the current release")
+def reconcile(engine: DockerEngine, dep_id: str) -> list[str]:
+    """Put the deployment's containers back in order after an interrupted command (under its lock):
+    a smoke-start container goes; a serving container moved aside (`-swap`) or to `-prev` by a
+    deploy or rollback that did not finish comes back under its name. Returns what was done."""
+    name, prev, swap = container_name(dep_id), container_name(dep_id, "prev"), container_name(dep_id, "swap")
+    done = []
+    if engine.remove(container_name(dep_id, "candidate")):
+        done.append("removed a smoke-start container an interrupted deploy left")
+    if engine.container(swap) is not None:
+        if engine.container(name) is None:
+            engine.rename(swap, name)
+            done.append("restored the container an interrupted rollback had moved aside")
+        elif engine.container(prev) is None:
             engine.rename(swap, prev)
-        dep.release, dep.previous, dep.status = dep.previous, dep.release, "running"
-        dep.image = dep.release.image if dep.release else dep.image
-        return ctx.store.save(dep)
+            done.append("finished an interrupted rollback (the old container is kept as -prev)")
+        else:
+            engine.remove(swap)
+            done.append("removed a third container an interrupted rollback left")
+    if engine.container(name) is None and engine.container(prev) is not None:
+        engine.rename(prev, name)
+        done.append("brought back the previous container an interrupted deploy had moved aside")
+    return done
+
+
+def leftovers(engine: DockerEngine, dep_id: str) -> list[str]:
+    """What `reconcile` would put in order (read only)."""
+    name = container_name(dep_id)
+    out = [f"container {container_name(dep_id, r)}" for r in ("candidate", "swap")
+           if engine.container(container_name(dep_id, r)) is not None]
+    if engine.container(name) is None and engine.container(container_name(dep_id, "prev")) is not None:
+        out.append(f"no {name}, only its previous container")
+    return out

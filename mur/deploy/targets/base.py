@@ -27,6 +27,42 @@ from mur.errors import MurError
 HELPER = "/usr/local/lib/mur/mur-deploy-helper"
 
 
+DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded")
+
+
+def quoted(text: str) -> str:
+    """Remote output quoted inside one of our errors: its own `error[CODE]` lines are shown as
+    `(remote CODE)`, so the error line of this command is the only `error[...]` a reader (or a
+    script) finds."""
+    import re
+
+    return re.sub(r"\berror\[([A-Z]+-[A-Z]+-\d+)\]", r"(remote \1)", text)
+
+
+def full_line(text: str) -> str | None:
+    """The line of remote output that says a filesystem is full, if one does."""
+    return next((ln.strip() for ln in text.splitlines() if any(t in ln for t in DISK_FULL_TEXT)), None)
+
+
+class Held:
+    """A long-running command on the target, its stdin ours to write and its stdout ours to read
+    (the deployment lock's holder, mur.deploy.lock). It ends when we close it or our process dies."""
+
+    def readline(self, timeout: float) -> str | None:
+        """The next line (with its newline); "" at the end; None when `timeout` passed first."""
+        raise NotImplementedError
+
+    def send(self, data: bytes) -> bool:
+        raise NotImplementedError
+
+    @property
+    def closed(self) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class Result:
     rc: int
@@ -50,6 +86,8 @@ class Target:
         self._user: str | None = None
         # Elevate through HELPER instead of `sudo -n sh -c` (preflight found it; records keep it).
         self.helper = False
+        # The step in progress (set by the provider): named by every link or disk error.
+        self.doing = ""
 
     # primitives -----------------------------------------------------------------------------
 
@@ -59,6 +97,20 @@ class Target:
     def _put(self, src: Path | bytes, dst: str) -> None:
         """Copy to `dst` (a fresh temp path next to the final one), private (0600) from the first byte."""
         raise NotImplementedError
+
+    def hold(self, cmd: str) -> Held:
+        """Start `cmd` and keep it running, its stdin and stdout connected to the returned Held."""
+        raise NotImplementedError
+
+    def alive(self, timeout: float = 3.0) -> bool:
+        """Whether the connection carries commands right now."""
+        return True
+
+    def reconnect(self, budget: float | None = None) -> None:
+        """Replace a dead connection by a fresh one (a transport without connections: nothing)."""
+
+    def abort(self, why: str = "") -> None:
+        """From another thread: end every wait on this connection now (a transport without one: nothing)."""
 
     def open_port(self, port: int) -> contextlib.AbstractContextManager[tuple[str, int]]:
         """(host, port) on this machine that reaches 127.0.0.1:<port> on the target, while open."""
@@ -136,17 +188,69 @@ class Target:
         if sudo:
             cmd = self.elevated(cmd, helper)
         res = self._exec(cmd, timeout, stdin)
+        if res.rc != 0 and any(t in res.stderr for t in DISK_FULL_TEXT):
+            raise self.disk_full(what or "command", detail=res.stderr.strip()[-300:])
         if check and res.rc != 0:
             detail = (res.stderr.strip() or res.stdout.strip())[-1500:]
             raise MurError(self.error_code, f"{self.label}: {what or 'command'} failed (exit {res.rc}): {detail}\n  command: {cmd[:300]}")
         return res
 
-    def put_file(self, src: Path | bytes, dst: str, mode: int = 0o644) -> None:
-        """Atomically place a file: copy to a temp name beside `dst`, chmod, rename over."""
-        tmp = f"{dst}.mur-tmp-{secrets.token_hex(4)}"
-        self._put(src, tmp)
+    def put_file(self, src: Path | bytes, dst: str, mode: int = 0o644, scratch: str | None = None) -> None:
+        """Atomically place a file: copy to a temp name beside `dst`, chmod, rename over.
+
+        A failed copy is checked against the free space where it went: a full filesystem is
+        E-DEPLOY-014 naming it and the bytes the file needed, not the transport's bare "Failure".
+        `scratch`: copy there instead (a staging directory on the same filesystem), so an
+        interrupted copy of a shared file never lies beside it."""
+        name = f"{Path(dst).name}.mur-tmp-{secrets.token_hex(4)}"
+        tmp = f"{scratch}/{name}" if scratch else f"{Path(dst).parent}/{name}"
+        try:
+            self._put(src, tmp)
+        except MurError as err:
+            size = len(src) if isinstance(src, bytes) else _size_of(src)
+            full = self._full_for(str(Path(dst).parent), size)
+            if full is not None:
+                raise full from err
+            raise
         self.run(f"chmod {mode:o} {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(dst)}",
                  what=f"install {dst}")
+
+    def space(self, path: str) -> tuple[str, str, int] | None:
+        """(filesystem, mount point, free bytes) of the filesystem holding `path` (or its nearest parent)."""
+        probe = path
+        try:
+            res = self._exec(f"p={shlex.quote(probe)}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
+                             "df -Pk \"$p\"", 15.0, None)
+        except MurError:
+            return None
+        lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+        cols = lines[-1].split() if len(lines) >= 2 else []
+        try:
+            return cols[0], cols[5], int(cols[3]) * 1024
+        except (IndexError, ValueError):
+            return None
+
+    def _full_for(self, path: str, size: int) -> MurError | None:
+        room = self.space(path)
+        if room is None or room[2] >= size + (1 << 20):
+            return None
+        return self.disk_full(f"upload to {path}", need=size, room=room)
+
+    def disk_full(self, what: str, *, need: int | None = None, room: tuple[str, str, int] | None = None,
+                  detail: str = "") -> MurError:
+        """E-DEPLOY-014: the filesystem, where it is mounted, and the bytes needed and free."""
+        need = need if need is not None else self.need_bytes
+        room = room or self.space(self._home or "/")
+        during = f" during {self.doing}" if self.doing else ""
+        fs = f"{room[0]} (mounted on {room[1]}, {_human(room[2])} free)" if room else "the target's filesystem"
+        wanted = f": {_human(need)} needed" if need else ""
+        return MurError("E-DEPLOY-014", f"{self.label}: no space left on {fs}{during} ({what}){wanted}"
+                        + (f"\n  remote: {quoted(detail)}" if detail else ""),
+                        "free space on that filesystem (or give the deploy user a larger home), then deploy again; "
+                        "`mur deploy gc` removes what interrupted deploys left")
+
+    # bytes the step in progress still has to write (set by the provider; named by disk_full)
+    need_bytes: int = 0
 
     def exists(self, path: str) -> bool:
         return self.run(f"test -e {shlex.quote(path)}", check=False, what=f"test {path}").rc == 0
@@ -169,6 +273,19 @@ class Target:
         res = self.run("uname -s; uname -m", what="uname")
         system, machine = (res.stdout.split() + ["", ""])[:2]
         return system, machine
+
+
+def _size_of(src: Path | str) -> int:
+    try:
+        return Path(src).stat().st_size
+    except OSError:
+        return 0
+
+
+def _human(n: int) -> str:
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.0f} MiB ({n} bytes)"
+    return f"{n} bytes"
 
 
 @contextlib.contextmanager

@@ -98,6 +98,7 @@ class ContainerInfo:
     restart_count: int = 0
     restart_policy: str = ""
     started_at: str = ""  # State.StartedAt (RFC 3339): the current run's logs start there
+    exit_code: int = 0  # State.ExitCode: of the last run that ended
 
 
 class DockerEngine:
@@ -164,9 +165,16 @@ class DockerEngine:
             tags = self._call(f"inspect the image of {name}", lambda: tuple(c.image.tags))
         except MurError:  # the image may be gone (removed under a stopped container)
             tags = ()
+        state = attrs.get("State") or {}
         return ContainerInfo(name, c.status, dict(c.labels or {}), tags, int(attrs.get("RestartCount") or 0),
                              str((host.get("RestartPolicy") or {}).get("Name") or ""),
-                             str((attrs.get("State") or {}).get("StartedAt") or ""))
+                             str(state.get("StartedAt") or ""), int(state.get("ExitCode") or 0))
+
+    def labelled(self, label: str) -> list[ContainerInfo]:
+        """Every container (running or not) that carries `label`."""
+        found = self._call(f"list containers labelled {label}", self.client.containers.list, all=True,
+                           filters={"label": label})
+        return [ContainerInfo(c.name, c.status, dict(c.labels or {}), ()) for c in found]
 
     def create(self, image: str, name: str, env: dict[str, str], kwargs: dict[str, Any], labels: dict[str, str],
                files: dict[str, Secret], restart: str = "unless-stopped") -> None:

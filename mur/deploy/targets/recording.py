@@ -21,12 +21,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
-from mur.deploy.targets.base import Result, Target
+from mur.deploy.targets.base import Held, Result, Target
 
 
 @dataclass(frozen=True)
 class Call:
-    kind: str  # "run" | "put"
+    kind: str  # "run" | "put" | "hold" | "connect"
     what: str
     cmd: str = ""
     sudo: bool = False
@@ -79,6 +79,50 @@ class FakeService:
         self.server.server_close()
 
 
+class FakeHeld(Held):
+    """The lock holder as the target would run it: `@@locked`, then answers to u/r, until closed."""
+
+    def __init__(self, target: "RecordingTarget", cmd: str):
+        self.t, self.cmd = target, cmd
+        self.lines: list[str] = []
+        self.sent: list[bytes] = []
+        self._closed = False
+        if target.lock_holder is not None:
+            self.lines.append(f"@@busy 1000 {target.lock_holder}\n")
+            self._closed = True
+        else:
+            prev = target.lock_previous
+            self.lines.append(f"@@locked {prev}\n" if prev else "@@locked \n")
+            target.locks_held += 1
+            import re
+
+            token = re.search(r'"token": "([0-9a-f]+)"', cmd)  # what this holder writes in the holder file
+            target.lock_previous = '1000 {"token": "%s"}' % (token.group(1) if token else "")
+
+    def readline(self, timeout: float) -> str | None:
+        return self.lines.pop(0) if self.lines else ("" if self._closed else None)
+
+    def send(self, data: bytes) -> bool:
+        if self._closed:
+            return False
+        self.sent.append(data)
+        answer = {b"u": "@@unshared\n", b"r": "@@removed\n"}.get(data)
+        if answer:
+            self.lines.append(answer)
+        if data == b"r":
+            self.t.lock_files_removed += 1
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.t.locks_held -= 1
+
+
 class RecordingTarget(Target):
     kind = "recording"
 
@@ -93,6 +137,14 @@ class RecordingTarget(Target):
         self._what = ""
         self.service = FakeService()
         self.ssh_user, self.host, self.port, self.key_file = user, "vm", 22, None
+        # the deployment lock as the target holds it (mur.deploy.lock)
+        self.lock_holder: str | None = None  # another command holds it: "<since> <holder json>"
+        self.lock_previous = ""  # the holder file an acquisition finds
+        self.locks_held = 0
+        self.lock_files_removed = 0
+        self.holds: list[FakeHeld] = []
+        self.is_alive = True
+        self.reconnects = 0
 
     @property
     def label(self) -> str:
@@ -116,7 +168,7 @@ class RecordingTarget(Target):
                 return response(self.calls[-1]) if callable(response) else response
         return Result(0, "", "")
 
-    def put_file(self, src: Path | bytes, dst: str, mode: int = 0o644) -> None:
+    def put_file(self, src: Path | bytes, dst: str, mode: int = 0o644, scratch: str | None = None) -> None:
         call = Call("put", f"install {dst}", dst=dst, mode=mode)
         self.calls.append(call)
         for what, response in reversed(self._rules):
@@ -124,6 +176,20 @@ class RecordingTarget(Target):
                 response(call)  # may raise: an interrupt, a dropped connection
                 break
         self.files[dst] = src if isinstance(src, bytes) else Path(src).read_bytes()
+
+    def hold(self, cmd: str) -> Held:
+        self.calls.append(Call("hold", "lock", cmd))
+        held = FakeHeld(self, cmd)
+        self.holds.append(held)
+        return held
+
+    def alive(self, timeout: float = 3.0) -> bool:
+        return self.is_alive
+
+    def reconnect(self, budget: float | None = None) -> None:
+        self.reconnects += 1
+        self.is_alive = True
+        self.calls.append(Call("connect", "reconnect"))
 
     @contextlib.contextmanager
     def open_port(self, port: int) -> Iterator[tuple[str, int]]:

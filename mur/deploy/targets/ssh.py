@@ -1,13 +1,19 @@
-"""An existing machine over SSH (paramiko), with the host verified.
+"""An existing machine over SSH (paramiko), with the host verified and every wait bounded.
 
-Better than upstream's `ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null`:
+Better than upstream's `ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null` + nohup:
   * the host key is checked against known_hosts by default (`~/.ssh/known_hosts`, or
     `--known-hosts FILE`); an unknown host is refused (E-DEPLOY-009) unless `--trust-new-host`
     is given, which records the key (trust on first use) so every later connection is verified;
     a changed key is always refused;
   * key-file or agent authentication (plus the default ~/.ssh/id_* keys), no passwords;
-  * connection attempts retried with exponential backoff (1 s doubling, 30 s budget);
-  * uploads through SFTP to a temp name (0600 before the first byte), then an atomic rename.
+  * connection attempts retried with exponential backoff within a budget;
+  * uploads through SFTP to a temp name (0600 before the first byte), then an atomic rename;
+  * a silent link is found within MUR_DEPLOY_DEAD_AFTER seconds (mur.deploy.deadlines): the socket
+    counts the time since the server last sent anything, a keepalive that wants a reply is sent
+    every MUR_DEPLOY_KEEPALIVE seconds, and a watchdog shuts the socket when the server stays
+    silent. Every wait (a command, an SFTP write or close, a channel open) then ends at once with
+    E-DEPLOY-003 naming the step in progress (`Target.doing`). A dead connection is never reused
+    behind the caller's back: `reconnect()` opens a fresh one (the lock it held is gone with it).
 
 paramiko is used here only; every paramiko (and socket) error becomes a MurError in this module
 (`SSH_ERRORS`, tests/deploy/test_deploy_errors.py checks the mapping is total).
@@ -29,7 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from mur.deploy.targets.base import Result, Target
+from mur.deploy.deadlines import Deadlines, current as current_deadlines
+from mur.deploy.targets.base import Held, Result, Target
 from mur.errors import MurError
 from mur.paths import known_hosts_path
 
@@ -63,14 +70,135 @@ def _host_key_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+class WatchedSocket(socket.socket):
+    """A connected TCP socket that remembers when the peer last sent a byte (paramiko reads it)."""
+
+    last_rx: float = 0.0
+
+    @classmethod
+    def wrap(cls, sock: socket.socket) -> "WatchedSocket":
+        out = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        out.last_rx = time.monotonic()
+        return out
+
+    def recv(self, bufsize: int, *args: Any) -> bytes:  # type: ignore[override]
+        data = super().recv(bufsize, *args)
+        if data:
+            self.last_rx = time.monotonic()
+        return data
+
+
+class Watchdog:
+    """Keeps one transport honest: keepalives that want a reply, and a verdict when none comes.
+
+    Two threads: a pinger (which may block in paramiko's send lock behind a stuck upload) and the
+    judge (which never blocks): after `dead_after` seconds without a byte from the server it shuts
+    the socket and closes the transport, which wakes every waiter on that connection."""
+
+    def __init__(self, transport: Any, sock: WatchedSocket, dl: Deadlines, on_dead: Callable[[str], None]):
+        self.tr, self.sock, self.dl, self.on_dead = transport, sock, dl, on_dead
+        self.stop = threading.Event()
+        self._ping = threading.Event()
+        for fn in (self._judge, self._pinger):
+            threading.Thread(target=fn, daemon=True, name="mur-ssh-watchdog").start()
+
+    def _judge(self) -> None:
+        tick = min(1.0, self.dl.keepalive / 2)
+        last_ping = 0.0
+        while not self.stop.wait(tick):
+            now = time.monotonic()
+            silent = now - self.sock.last_rx
+            if silent >= self.dl.dead_after:
+                self.on_dead(f"no answer from the host for {silent:.0f}s")
+                self.kill()
+                return
+            if now - last_ping >= self.dl.keepalive:
+                last_ping = now
+                self._ping.set()
+
+    def _pinger(self) -> None:
+        from paramiko.common import cMSG_GLOBAL_REQUEST
+        from paramiko.message import Message
+
+        while not self.stop.is_set():
+            self._ping.wait(1.0)
+            if self.stop.is_set() or not self._ping.is_set():
+                continue
+            self._ping.clear()
+            m = Message()
+            m.add_byte(cMSG_GLOBAL_REQUEST)
+            m.add_string("keepalive@openssh.com")
+            m.add_boolean(True)  # want a reply: the answer is what proves the link alive
+            try:
+                self.tr._send_user_message(m)
+            except Exception:  # noqa: BLE001 - a dead transport; the judge decides
+                return
+
+    def kill(self) -> None:
+        self.stop.set()
+        self._ping.set()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):
+            self.tr.close()
+
+
+class SSHHeld(Held):
+    """A long-running remote command on its own channel (the deployment lock's holder)."""
+
+    def __init__(self, target: "SSHTarget", chan: Any):
+        self.target, self.chan = target, chan
+        self._buf = b""
+
+    def readline(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.chan.settimeout(min(left, 0.5))
+            try:
+                data = self.chan.recv(4096)
+            except socket.timeout:
+                if self.target.dead:
+                    return ""
+                continue
+            except _ssh_errors():
+                return ""
+            if not data:
+                line, self._buf = self._buf, b""
+                return line.decode("utf-8", "replace")
+            self._buf += data
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode("utf-8", "replace") + "\n"
+
+    def send(self, data: bytes) -> bool:
+        try:
+            self.chan.settimeout(2.0)
+            self.chan.sendall(data)
+            return True
+        except _ssh_errors():
+            return False
+
+    @property
+    def closed(self) -> bool:
+        return self.chan.closed or self.target.dead is not None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.chan.shutdown_write()  # EOF on the holder's stdin: it exits, the lock goes with it
+        with contextlib.suppress(Exception):
+            self.chan.close()
+
+
 class SSHTarget(Target):
     kind = "ssh"
     error_code = "E-DEPLOY-003"
 
     def __init__(self, host: str, *, user: str = "root", port: int = 22, key_file: str | None = None,
                  known_hosts: str | None = None, trust_new_host: bool = False,
-                 connect_budget: float = CONNECT_BUDGET, note: Callable[[str], None] | None = None,
-                 client_factory: Callable[[], Any] | None = None):
+                 connect_budget: float | None = None, note: Callable[[str], None] | None = None,
+                 client_factory: Callable[[], Any] | None = None, deadlines: Deadlines | None = None):
         super().__init__()
         if not host:
             raise MurError("E-DEPLOY-001", "no host specified; create a VM first, then pass its IP via --host")
@@ -78,11 +206,15 @@ class SSHTarget(Target):
         self.key_file = key_file
         self.known_hosts = Path(known_hosts) if known_hosts else default_known_hosts()
         self.trust_new_host = trust_new_host
-        self.connect_budget = connect_budget
+        self.deadlines = deadlines or current_deadlines()
+        self.connect_budget = connect_budget or self.deadlines.connect_budget
         self._note = note or (lambda _msg: None)
         self._client_factory = client_factory
         self._client = None
         self._sftp = None
+        self._watchdog: Watchdog | None = None
+        self.dead: str | None = None  # why the current connection is known dead (None: alive)
+        self._aborted: str | None = None  # abort() was called: no new connection either
         self._connect()
 
     @property
@@ -124,10 +256,12 @@ class SSHTarget(Target):
             return _RecordNew()
         return paramiko.RejectPolicy()
 
-    def _connect(self) -> None:
+    def _connect(self, budget: float | None = None) -> None:
         import paramiko
 
-        delay, deadline = 1.0, time.monotonic() + self.connect_budget
+        dl = self.deadlines
+        budget = self.connect_budget if budget is None else budget
+        delay, deadline = 1.0, time.monotonic() + budget
         last: Exception | None = None
         while True:
             client = (self._client_factory or paramiko.SSHClient)()
@@ -137,11 +271,17 @@ class SSHTarget(Target):
             except (OSError, paramiko.SSHException) as exc:
                 raise MurError("E-DEPLOY-009", f"cannot read known_hosts {self.known_hosts}: {exc}") from exc
             client.set_missing_host_key_policy(self._policy())
+            sock: WatchedSocket | None = None
             try:
+                attempt = max(1.0, min(dl.connect, deadline - time.monotonic()))
+                if self._client_factory is None:  # a test's client brings its own transport
+                    sock = WatchedSocket.wrap(socket.create_connection((self.host, self.port), timeout=attempt))
                 client.connect(self.host, port=self.port, username=self.ssh_user, key_filename=self.key_file,
-                               look_for_keys=self.key_file is None, allow_agent=True, timeout=10,
-                               banner_timeout=15, auth_timeout=15)
-                self._client = client
+                               look_for_keys=self.key_file is None, allow_agent=True, timeout=attempt,
+                               banner_timeout=attempt, auth_timeout=attempt, channel_timeout=attempt, sock=sock)
+                self._client, self.dead = client, None
+                if sock is not None:
+                    self._watchdog = Watchdog(client.get_transport(), sock, dl, self._died)
                 return
             except paramiko.BadHostKeyException as exc:
                 client.close()
@@ -169,67 +309,135 @@ class SSHTarget(Target):
             except (OSError, EOFError) as exc:  # socket.timeout is an OSError
                 client.close()
                 last = exc
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
             if time.monotonic() + delay > deadline:
-                raise MurError("E-DEPLOY-003", f"SSH not available on {self.label} after {self.connect_budget:.0f}s: {last}",
+                raise MurError("E-DEPLOY-003", f"SSH not available on {self.label} after {budget:.0f}s: {last}",
                                "check the host, port and firewall; is sshd running?") from last
             time.sleep(delay)
             delay = min(delay * 2, 8.0)
 
+    def _died(self, why: str) -> None:
+        self.dead = why
+
+    def abort(self, why: str = "stopped: the command ran out of time") -> None:
+        """End every wait on this connection now (from another thread), and refuse new ones."""
+        self._aborted = why
+        self.dead = self.dead or why
+        if self._watchdog is not None:
+            self._watchdog.kill()
+
     def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop.set()
+            self._watchdog = None
         if self._sftp is not None:
-            try:
-                self._sftp.close()
-            except Exception:  # noqa: BLE001 - closing a dead channel
-                pass
+            with contextlib.suppress(Exception):
+                self._sftp.get_channel().close()  # never SFTPClient.close(): it waits on a dead link
             self._sftp = None
         if self._client is not None:
-            self._client.close()
+            with contextlib.suppress(Exception):
+                self._client.close()
             self._client = None
+
+    def reconnect(self, budget: float | None = None) -> None:
+        """Drop this connection (and whatever it held on the target) and open a fresh one."""
+        self.close()
+        if self._aborted:
+            raise MurError("E-DEPLOY-003", f"{self.label}: {self._aborted}")
+        self.dead = None
+        self._connect(budget)
+        if self._aborted:  # aborted while connecting
+            self.abort(self._aborted)
+            raise MurError("E-DEPLOY-003", f"{self.label}: {self._aborted}")
+
+    def alive(self, timeout: float = 3.0) -> bool:
+        """Whether the connection still carries a command right now (paramiko may call a dead one active)."""
+        if self.dead is not None or self._client is None:
+            return False
+        try:
+            return self._exec("true", timeout, None, open_timeout=timeout).rc == 0
+        except MurError:
+            return False
+
+    def _lost(self, what: str, exc: BaseException | None = None) -> MurError:
+        during = f" during {self.doing}" if self.doing else ""
+        if self.dead is not None:
+            return MurError("E-DEPLOY-003", f"{self.label}: the link went silent{during} ({what}): {self.dead}",
+                            f"the link is checked every {self.deadlines.keepalive:g}s and called dead after "
+                            f"{self.deadlines.dead_after:g}s of silence (docs/deploy.md, Deadlines)")
+        text = ""
+        if exc is not None:
+            try:
+                text = str(exc)
+            except Exception:  # noqa: BLE001
+                text = ""
+        return MurError("E-DEPLOY-003", f"{self.label}: {what} failed{during}: "
+                        f"{text or 'the connection was closed (by the host or the network)'}",
+                        "`mur deploy status ID` shows what is true on the target; the next deploy repairs what a "
+                        "cut command left")
+
+    def _alive_transport(self) -> bool:
+        tr = self._client.get_transport() if self._client else None
+        return tr is not None and tr.is_active()
 
     def _transport(self):
         tr = self._client.get_transport() if self._client else None
-        if tr is None or not tr.is_active():
-            self.close()
-            self._connect()
-            tr = self._client.get_transport()
-        if tr is None:
-            raise MurError("E-DEPLOY-003", f"{self.label}: the SSH connection is gone")
+        if self.dead is not None or tr is None or not tr.is_active():
+            raise self._lost("SSH connection")
         return tr
 
     # primitives -------------------------------------------------------------------------------
 
-    def _exec(self, cmd: str, timeout: float | None, stdin: bytes | None) -> Result:
+    def _exec(self, cmd: str, timeout: float | None, stdin: bytes | None, open_timeout: float | None = None) -> Result:
+        limit = timeout if timeout is not None else self.deadlines.command
         try:
-            chan = self._transport().open_session()
-            chan.exec_command(cmd)
-            if stdin:
-                chan.sendall(stdin)
-            chan.shutdown_write()
-            out, err = bytearray(), bytearray()
-            deadline = time.monotonic() + timeout if timeout else None
-            while True:
-                if chan.recv_ready():
-                    out += chan.recv(65536)
-                    continue
-                if chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                    continue
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
-                if deadline and time.monotonic() > deadline:
-                    chan.close()
-                    raise MurError("E-DEPLOY-003", f"{self.label}: command timed out after {timeout}s: {cmd[:200]}")
-                select.select([chan], [], [], 0.2)
-            rc = chan.recv_exit_status()
-            chan.close()
-            return Result(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+            chan = self._transport().open_session(timeout=open_timeout or self.deadlines.connect)
+            try:
+                chan.settimeout(self.deadlines.dead_after)
+                chan.exec_command(cmd)
+                if stdin:
+                    chan.sendall(stdin)
+                chan.shutdown_write()
+                out, err = bytearray(), bytearray()
+                deadline = time.monotonic() + limit
+                while True:
+                    if chan.recv_ready():
+                        out += chan.recv(65536)
+                        continue
+                    if chan.recv_stderr_ready():
+                        err += chan.recv_stderr(65536)
+                        continue
+                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                        break
+                    if chan.closed or self.dead is not None:
+                        raise self._lost("SSH command")
+                    if time.monotonic() > deadline:
+                        during = f" during {self.doing}" if self.doing else ""
+                        raise MurError("E-DEPLOY-003", f"{self.label}: command timed out after {limit:g}s{during}: "
+                                       f"{cmd[:200]}")
+                    select.select([chan], [], [], 0.2)
+                rc = chan.recv_exit_status()
+                if rc == -1 and (self.dead is not None or not self._alive_transport()):
+                    # paramiko reports a channel that died with its connection as exit status -1
+                    raise self._lost("SSH command")
+                return Result(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+            finally:
+                chan.close()
+        except MurError:
+            raise
         except _ssh_errors() as exc:
-            raise _ssh_error(self.label, "SSH command", exc) from exc
+            raise self._lost("SSH command", exc) from exc
 
     def _sftp_client(self):
         if self._sftp is None:
-            self._transport()
-            self._sftp = self._client.open_sftp()
+            import paramiko
+
+            chan = self._transport().open_session(timeout=self.deadlines.connect)
+            chan.settimeout(self.deadlines.upload_stall)  # every SFTP read and write: progress or fail
+            chan.invoke_subsystem("sftp")
+            self._sftp = paramiko.SFTPClient(chan)
         return self._sftp
 
     def sftp(self):  # noqa: ANN201 - paramiko.SFTPClient
@@ -240,37 +448,71 @@ class SSHTarget(Target):
             raise _ssh_error(self.label, "SFTP", exc) from exc
 
     def _put(self, src: Path | bytes, dst: str) -> None:
+        fh = None
         try:
             sftp = self._sftp_client()
-            with sftp.open(dst, "wb") as fh:
-                fh.chmod(0o600)  # content may be secret (env file, token, key): private before written
-                fh.set_pipelined(True)
-                if isinstance(src, bytes):
-                    fh.write(src)
-                else:
-                    with open(src, "rb") as inp:
-                        for chunk in iter(lambda: inp.read(1 << 20), b""):
-                            fh.write(chunk)
+            fh = sftp.open(dst, "wb")
+            fh.chmod(0o600)  # content may be secret (env file, token, key): private before written
+            fh.set_pipelined(True)
+            if isinstance(src, bytes):
+                fh.write(src)
+            else:
+                with open(src, "rb") as inp:
+                    for chunk in iter(lambda: inp.read(1 << 20), b""):
+                        fh.write(chunk)
+                        if self.dead is not None:
+                            raise self._lost(f"SFTP upload to {dst}")
+            # close() waits for every pipelined write's answer: bounded by the channel's timeout and
+            # woken by the watchdog. Only on success: after a failure or Ctrl-C the channel is
+            # dropped below instead (a close would wait for answers that may never come).
+            fh.close()
+        except BaseException as exc:
+            if fh is not None:
+                fh._closed = True  # its finaliser would wait for the pipelined answers: there are none to wait for
+            sftp, self._sftp = self._sftp, None  # a failed or interrupted transfer: never reuse the channel
+            if sftp is not None:
+                with contextlib.suppress(Exception):
+                    sftp.get_channel().close()
+            if isinstance(exc, MurError):
+                raise
+            if isinstance(exc, _ssh_errors()):
+                raise self._lost(f"SFTP upload to {dst}", exc) from exc
+            raise
+
+    def hold(self, cmd: str) -> Held:
+        try:
+            chan = self._transport().open_session(timeout=self.deadlines.connect)
+            chan.exec_command(cmd)
+        except MurError:
+            raise
         except _ssh_errors() as exc:
-            self._sftp = None
-            raise _ssh_error(self.label, f"SFTP upload to {dst}", exc) from exc
+            raise self._lost("SSH command", exc) from exc
+        return SSHHeld(self, chan)
 
     def stream(self, cmd: str, sink: Callable[[bytes], None]) -> int:
         try:
-            chan = self._transport().open_session()
+            chan = self._transport().open_session(timeout=self.deadlines.connect)
             try:
                 chan.set_combine_stderr(True)
                 chan.exec_command(cmd)
+                chan.settimeout(1.0)
                 while True:
-                    data = chan.recv(65536)
+                    try:
+                        data = chan.recv(65536)
+                    except socket.timeout:
+                        if self.dead is not None:
+                            raise self._lost("SSH command") from None
+                        continue
                     if not data:
                         break
                     sink(data)
                 return chan.recv_exit_status()
             finally:
                 chan.close()
+        except MurError:
+            raise
         except _ssh_errors() as exc:
-            raise _ssh_error(self.label, "SSH command", exc) from exc
+            raise self._lost("SSH command", exc) from exc
 
     # port forwarding --------------------------------------------------------------------------
 
@@ -317,7 +559,8 @@ class Forward:
 
     def _pipe(self, conn: socket.socket, peer) -> None:  # noqa: ANN001
         try:
-            chan = self.target._transport().open_channel("direct-tcpip", ("127.0.0.1", self.remote_port), peer)
+            chan = self.target._transport().open_channel("direct-tcpip", ("127.0.0.1", self.remote_port), peer,
+                                                         timeout=self.target.deadlines.connect)
         except (MurError, *_ssh_errors()):  # the remote refused or the link is gone: drop this client
             conn.close()
             return

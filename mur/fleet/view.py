@@ -1,0 +1,68 @@
+"""One view of every deployment: grouped by capsule, then fleet (which version where, how it is, when
+it was last deployed), and whether a fleet's targets agree on what they serve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mur.ids import deployment_sort_key
+
+
+def _tag(rec: dict[str, Any]) -> dict[str, Any]:
+    tag = rec.get("fleet")
+    return tag if isinstance(tag, dict) else {}
+
+
+def fleet_of(rec: dict[str, Any]) -> str | None:
+    tag = _tag(rec)
+    if not tag.get("name"):
+        return None
+    return f"{tag['name']}.{tag['destination']}" if tag.get("destination") else str(tag["name"])
+
+
+def where(rec: dict[str, Any]) -> str:
+    t = rec.get("target") or {}
+    if rec.get("provider") == "ssh":
+        return f"{t.get('user') or 'root'}@{t.get('host')}:{t.get('port') or 22}"
+    return str(rec.get("container") or rec.get("provider") or "")
+
+
+def release_of(rec: dict[str, Any]) -> Any:
+    rel = rec.get("release")
+    if isinstance(rel, dict):
+        return rel.get("n") if rel.get("n") is not None else rel.get("image")
+    return rel
+
+
+def ordered(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Capsule, then fleet (plain deployments first), then target name, then age."""
+    return sorted(records, key=lambda r: (str(r.get("name") or ""), fleet_of(r) or "", str(_tag(r).get("target") or ""),
+                                          deployment_sort_key(str(r.get("deployment_id") or ""))))
+
+
+def fleets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per fleet: its targets, what each serves, and whether they all serve the same."""
+    out: dict[str, dict[str, Any]] = {}
+    for rec in ordered(records):
+        key = fleet_of(rec)
+        if key is None:
+            continue
+        group = out.setdefault(key, {"fleet": key, "capsule": rec.get("name"), "targets": [], "serving": {}})
+        target = _tag(rec).get("target") or where(rec)
+        group["targets"].append(target)
+        what = f"{rec.get('version')} (release {release_of(rec)})"
+        group["serving"].setdefault(what, []).append(target)
+        last = rec.get("updated_at") or ""
+        group["last_deploy"] = max(group.get("last_deploy") or "", last)
+    for group in out.values():
+        group["consistent"] = len(group["serving"]) == 1
+    return list(out.values())
+
+
+def summary_line(group: dict[str, Any]) -> str:
+    serving = group["serving"]
+    if group["consistent"]:
+        (what, targets), = serving.items()
+        return f"fleet {group['fleet']}: {what} on all {len(targets)} target(s) · last deploy {group.get('last_deploy') or '-'}"
+    parts = "; ".join(f"{what} on {', '.join(targets)}" for what, targets in serving.items())
+    return f"fleet {group['fleet']}: targets differ: {parts}"
