@@ -166,6 +166,13 @@ def test_syscalls_and_legitimate_tools_end_to_end(hostile, who, tmp_path, record
                   "ENOSYS / killed; the tools still work", "bare: they run")
 
 
+def probe_for(who, mur: list[str], home) -> dict:
+    """`mur probe --json` as the uid `who` runs mur."""
+    r = bare(who, [*mur, "probe", "--json"], home=home)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def test_explain_scope_states_the_mechanisms_in_force(who, tmp_path):
     """`mur run --explain-scope --json` (and the human report) on this host, as root and not."""
     from hostile import python_for_others  # type: ignore[import-not-found]

@@ -164,6 +164,7 @@ class WorkdirAccess:
     mode: str = "none"  # "acl" | "chown" | "none"
     notes: list[str] = field(default_factory=list)
     state_dir: str = STATE_DIR  # mur.sandbox.ancestors' lock and reference counts
+    ancestor_grants: bool = True  # False in a composed root: its directories are the view's own (0755)
     ancestors: Ancestors | None = None
 
     def grant(self) -> None:
@@ -182,6 +183,8 @@ class WorkdirAccess:
                 os.fchown(fd, self.uid, self.gid)
             self.mode = "chown"
             self.notes.append(f"no POSIX ACL support under {self.workdir}: the workdir tree was chowned to uid {self.uid}")
+        if not self.ancestor_grants:
+            return
         candidates: list[str] = []
         for root in (self.workdir, *self.readonly):
             parent = os.path.dirname(root)

@@ -198,6 +198,9 @@ def _compatible(path: str, want: ElfInfo) -> bool:
 class Closure:
     files: tuple[str, ...]  # canonical paths: the binary, its loader, every library (+ hwcaps variants)
     missing: tuple[str, ...]  # DT_NEEDED names no search dir provided
+    # the same files as the kernel and the loader name them (PT_INTERP, the search dir a library was
+    # found in, the PATH entry): a composed root recreates the links on the way (viewplan.py)
+    named: tuple[str, ...] = ()
 
 
 def closure(binary: str, path_env: str | None = None, conf_dirs: list[str] | None = None) -> Closure:
@@ -220,18 +223,23 @@ def extension_closure(directory: str, path_env: str | None = None, conf_dirs: li
                     objects.append(path)
     found = _closure(objects, path_env, conf_dirs)
     inside = os.path.join(os.path.realpath(directory), "")
-    return Closure(tuple(f for f in found.files if not f.startswith(inside)), found.missing)
+    return Closure(tuple(f for f in found.files if not f.startswith(inside)), found.missing,
+                   tuple(n for n in found.named if not os.path.realpath(n).startswith(inside)))
 
 
 def _closure(roots: list[str], path_env: str | None, conf_dirs: list[str] | None) -> Closure:
     conf = ld_so_conf_dirs() if conf_dirs is None else conf_dirs
     files: dict[str, None] = {}
+    as_named: dict[str, None] = {}
     missing: list[str] = []
     queue: list[tuple[str, tuple[str, ...]]] = []  # (path, rpath inherited from the executable)
 
     def add(path: str, inherited_rpath: tuple[str, ...] = ()) -> None:
         real = os.path.realpath(path)
-        if real in files or not os.path.exists(real):
+        if not os.path.exists(real):
+            return
+        as_named[os.path.abspath(path)] = None
+        if real in files:
             return
         files[real] = None
         queue.append((path, inherited_rpath))
@@ -279,4 +287,4 @@ def _closure(roots: list[str], path_env: str | None, conf_dirs: list[str] | None
             add(found, exe_rpath or ())
             for variant in glob.glob(os.path.join(os.path.dirname(found), "glibc-hwcaps", "*", name)):
                 add(variant, exe_rpath or ())
-    return Closure(tuple(files), tuple(dict.fromkeys(missing)))
+    return Closure(tuple(files), tuple(dict.fromkeys(missing)), tuple(as_named))

@@ -20,10 +20,12 @@ order environment.md section 0 verified for a tool:
                                        cwd through the noexec mount), pid: setns(pid) moves only the
                                        caller's children, so every tool is pid 2+ of the namespace
                                        while this process stays outside it: no tool can name it
-  4. drops to the session uid       -- root only: setgroups([]), setresgid, setresuid
-  5. non-dumpable                   -- no /proc/<pid>/mem, fd/ or environ for a process of its uid
-  6. Landlock restrict_self         -- sets no_new_privs first
-  7. seccomp                        -- last; the filter is the tools' own
+  4. builds the Landlock ruleset    -- in the tools' mount namespace: each granted path is the
+                                       one tools see (the session disk's workdir, the composed root)
+  5. drops to the session uid       -- root only: setgroups([]), setresgid, setresuid
+  6. non-dumpable                   -- no /proc/<pid>/mem, fd/ or environ for a process of its uid
+  7. Landlock restrict_self         -- sets no_new_privs first
+  8. seccomp                        -- last; the filter is the tools' own
 
 Tight limits: when ``max_open_files`` or ``memory_bytes`` would not leave this interpreter room to
 work (below ``CARRY_MIN_NOFILE`` / ``CARRY_MIN_AS``), it keeps the inherited limits and forks
@@ -159,8 +161,16 @@ def apply(cfg: dict) -> None:
             step = f"joining the session's namespaces ({flag:#x})"
             _ccheck(_libc.setns(fd, flag), f"setns({flag:#x})")
             os.close(fd)
-            if flag == CLONE_NEWNS:  # setns reset the cwd, which was on the exec-able mount
+            if flag == CLONE_NEWNS:  # setns reset the root and cwd: the tools' root, their workdir
                 os.chdir(cfg["cwd"])
+        ruleset = None
+        if cfg["landlock"] is not None:
+            step = "building the Landlock ruleset"
+            ll = cfg["landlock"]
+            ruleset = landlock.build_ruleset(
+                ll["abi"], ll["handled_fs"], [(path, access) for path, access in ll["grants"]],
+                handled_net=ll["handled_net"], tcp_connect=tuple(ll["tcp_connect"]), tcp_bind=(),
+                scoped=ll["scoped"], missing_ok=True)
         if cfg["run_as"] is not None:
             uid, gid = cfg["run_as"]
             step = f"dropping to uid {uid}"
@@ -169,10 +179,10 @@ def apply(cfg: dict) -> None:
             os.setresuid(uid, uid, uid)
         step = "making the spawner non-dumpable"
         _ccheck(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
-        if cfg["ruleset_fd"] is not None:
+        if ruleset is not None:
             step = "applying Landlock"
-            landlock.restrict_self(cfg["ruleset_fd"])
-            os.close(cfg["ruleset_fd"])
+            landlock.restrict_self(ruleset.fd)
+            ruleset.close()
         if cfg["bpf"]:
             step = "installing the seccomp filter"
             seccomp.install(seccomp.Program([bytes.fromhex(blob) for blob in cfg["bpf"]]))

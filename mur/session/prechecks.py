@@ -25,7 +25,7 @@ from mur.errors import MurError, warn
 from mur.manifest import LoadedCapsule, load_capsule
 from mur.manifest.load import manifest_path
 from mur.manifest.config import MurConfig, load_config
-from mur.manifest.containment import Floor, check_floor, effective_floor, subprocess_shortfall
+from mur.manifest.containment import Floor, check_floor, effective_floor, subprocess_shortfall, view_shortfall
 from mur.sandbox.scope import scope_report
 from mur.session.options import RunOptions
 
@@ -125,7 +125,7 @@ def prepare(opts: RunOptions) -> CheckedRun:
     loaded, config, floor, host = load_and_scope(opts)
     capsule = loaded.capsule
     achieved = check_floor(floor, host, capsule.capabilities.filesystem.workdir_exec,
-                           subprocess_shortfall(capsule.capabilities, host))
+                           subprocess_shortfall(capsule.capabilities, host), view_shortfall(capsule.capabilities))
     prep = CheckedRun(loaded, opts, config, floor, host, achieved)
     from mur.resolve.capsule import resolve_loaded
     from mur.session import launch_checks as checks

@@ -123,7 +123,7 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
         on_wait=lambda timeout: reporter.waiting(url, timeout),
         raise_into=raise_soon,  # SIGTERM's Terminated never lands inside wasmtime's glue
     )
-    staged = shell = trace = otel = hooks = tools = engine = None
+    staged = shell = disk = trace = otel = hooks = tools = engine = None
     serving = interrupted = discard = False
     url = service.start()
     try:
@@ -139,10 +139,16 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
         staged = stage(prep.resolved, capsule.capabilities.shell_allow, wd)
         card_box.update(_card(prep, staged))
         shell = _start_shell(prep, wd, session_id, loaded)
+        disk = _open_disk(prep, wd) if shell is None else None
+        # From here the runtime reaches the tools' workdir where they see it: on the session disk
+        # (mur.sandbox.disk), through the namespace holding it; the host directory gets it back at the end.
+        wd_host, wd = wd, _live(wd, shell or disk)
+        service.task_dir = wd.accessible
         settings = _guest_settings(prep, session_id, url, wd, staged)
         from mur.wasm.host import WasmHost
 
         tools = SessionTools(staged, settings, None, shell, trace)
+        tools.disk = disk
         tools.host = WasmHost(shell=tools.guest_shell)
         engine = tools.host.engine
         engine.progress = lambda what: reporter.activity(f"compiling {what}")
@@ -171,7 +177,7 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
         murmur_md.write(wd, inventory)
         if shell is not None:
             _launch_warnings(shell.launch_warnings, wd)
-        reporter.started(_startup(prep, url, session_id, wd, staged))
+        reporter.started(_startup(prep, url, session_id, wd_host, staged))
         serving = True
         try:
             status = service.run(initial)
@@ -182,7 +188,7 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
         raise
     finally:
         with held():  # a second Ctrl-C must not leave sandboxed processes or cgroups behind
-            _teardown(hooks, shell, staged, tools, engine, service, trace, otel)
+            _teardown(hooks, shell, disk, staged, tools, engine, service, trace, otel)
             if discard:
                 _remove_session_dir(wd)
     executor = executor_box.get("executor")
@@ -202,13 +208,15 @@ def _run_session(opts: RunOptions, reporter: SessionReporter) -> None:
         raise error
 
 
-def _teardown(hooks: Any, shell: Any, staged: Any, tools: Any, engine: Any, service: Any, trace: Any,
+def _teardown(hooks: Any, shell: Any, disk: Any, staged: Any, tools: Any, engine: Any, service: Any, trace: Any,
               otel: Any) -> None:
     """Undo what the session set up, in order; idempotent (each part closes once)."""
     if hooks is not None:
         hooks.close()  # drains async hooks while the trace is still open
     if shell is not None:
-        shell.close()
+        shell.close()  # the tools' files come back from the session disk here
+    if disk is not None:
+        disk.close()
     if staged is not None:
         staged.cleanup()
     if tools is not None:
@@ -276,10 +284,26 @@ def _start_shell(prep: Any, wd: Any, session_id: str, loaded: Any) -> Any:
 
     shell = ShellSandbox(
         prep.loaded.capsule.capabilities, wd.accessible, session_id, loaded.network_allow, probe=prep.probe,
-        log=_bootstrap_logger(wd), logs_dir=wd.logs,
+        log=_bootstrap_logger(wd), logs_dir=wd.logs, state_dir=wd.session,
+        require_sealed=prep.floor.declared == "sealed",
     )
     shell.launch_warnings = shell.start()
     return shell
+
+
+def _open_disk(prep: Any, wd: Any) -> Any:
+    """The workdir ceiling of a capsule without subprocesses (its guests write the workdir)."""
+    from mur.sandbox.guestdisk import SessionDisk
+
+    return SessionDisk(prep.loaded.capsule.capabilities, wd.accessible, prep.probe, state_dir=wd.session,
+                       log=_bootstrap_logger(wd)).open()
+
+
+def _live(wd: Any, storage: Any) -> Any:
+    """``wd`` with the tools' workdir as the runtime reaches it during the session."""
+    from dataclasses import replace
+
+    return replace(wd, accessible=storage.live_workdir) if storage is not None else wd
 
 
 def _bootstrap_logger(wd: Any):

@@ -49,6 +49,7 @@ class SessionTools:
         self.settings = settings
         self.host = host
         self.shell = shell
+        self.disk: Any = None  # the workdir ceiling of a session without subprocesses (mur.sandbox.guestdisk)
         self.trace = trace
         self.turn = 0
         self.tool_calls = 0

@@ -79,7 +79,7 @@ def first_run(home: Path, project: Path, *extra: str, env: dict[str, str] | None
     assert len(new) == 1, new
     path = new.pop()
     data = json.loads(path.read_text())
-    data["report"]["containment"]["mechanism"] = DOCTORED
+    data["report"]["enforcement_tier"] = DOCTORED
     path.write_text(json.dumps(data))
     os.chmod(path, 0o600)
     return path
@@ -98,7 +98,7 @@ def test_a_repeated_explanation_is_read_back_byte_for_byte_without_the_heavy_imp
     assert again.returncode == 0
     assert again.stdout == computed.stdout and stripped(again.stderr) == stripped(computed.stderr)
     assert "LOADED ['mur']" in again.stderr  # no typer, pydantic or yaml: read back
-    assert json.loads(again.stdout)["grants"]["env_allow"] == ["HELLO_GREETING"]
+    assert json.loads(again.stdout)["env_allow"] == ["HELLO_GREETING"]
 
 
 def test_the_entry_is_private_and_holds_nothing_of_the_environment(home, project):
@@ -186,7 +186,7 @@ def test_a_changed_module_makes_an_entry_stale(home, project, tmp_path, monkeypa
     probe = host_probe.probe_host()
     invocation = explain_memo.Invocation.of(["run", "--explain-scope", "in-process"])
     recorder = invocation.recorder([project / "murmur.yaml"])
-    report = {"containment": {"mechanism": DOCTORED}}
+    report = {"enforcement_tier": DOCTORED}
     assert recorder.record("", report, True, probe)
     assert invocation.replay().report == report
     module.write_text("X = 22\n")
