@@ -192,10 +192,14 @@ def test_explain_scope_states_the_mechanisms_in_force(who, tmp_path):
                  home=base)  # no config of the machine's own
         assert r.returncode == 0, r.stderr
         out[bool(flags)] = r.stdout
-    c = json.loads(out[True])["containment"]
-    assert (c["achieved"], c["floor_met"], c["network"]) == ("scoped", True, "netns+egress-proxy")
-    assert c["processes"] == ("session-uid" if who is None else "pid-namespace")
+    c = json.loads(out[True])  # the flat shape session_start.effective_grants records
+    host = probe_for(who, mur, base)
+    assert (c["achieved_containment"], c["floor_met"], c["network_isolation"]) == (
+        "sealed" if host["sealed"] else "scoped", True, "netns+egress-proxy")
+    assert c["process_isolation"] == ("session-uid" if who is None else "pid-namespace")
+    assert c["host_view"] == ("composed-root" if host["sealed"] else "read-only-host")
     assert "  network:   netns+egress-proxy (shell tools reach exactly the allowed hosts" in out[False]
+    assert f"  view:      {c['host_view']} (" in out[False]
 
 
 TTY_TRICKS = r"""

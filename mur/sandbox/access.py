@@ -137,6 +137,8 @@ def _entries(root: str) -> Iterator[tuple[int, os.stat_result, bool]]:
             directory = stat.S_ISDIR(st.st_mode)
             if not directory and not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
                 continue  # links (symbolic or hard), fifos, sockets: never touched
+            if st.st_dev != tree.dev:
+                continue  # another filesystem mounted here (the staged tools/, read-only): not ours
             flags = DIR_FLAGS if directory else os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
             try:
                 fd = os.open(name, flags | os.O_NOFOLLOW, dir_fd=dirfd)

@@ -113,7 +113,9 @@ class Ceiling:
         plan = policy.disk
         if plan is None:
             return
-        self._guard = CeilingGuard(self.read, plan.limit, self._breach, plan.interval, log=self.box.log)
+        # a session disk can hold no more than its capacity: "full" is the breach there (disk.Usage)
+        limit = plan.capacity if plan.kernel and policy.view is not None else plan.limit
+        self._guard = CeilingGuard(self.read, limit, self._breach, plan.interval, log=self.box.log)
         self._guard.start()
 
     def read(self) -> Reading:

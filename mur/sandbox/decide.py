@@ -53,6 +53,7 @@ class SessionFacts:
     existing: Callable[[str], bool] = _always
     chains: Callable[[str], Chain | None] = _as_given  # how a host path resolves (viewplan.measure_chain)
     path_dirs: tuple[str, ...] = ()  # the PATH entries binaries are found on
+    staged: bool = False  # the host workdir holds the runtime's tools/ (a real directory)
     memory_total: int = 0  # the host's RAM
     aggregate: str = "session-cgroup"  # policy.AGGREGATE_BOUNDS
     failed: frozenset[str] = frozenset()  # parts an applier could not make: namespaces, mnt, view, disk, disk-loop
@@ -134,7 +135,7 @@ def decide(caps: Any, network_allow: Iterable[object], facts: SessionFacts) -> p
     shown = [(path, f"binary {name}") for name, paths in facts.named.items() for path in paths]
     shown += [(g.path, g.reason) for g in grants if g.reason not in VIEW_ONLY_REASONS]
     view = plan_view(facts.workdir, shown, chains=facts.chains, path_dirs=facts.path_dirs, tmp=tmp is not None,
-                     workdir_exec=workdir_exec)
+                     workdir_exec=workdir_exec, staged=facts.staged)
     return replace(policy, view=view, host_view="composed-root")
 
 

@@ -12,7 +12,8 @@ Three halves:
   with a preallocated file at its root, where no tool can see it;
 * ``HeldDisk`` (mur): the disk's root and workdir held by fd (sent back by the holder), which stay
   usable after the namespace is gone: its usage from ``fstatvfs`` (what the kernel counts), and
-  ``copy_in`` / ``copy_out`` (mur.sandbox.mirror) between it and the host workdir.
+  ``copy_in`` / ``copy_out`` (mur.sandbox.mirror) between it and the host workdir -- all but the
+  runtime's staged ``tools/``, which stays on the host and is bound read-only into the view.
 
 A mur killed with -9 takes the namespace (and a tmpfs disk's content) with it; an ext4 disk's image
 stays in the session directory (``disk.img``, mountable read-only by hand) until ``mur gc``.
@@ -30,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mur.sandbox import mirror
-from mur.sandbox.diskplan import MKFS_PATH, DiskPlan
+from mur.sandbox.diskplan import MKFS_PATH, RUNTIME_HEADROOM, DiskPlan
+from mur.sandbox.viewplan import STAGED
 
 IMAGE_NAME = "disk.img"
 RESERVE = ".mur-reserve"  # the ballast file at the disk's root (outside the tools' view)
@@ -68,7 +70,11 @@ def make_image(plan: DiskPlan, directory: Path) -> tuple[Path, int]:
         os.ftruncate(fd, plan.image_bytes)
         os.close(fd)
         fd = -1
-        base = [mkfs, "-q", "-F", "-O", "^has_journal,^resize_inode", "-m", "0", "-N", str(plan.inodes + 16)]
+        # 4 KiB blocks whatever the size: a directory or a long link takes what it takes on the host
+        # the runtime's headroom as ext4's reserved blocks: root's (mur's) only, never the tools'
+        reserved = f"{100 * RUNTIME_HEADROOM / plan.image_bytes:.4f}"
+        base = [mkfs, "-q", "-F", "-b", "4096", "-O", "^has_journal,^resize_inode", "-m", reserved, "-N",
+                str(plan.inodes + 16)]
         done = None
         for extended in ("lazy_itable_init=1,assume_storage_prezeroed=1,nodiscard", "lazy_itable_init=1,nodiscard"):
             done = subprocess.run([*base, "-E", extended, str(path)], capture_output=True, text=True,
@@ -145,7 +151,8 @@ def mount_disk(plan: DiskPlan, target: str, image_fd: int | None, *, owner: tupl
         finally:
             os.close(loop)
     elif plan.mechanism == "tmpfs":
-        mount("tmpfs", target, "tmpfs", flags, f"size={plan.limit},nr_inodes={plan.inodes + 3},mode=0755".encode())
+        mount("tmpfs", target, "tmpfs", flags,
+              f"size={plan.capacity},nr_inodes={plan.inodes + 3},mode=0755".encode())
     else:
         raise OSError(errno.EINVAL, f"no disk to mount for {plan.mechanism}")
     os.mkdir(f"{target}/{WORK}", 0o755)
@@ -153,12 +160,14 @@ def mount_disk(plan: DiskPlan, target: str, image_fd: int | None, *, owner: tupl
     os.chmod(f"{target}/{TMP}", 0o1777)
     if owner is not None:
         os.chown(f"{target}/{WORK}", *owner)
-    if plan.mechanism == "ext4-loop":
-        _trim(target, plan.limit)
+    _trim(target, plan.limit)
 
 
 def _trim(target: str, limit: int) -> None:
-    """Preallocate what the image has beyond ``limit`` free bytes, so exactly ``limit`` is left."""
+    """Preallocate what the disk has beyond ``limit`` free bytes (for an unprivileged writer), so
+    exactly ``limit`` is left for the tools. An ext4 disk's reserved blocks above it stay root's (the
+    runtime's headroom); a tmpfs's headroom is this file, released when a session starts too full
+    for the runtime's own files (HeldDisk.copy_in)."""
     st = os.statvfs(target)
     extra = st.f_bavail * st.f_frsize - limit
     if extra <= 0:
@@ -197,44 +206,58 @@ class HeldDisk:
     base_used: int = 0
     base_inodes: int = 0
     notes: list[str] = field(default_factory=list)
-    copied_in: int = 0  # what copy_in put on the disk (bytes as counted): "full" needs the session to add to it
+    full_below: int = 0  # free bytes under which the disk counts as full (set once it is filled from the host)
 
     def __post_init__(self) -> None:
         st = os.fstatvfs(self.root_fd)
-        # what the empty disk already uses: the root, work/, tmp/ (and an ext4 disk's lost+found)
-        self.base_used = self.capacity - st.f_bavail * st.f_frsize
+        # what the empty disk already uses: the root, work/, tmp/ (an ext4 disk's lost+found, the trim)
+        self.base_used = (st.f_blocks - st.f_bfree) * st.f_frsize
         self.base_inodes = st.f_files - st.f_favail
 
     @property
     def capacity(self) -> int:
-        return self.plan.limit
+        return self.plan.capacity
 
     def usage(self) -> Usage:
+        """What the tools' files take (data, preallocation, directories, links, xattrs, files with no
+        name), as the disk counts it; full once the tools' next write is refused (or near enough:
+        ext4 refuses a large folio whole, so some blocks stay free), or no inode is left."""
         st = os.fstatvfs(self.root_fd)
-        available = st.f_bavail * st.f_frsize
-        used = max(0, self.capacity - available - self.base_used) if self.plan.mechanism == "ext4-loop" else \
-            (st.f_blocks - st.f_bfree) * st.f_frsize
+        used = max(0, (st.f_blocks - st.f_bfree) * st.f_frsize - self.base_used)
         inodes = max(0, (st.f_files - st.f_favail) - self.base_inodes)
-        # a workdir brought in nearly full (a rerun after E-RUN-013) is not a breach until the session adds to it
-        grew = used > self.copied_in
-        return Usage(used, inodes, st.f_favail == 0 or (grew and available < full_slack(self.plan.limit)))
+        full = st.f_bavail * st.f_frsize < (self.full_below or full_slack(self.plan.limit))
+        return Usage(used, inodes, full or st.f_favail == 0)
 
     def copy_in(self, host: Path, owner: tuple[int, int] | None, deadline: float | None = None) -> None:
-        """The host workdir's content onto the disk (before any tool runs); raises mirror.DiskFull."""
+        """The host workdir's content onto the disk (before any tool runs); raises mirror.DiskFull,
+        also when what came in is more than the ceiling (a session would be born past it)."""
         fd = os.open(host, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            self.snapshot = mirror.copy_in(fd, self.work_fd, owner=owner, deadline=deadline)
+            self.snapshot = mirror.copy_in(fd, self.work_fd, owner=owner, deadline=deadline, leave=(STAGED,))
         finally:
             os.close(fd)
         self.notes += self.snapshot.notes
-        self.copied_in = self.usage().used
+        came = self.usage().used
+        if came > self.plan.limit:
+            raise mirror.DiskFull(28, f"{came} bytes are already there, past the ceiling", str(host))
+        st = os.fstatvfs(self.root_fd)
+        if st.f_bavail * st.f_frsize < RUNTIME_HEADROOM // 2 and self.plan.mechanism == "tmpfs":
+            # brought in at its ceiling (a rerun after E-RUN-013): the runtime's own files need the
+            # headroom (ext4 keeps it as root's reserved blocks; a tmpfs as this file)
+            try:
+                os.unlink(RESERVE, dir_fd=self.root_fd)
+            except FileNotFoundError:
+                pass
+            st = os.fstatvfs(self.root_fd)
+        # a workdir brought in nearly full is not full until this session takes half of what is left
+        self.full_below = min(full_slack(self.plan.limit), st.f_bavail * st.f_frsize // 2)
 
     def copy_out(self, host: Path, new_owner: tuple[int, int] | None, deadline: float | None = None) -> mirror.Report:
         """What the tools left on the disk back into the host workdir (see mirror.copy_out)."""
         fd = os.open(host, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             return mirror.copy_out(self.work_fd, fd, self.snapshot or mirror.Snapshot(), new_owner=new_owner,
-                                   budget=self.plan.limit, deadline=deadline)
+                                   budget=self.capacity, deadline=deadline, leave=(STAGED,))
         finally:
             os.close(fd)
 

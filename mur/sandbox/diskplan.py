@@ -36,6 +36,9 @@ TMPFS_SHARE = 4  # a RAM workdir may take at most 1/4 of the session's memory bo
 POLL_SECONDS = 0.25  # the fixed interval of the usage check (internal, not a manifest key: spec)
 EXT4_INODE_SIZE = 256
 MKFS_PATH = "/usr/sbin:/sbin:/usr/bin:/bin"  # where mkfs.ext4 is looked for (never the caller's PATH)
+# Room on a session disk past the ceiling for the runtime's own few files in the workdir (MURMUR.md,
+# task.md, .capsule-home): a workdir brought back at its ceiling still starts a session.
+RUNTIME_HEADROOM = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ class DiskPlan:
         return self.mechanism != "watcher"
 
     @property
+    def capacity(self) -> int:
+        """What the disk holds: the ceiling and the runtime's headroom."""
+        return self.limit + RUNTIME_HEADROOM
+
+    @property
     def description(self) -> str:
         return MECHANISMS[self.mechanism]
 
@@ -75,10 +83,10 @@ def inode_limit(limit: int) -> int:
 
 
 def image_size(limit: int, inodes: int) -> int:
-    """A sparse image that leaves at least ``limit`` bytes free once formatted: the inode tables,
-    ext4's reserved clusters (2%, at most 4096 blocks), group descriptors and bitmaps, and slack.
-    The runtime trims what is left over with a preallocated file outside the tools' view."""
-    return limit + inodes * EXT4_INODE_SIZE + limit // 40 + (24 << 20)
+    """A sparse image that leaves at least ``limit`` (and the headroom) free once formatted: the
+    inode tables, ext4's reserved clusters (2%, at most 4096 blocks), group descriptors and bitmaps,
+    and slack. The runtime trims what is left over with a preallocated file outside the tools' view."""
+    return limit + RUNTIME_HEADROOM + inodes * EXT4_INODE_SIZE + limit // 40 + (24 << 20)
 
 
 def tmpfs_cap(facts: DiskFacts) -> int:

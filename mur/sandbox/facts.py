@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 from typing import Any
 
 from mur.sandbox import isolation, rlimits
 from mur.sandbox.binaries import lookup_path, resolve
 from mur.sandbox.decide import SessionFacts, host_path_dirs, memory_total
 from mur.sandbox.probe import HostProbe
-from mur.sandbox.viewplan import measure_chain
+from mur.sandbox.viewplan import STAGED, measure_chain
+
+
+def _staged(workdir: str) -> bool:
+    """Does the host workdir hold the runtime's tools/ (a directory, never a link a tool left)?"""
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(workdir, STAGED)).st_mode)
+    except OSError:
+        return False
 
 
 def gather(box: Any, probe: HostProbe) -> SessionFacts:
@@ -41,5 +50,6 @@ def gather(box: Any, probe: HostProbe) -> SessionFacts:
         chains=functools.lru_cache(maxsize=None)(measure_chain),
         path_dirs=host_path_dirs(lookup_path(box.host_env, workdir, lambda _m: None)),
         memory_total=memory_total(),
+        staged=_staged(workdir),
         aggregate=isolation.expected_aggregate(probe, box.caps),
     )

@@ -21,7 +21,7 @@ from mur.sandbox import disk as dsk, mirror, namespaces
 from mur.sandbox.ceiling import COPY_SECONDS, E013_HINT
 from mur.sandbox.decide import SessionFacts, guest_disk, memory_total
 from mur.sandbox.diskplan import DiskPlan
-from mur.sandbox.viewplan import plan_view
+from mur.sandbox.viewplan import STAGED, plan_view
 from mur.sandbox.watcher import CeilingGuard, Reading, tree_reading
 
 
@@ -50,7 +50,8 @@ class SessionDisk:
             if self.plan.kernel:
                 self._mount()
             self._tree = Tree(self.live_workdir)
-            self._guard = CeilingGuard(self._read, self.plan.limit, self._breach, self.plan.interval, log=self.log)
+            limit = self.plan.capacity if self.disk is not None else self.plan.limit
+            self._guard = CeilingGuard(self._read, limit, self._breach, self.plan.interval, log=self.log)
             self._guard.start()
         except BaseException:
             self.close()
@@ -63,7 +64,9 @@ class SessionDisk:
         if self.plan.mechanism == "ext4-loop":
             state = self._state or Path(tempfile.mkdtemp(prefix="mur-disk-"))
             self._image, image_fd = dsk.make_image(self.plan, state)
-        view = plan_view(str(self.workdir), [], chains=lambda _p: None, tmp=False, proc=False, devices=False)
+        staged = os.path.isdir(self.workdir / STAGED) and not os.path.islink(self.workdir / STAGED)
+        view = plan_view(str(self.workdir), [], chains=lambda _p: None, tmp=False, proc=False, devices=False,
+                         staged=staged)
         try:
             self._holder = namespaces.create(("mnt",) if root else ("user", "mnt"), workdir=str(self.workdir),
                                              view=view, disk=self.plan, image_fd=image_fd)

@@ -229,9 +229,10 @@ def _full(exc: OSError) -> bool:
 
 
 def copy_in(src_fd: int, dst_fd: int, *, owner: tuple[int, int] | None = None,
-            deadline: float | None = None) -> Snapshot:
+            deadline: float | None = None, leave: tuple[str, ...] = ()) -> Snapshot:
     """Fill the (empty) disk directory ``dst_fd`` from the host workdir ``src_fd``; raises DiskFull
-    when the disk's ceiling refuses it. ``owner``: (uid, gid) for everything made (root only)."""
+    when the disk's ceiling refuses it. ``owner``: (uid, gid) for everything made (root only);
+    ``leave``: top-level names that stay on the host (copy_out leaves them too)."""
     snap = Snapshot()
     mirror = _Mirror(dst_fd)
     walker = fswalk.Walker(src_fd, deadline=deadline)
@@ -239,6 +240,11 @@ def copy_in(src_fd: int, dst_fd: int, *, owner: tuple[int, int] | None = None,
         for step in _walk_pairs(walker, mirror):
             rel = _join(mirror.rel, step.name)
             st = step.st
+            if not mirror.rel and step.name in leave:
+                if step.kind == "enter":
+                    walker.skip()
+                    mirror.push(-1, step.name)
+                continue
             try:
                 if step.kind == "enter":
                     os.mkdir(step.name, 0o700, dir_fd=mirror.top)
@@ -317,7 +323,7 @@ def _drop(dirfd: int, name: str) -> None:
 
 
 def copy_out(src_fd: int, dst_fd: int, snap: Snapshot, *, new_owner: tuple[int, int] | None = None,
-             budget: int | None = None, deadline: float | None = None) -> Report:
+             budget: int | None = None, deadline: float | None = None, leave: tuple[str, ...] = ()) -> Report:
     """Bring the disk directory ``src_fd`` back into the host workdir ``dst_fd`` (see the module
     docstring). ``new_owner``: (uid, gid) for entries new on the host (root only; a replaced entry
     keeps its host owner); ``budget``: at most this many data bytes are written."""
@@ -330,6 +336,13 @@ def copy_out(src_fd: int, dst_fd: int, snap: Snapshot, *, new_owner: tuple[int, 
             parent_rel = mirror.rel
             rel = _join(parent_rel, step.name)
             st = step.st
+            if not parent_rel and step.name in leave and step.kind != "leave":
+                if step.kind == "enter":
+                    walker.skip()
+                    mirror.push(-1, step.name)
+                    seen[rel] = set()
+                seen[""].add(step.name)
+                continue
             if step.kind == "leave":
                 _leave_dir(mirror, step, seen.pop(mirror.rel, set()), snap, new_owner, report)
                 mirror.pop()

@@ -115,6 +115,9 @@ def _apply(step: Mount, sources: Sources) -> None:
         elif step.kind == "work":
             _mountpoint(target, True)
             bind(sources.work, target, writable=True, exec_=step.exec_)
+        elif step.kind == "staged":
+            _mountpoint(target, True)
+            bind(OLD + step.source, target)
         elif step.kind == "tmp":
             if sources.tmp is None:
                 os.makedirs(target, 0o755, exist_ok=True)

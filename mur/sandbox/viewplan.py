@@ -4,8 +4,9 @@ one measurement it needs; ``mur.sandbox.rootfs`` builds it.
 
 What a tool sees:
 * its workdir (the session disk's directory, or the host workdir bound where there is no disk),
-  at the same absolute path as on the host; a private ``/tmp`` (on the same disk: it counts
-  toward the ceiling);
+  at the same absolute path as on the host, with the runtime's staged ``tools/`` bound read-only
+  from the host (the artifacts staged for the session are the runtime's, not the tools' bytes); a
+  private ``/tmp`` (on the same disk: it counts toward the ceiling);
 * every path Landlock grants, bound read-only at its own path: each allowed binary, its loader and
   libraries (files, not directories), ``interpreter_runtime`` directories, locale data, the TLS
   trust store (with a network grant), the session's logs (read-only); every symbolic link on the
@@ -50,8 +51,9 @@ class Chain:
 class Mount:
     """One step of building the root. ``kind``: "dir" (an empty directory), "link" (a symbolic link,
     ``source`` its text), "bind" (the host's ``source`` bound read-only), "device" (a device node
-    bound), "work" (the tools' workdir), "tmp" (the private /tmp), "skeleton" (a read-only tmpfs
-    under a writable mount), "proc" (the session's procfs)."""
+    bound), "work" (the tools' workdir), "staged" (the runtime's tools/ in it, from the host,
+    read-only), "tmp" (the private /tmp), "skeleton" (a read-only tmpfs under a writable mount),
+    "proc" (the session's procfs)."""
 
     kind: str
     target: str
@@ -165,13 +167,17 @@ BIND_KINDS = {  # Landlock grant reason (its first word) -> (exec on the mount, 
 }
 
 
+STAGED = "tools"  # the runtime's staging in the workdir (mur.session.staging): shown read-only, never on the disk
+
+
 def plan_view(workdir: str, grants: Iterable[tuple[str, str]], *, chains: Callable[[str], Chain | None],
               path_dirs: Iterable[str] = (), tmp: bool = True, proc: bool = True, devices: bool = True,
-              workdir_exec: bool = False) -> ViewPlan:
+              workdir_exec: bool = False, staged: bool = False) -> ViewPlan:
     """The root for one session: ``grants`` are (host path, Landlock reason) pairs to show read-only
     (the workdir's own grant is left out: it is ``workdir``); ``path_dirs`` the PATH entries whose
     directories (and links) should resolve; ``tmp``/``proc``/``devices``: what the view adds;
-    ``workdir_exec``: the workdir and /tmp keep exec (filesystem.workdir_exec)."""
+    ``workdir_exec``: the workdir and /tmp keep exec (filesystem.workdir_exec); ``staged``: the host
+    workdir has the runtime's ``tools/`` (bound read-only over the workdir's own)."""
     b = _Builder()
     if proc:
         b.add(Mount("proc", "/proc", reason="the session's processes"))
@@ -200,6 +206,9 @@ def plan_view(workdir: str, grants: Iterable[tuple[str, str]], *, chains: Callab
             b.chain(chain)
             b.add(Mount("dir", chain.real))
     b.add(Mount("work", workdir, exec_=workdir_exec, reason="workdir"))
+    if staged:
+        target = f"{workdir.rstrip('/')}/{STAGED}"
+        b.add(Mount("staged", target, target, reason="the runtime's staged artifacts (read-only)"))
     has_tmp = tmp and workdir != TMP and not _under(TMP, workdir)
     if has_tmp:
         b.add(Mount("tmp", TMP, exec_=workdir_exec, reason="private /tmp (on the session disk)"))
@@ -210,7 +219,7 @@ def _ordered(b: _Builder, workdir: str, tmp: str | None) -> ViewPlan:
     items = dict(b.items)
     dir_binds = [t for t, m in items.items() if m.kind == "bind" and m.is_dir]
     for target in list(items):
-        if items[target].kind == "work":
+        if items[target].kind in ("work", "staged"):
             continue
         if any(_under(target, d) for d in dir_binds) or _under(target, workdir):
             where = "the workdir" if _under(target, workdir) else "a directory bound whole"
