@@ -111,3 +111,30 @@ def test_a_deep_tree_and_the_hosts_metadata_then_a_rerun(hostile, who, tmp_path,
     tag = "root" if who is None else "non-root"
     record_escape(f"mur run: 5000-level tree, stat/readlink/getxattr outside ({tag})",
                   "ENOENT outside; rerun on the --workdir ok", "bare: reads the xattr and the link target")
+
+
+def test_staging_over_a_deep_tree_a_previous_session_left(hostile, who, workdirs, record_escape):
+    """The agent loop's own staging is a door too: tools/<artifact>/ holding a 5,000-level chain (a
+    previous runtime's tools left it, or a user) is removed iteratively before the run, which works."""
+    capsule = hostile(user=who)
+    work = workdirs("staging-work")
+    fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    for name in ("tools", "murmur-driver-anthropic"):
+        os.mkdir(name, dir_fd=fd)
+        nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    for _ in range(5000):
+        os.mkdir("d", dir_fd=fd)
+        nxt = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    os.close(fd)
+    if who is not None:
+        subprocess.run(["chown", "-R", f"{who.uid}:{who.gid}", str(work)], check=True)
+    run = capsule.run(["ls tools/murmur-driver-anthropic | sort | tr '\\n' ' '"], workdir=work)
+    assert run.returncode == 0 and run.result_text == FINAL_TEXT, run.describe()
+    assert "d" not in run.results[0].data.split()  # staged afresh
+    tag = "root" if who is None else "non-root"
+    record_escape(f"mur run: staging over a 5000-level tree in tools/ ({tag})", "removed iteratively, run ok",
+                  "shutil.rmtree: RecursionError")

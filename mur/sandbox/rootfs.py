@@ -117,7 +117,7 @@ def _apply(step: Mount, sources: Sources) -> None:
             bind(sources.work, target, writable=True, exec_=step.exec_)
         elif step.kind == "staged":
             _mountpoint(target, True)
-            bind(OLD + step.source, target)
+            bind(OLD + step.source, target, exec_=step.exec_)
         elif step.kind == "tmp":
             if sources.tmp is None:
                 os.makedirs(target, 0o755, exist_ok=True)

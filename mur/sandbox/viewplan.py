@@ -208,7 +208,8 @@ def plan_view(workdir: str, grants: Iterable[tuple[str, str]], *, chains: Callab
     b.add(Mount("work", workdir, exec_=workdir_exec, reason="workdir"))
     if staged:
         target = f"{workdir.rstrip('/')}/{STAGED}"
-        b.add(Mount("staged", target, target, reason="the runtime's staged artifacts (read-only)"))
+        # read-only, and not noexec: a native artifact staged there runs where Landlock grants it execute
+        b.add(Mount("staged", target, target, exec_=True, reason="the runtime's staged artifacts (read-only)"))
     has_tmp = tmp and workdir != TMP and not _under(TMP, workdir)
     if has_tmp:
         b.add(Mount("tmp", TMP, exec_=workdir_exec, reason="private /tmp (on the session disk)"))
