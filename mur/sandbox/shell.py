@@ -294,7 +294,10 @@ class ShellSandbox:
         return pids - {self._spawner.pid} if self._spawner is not None else pids
 
     def workdir_exceeded(self) -> MurError | None:
-        """E-RUN-013 once the guard saw the workdir reach workdir_max_bytes."""
+        """E-RUN-013 once the guard saw the workdir reach workdir_max_bytes; with a session disk a
+        fresh reading first (guest tools write it too, between the guard's ticks)."""
+        if self._exceeded is None and self._started and not self._closed:
+            self.ceiling.after_call()
         return self._exceeded
 
     def shown(self, path: str | None) -> str | None:
