@@ -83,7 +83,7 @@ def test_every_way_past_the_ceiling_is_refused_by_the_kernel_as_root(sandbox, ke
         assert control["got"] >= TRY and control["error"] is None, (name, control)
         sb = sandbox(caps(), own_workdir=True)
         assert sb.policy.disk.mechanism == ("ext4-loop" if kernel_disk.disk_loop else "tmpfs")
-    assert sb.policy.host_view == "composed-root"
+        assert sb.policy.host_view == "composed-root"
         r = sb.run("python3", args=["-c", script, str(TRY), "1"])
         got = last_json(r.stdout) if r.stdout.strip() else {"got": 0, "error": "killed"}
         assert got["got"] < TRY, (name, got)
