@@ -79,6 +79,8 @@ def _add_closure(info: Binary, caps: Any, path_env: str, workdir: str, log: Call
         if grant.binary != name:
             continue
         for d in grant.dirs:
+            if fsafe.inside(os.path.realpath(d.path), workdir):  # the tools' own tree: nothing there is granted execute
+                continue
             if os.path.isdir(d.path):
                 ext = elf.extension_closure(d.path, path_env=path_env)
                 files += [f for f in ext.files if f not in files]

@@ -208,19 +208,40 @@ def closure(binary: str, path_env: str | None = None, conf_dirs: list[str] | Non
     return _closure([binary], path_env, conf_dirs)
 
 
+EXTENSION_DEPTH = 32  # an interpreter's library tree is a few levels deep; nothing below this is looked at
+
+
+def _shared_objects(directory: str) -> list[str]:
+    """Regular ``*.so*`` files beneath ``directory``: an explicit stack (never recursion), links not
+    followed, at most EXTENSION_DEPTH levels."""
+    found: list[str] = []
+    stack = [(directory, 0)]
+    while stack:
+        top, depth = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth < EXTENSION_DEPTH:
+                        stack.append((entry.path, depth + 1))
+                elif (entry.name.endswith(".so") or ".so." in entry.name) and entry.is_file(follow_symlinks=False):
+                    found.append(entry.path)
+            except OSError:
+                continue
+    return found
+
+
 def extension_closure(directory: str, path_env: str | None = None, conf_dirs: list[str] | None = None) -> Closure:
     """Libraries that the shared objects under an interpreter_runtime dir need, outside that dir.
 
     A Python extension module (``lib-dynload/_ctypes*.so`` needs ``libffi.so.8``) is dlopen()ed at
     run time, so the interpreter binary's own closure does not contain its libraries.
     """
-    objects = []
-    for root, _dirs, names in os.walk(directory):
-        for name in names:
-            if name.endswith(".so") or ".so." in name:
-                path = os.path.join(root, name)
-                if not os.path.islink(path) and read_elf(path) is not None:
-                    objects.append(path)
+    objects = [path for path in _shared_objects(directory) if read_elf(path) is not None]
     found = _closure(objects, path_env, conf_dirs)
     inside = os.path.join(os.path.realpath(directory), "")
     return Closure(tuple(f for f in found.files if not f.startswith(inside)), found.missing,
