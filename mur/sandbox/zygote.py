@@ -28,7 +28,8 @@ order environment.md section 0 verified for a tool:
   8. seccomp                        -- last; the filter is the tools' own
 
 Tight limits: when ``max_open_files`` or ``memory_bytes`` would not leave this interpreter room to
-work (below ``CARRY_MIN_NOFILE`` / ``CARRY_MIN_AS``), it keeps the inherited limits and forks
+work (below ``CARRY_MIN_NOFILE`` / ``CARRY_MIN_AS``), or ``cpu_seconds`` is below ``CARRY_MIN_CPU``
+(the interpreter's own start would use a good part of it), it keeps the inherited limits and forks
 instead; the child then sets the tools' hard limits before its exec (a fork of this ~15 MB process,
 still no cgroup migration). Either way a tool gets exactly the manifest's limits. RLIMIT_CPU counts
 this process's own CPU time too, so mur restarts it once it has used half (``spawner_cpu``).
@@ -67,6 +68,9 @@ MAX_FRAME = 64 << 20
 PR_SET_DUMPABLE = 4
 CARRY_MIN_NOFILE = 16  # stdio + a pidfd + the control socket, with room to spare
 CARRY_MIN_AS = 128 << 20  # this interpreter maps ~17 MB
+# RLIMIT_CPU counts this process's own start too (an interpreter's imports: ~1 s on an emulated CPU
+# under load); below this the spawner forks and the tool's limit counts the tool alone
+CARRY_MIN_CPU = 10
 
 
 # --- frames (both ends) ---------------------------------------------------------------------------
@@ -122,8 +126,9 @@ def _close_all(fds: list[int]) -> None:
 def carries_limits(limits: list | tuple) -> bool:
     """Whether this process can live under the tools' own rlimits (else it forks and the child sets them)."""
     wanted = dict((name, value) for name, value in limits)
-    nofile, space = wanted.get("NOFILE", -1), wanted.get("AS", -1)
-    return (nofile < 0 or nofile >= CARRY_MIN_NOFILE) and (space < 0 or space >= CARRY_MIN_AS)
+    nofile, space, cpu = wanted.get("NOFILE", -1), wanted.get("AS", -1), wanted.get("CPU", -1)
+    return ((nofile < 0 or nofile >= CARRY_MIN_NOFILE) and (space < 0 or space >= CARRY_MIN_AS)
+            and (cpu < 0 or cpu >= CARRY_MIN_CPU))
 
 
 # --- applying the session's sandbox (once) ----------------------------------------------------------
