@@ -92,6 +92,7 @@ CATALOGUE: dict[str, str] = {
     "E-RUN-011": "subprocess killed for a capabilities.resources limit",
     "E-RUN-012": "no delegable cgroup for a subprocess-capable capsule",
     "E-RUN-013": "workdir exceeded capabilities.resources.workdir_max_bytes",
+    "E-RUN-014": "sealed composed root failed (could not be built at launch)",
     "E-RUN-015": "(mur) shell tool refused (binary not allowed or sandbox could not be applied)",
     "E-RUN-016": "(mur) inference provider failed after retries",
     "E-EVAL-001": "eval.jsonl parse error (a line is not an event_score or dataset_run record)",

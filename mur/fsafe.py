@@ -10,7 +10,8 @@ with ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | R
   must be a regular file with ``st_nlink == 1`` (else ``LinkRefused``);
 * writes are atomic and never open an existing file: a new file is created ``O_EXCL`` beside the
   target and renamed over it, which replaces whatever name was there (file, symlink, hard link);
-* removal (``unlink``, ``remove_tree``) and walks (``walk``) work on directory fds and never follow.
+* removal (``unlink``, ``remove_tree``) and walks (``walk``) work on directory fds and never follow;
+  they are iterative (mur.fswalk): no depth a tool can build exhausts the stack or the fd table.
 
 A violation raises ``LinkRefused`` (an OSError: ELOOP for symlinks, EMLINK for hard links, EXDEV
 for a path that leaves the tree). Callers turn it into ``error[E-IO-002]``.
@@ -21,10 +22,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import shutil
 import stat
 from pathlib import Path
 from typing import Iterator
+
+from mur import fswalk
 
 SYS_OPENAT2 = 437  # the same number on every architecture Linux added it to (5.6+)
 RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x01, 0x02, 0x04, 0x08
@@ -329,29 +331,26 @@ class Tree:
         finally:
             os.close(parent)
 
-    def remove_tree(self, rel: str | os.PathLike) -> None:
-        """rm -rf of ``rel`` through directory fds: a link inside is removed, never followed."""
+    def remove_tree(self, rel: str | os.PathLike, *, deadline: float | None = None) -> None:
+        """rm -rf of ``rel`` through directory fds: a link inside is removed, never followed; any
+        depth, a bounded number of fds (mur.fswalk), within ``deadline`` (time.monotonic()) if given."""
         try:
             parent, name = self._parent(rel)
         except FileNotFoundError:
             return
         try:
-            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(name, dir_fd=parent)  # the fd-based variant: it never follows a symlink
-            else:
-                os.unlink(name, dir_fd=parent)
-        except FileNotFoundError:
-            pass
+            fswalk.remove_entry(parent, name, deadline=deadline)
         finally:
             os.close(parent)
 
-    def walk(self) -> Iterator[tuple[int, str, os.stat_result]]:
-        """(fd of the containing directory, name, lstat) for every entry, depth first, never
-        following a link or leaving the filesystem; the root itself comes first as (fd, ".", st).
-        The fd is only valid during that step."""
+    def walk(self, *, deadline: float | None = None) -> Iterator[tuple[int, str, os.stat_result]]:
+        """(fd of the containing directory, name, lstat) for every entry, parents before their
+        entries, never following a link or leaving the filesystem, at any depth (mur.fswalk); the
+        root itself comes first as (fd, ".", st). The fd is only valid during that step."""
         yield self.fd, ".", os.fstat(self.fd)
-        yield from _walk_fd(self.fd, self.dev)
+        for step in fswalk.walk(self.fd, deadline=deadline):
+            if step.kind != "leave":
+                yield step.dirfd, step.name, step.st
 
 
 def _is_link(name: str, dirfd: int) -> bool:
@@ -359,31 +358,6 @@ def _is_link(name: str, dirfd: int) -> bool:
         return stat.S_ISLNK(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode)
     except OSError:
         return False
-
-
-def _walk_fd(dirfd: int, dev: int) -> Iterator[tuple[int, str, os.stat_result]]:
-    try:
-        with os.scandir(dirfd) as it:
-            entries = list(it)
-    except OSError:
-        return
-    for entry in entries:
-        name = entry.name
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        yield dirfd, name, st
-        if stat.S_ISDIR(st.st_mode) and st.st_dev == dev:
-            try:
-                child = os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dirfd)
-            except OSError:
-                continue  # swapped for a link (or removed) since the stat: not followed
-            try:
-                if os.fstat(child).st_ino == st.st_ino:
-                    yield from _walk_fd(child, dev)
-            finally:
-                os.close(child)
 
 
 def check_single(fd: int, rel: str | os.PathLike = "") -> os.stat_result:

@@ -37,7 +37,7 @@ boxes = []
 try:
     for i, s in enumerate(spec["sessions"]):
         caps = Capabilities.model_validate(s["caps"], strict=False)
-        wd = Path(spec["base"]) / f"session{i}"
+        wd = Path(spec["base"]) / s.get("workdir", f"session{i}")
         probe = None
         if s.get("no_namespaces"):  # as in a container whose seccomp profile refuses unshare()
             from dataclasses import replace
@@ -51,6 +51,7 @@ try:
         out["sessions"].append({"workdir": str(sb.workdir), "warnings": warnings, "network": sb.policy.network.mode,
                                 "processes": sb.policy.processes, "namespaces": list(sb.policy.namespaces),
                                 "aggregate": sb.policy.aggregate, "rlimits": dict(sb.policy.rlimits),
+                                "view": sb.policy.host_view, "disk": sb.policy.disk.mechanism,
                                 "results": []})
     threads = []
     for i, call in spec.get("background", []):
@@ -77,6 +78,11 @@ try:
         r = boxes[i].run(call["binary"], command=fill(call.get("command")), args=args, timeout=60)
         out["sessions"][i]["results"].append({"exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
                                               "resource_limit": r.resource_limit})
+    for k, sb in enumerate(boxes):  # the ceiling as the kernel (or the guard) saw it
+        time.sleep(0.3 if sb.disk is None else 0)  # the watcher's next reading
+        exceeded = sb.workdir_exceeded()
+        out["sessions"][k]["exceeded"] = exceeded.render() if exceeded is not None else None
+        out["sessions"][k]["disk_used"] = sb.disk.usage().used if sb.disk is not None else None
     for k, sb in enumerate(boxes):  # what the other sessions' calls left of this session's processes
         state = []
         for pid in sorted(sb.tool_pids()):
@@ -115,9 +121,10 @@ def run_sessions(user: UnprivilegedUser, spec: dict[str, Any], timeout: float = 
                  prefix: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the driver as ``user`` (in ``user.cgroups``; ``prefix``: an argv run first, as root, that
     execs the rest); returns its JSON (raises with its stderr when it fails)."""
-    base = Path(user.home) / f"sessions-{os.urandom(4).hex()}"
-    base.mkdir()
-    user.chown(base)
+    base = Path(spec["base"]) if "base" in spec else Path(user.home) / f"sessions-{os.urandom(4).hex()}"
+    if not base.exists():  # a given base: a rerun on the workdirs an earlier driver left
+        base.mkdir()
+        user.chown(base)
     python, boot = _python(user)
 
     argv = [*prefix, "setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--",

@@ -32,11 +32,23 @@ def _requirements(request):
         pytest.skip("needs a Landlock-capable kernel")
 
 
+def _remove(path: str | Path) -> None:
+    """Iteratively (mur.fswalk): a test's tools may leave a tree deeper than shutil.rmtree can recurse."""
+    from mur.fsafe import Tree
+
+    path = Path(path)
+    try:
+        with Tree(path.parent) as parent:
+            parent.remove_tree(path.name)
+    except OSError:
+        pass
+
+
 @pytest.fixture
 def workdir():
     path = tempfile.mkdtemp(prefix="mur-sbx-")
     yield Path(path)
-    shutil.rmtree(path, ignore_errors=True)
+    _remove(path)
 
 
 @pytest.fixture
@@ -74,7 +86,7 @@ def sandbox(workdir, request):
     for sb in made:
         assert_nothing_left(sb)
     for path in extra:
-        shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
 
 
 @pytest.fixture

@@ -559,8 +559,19 @@ def remove_cgroup(top: str) -> None:
         time.sleep(0.05)
 
 
+def remove_tree(path: Path) -> None:
+    """rm -rf, iteratively (mur.fswalk): a test's tools may leave a tree deeper than shutil.rmtree recurses."""
+    from mur.fsafe import Tree
+
+    try:
+        with Tree(Path(path).parent) as parent:
+            parent.remove_tree(Path(path).name)
+    except OSError:
+        pass
+
+
 def remove_unprivileged_user(user: UnprivilegedUser) -> None:
     """Kill what is left in the delegated cgroups, remove them and the HOME."""
     for top in user.cgroups:
         remove_cgroup(top)
-    shutil.rmtree(user.home, ignore_errors=True)
+    remove_tree(user.home)

@@ -43,6 +43,30 @@ def capabilities(allow=("bash", "cat", "python3"), **extra) -> Capabilities:
     return Capabilities.model_validate(data, strict=False)
 
 
+def _entries(root: str):
+    """(fd, name) of root and every directory and regular file beneath it (the fd valid for one step)."""
+    import stat
+
+    from mur import fswalk
+
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        yield top, root
+        for step in fswalk.walk(top):
+            if step.kind == "leave" or not (stat.S_ISDIR(step.st.st_mode) or stat.S_ISREG(step.st.st_mode)):
+                continue
+            try:
+                fd = os.open(step.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=step.dirfd)
+            except OSError:
+                continue
+            try:
+                yield fd, step.name
+            finally:
+                os.close(fd)
+    finally:
+        os.close(top)
+
+
 def _processes_in(workdir: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -63,17 +87,13 @@ def assert_nothing_left(sb: ShellSandbox) -> None:
         assert leftovers == [], f"cgroups left behind: {leftovers}"
     assert _processes_in(str(sb.workdir)) == [], "processes left running in the workdir"
     uid = sb.policy.run_as[0] if sb.policy is not None and sb.policy.run_as else 65534
-    for root, dirs, files in os.walk(sb.workdir):
-        for name in dirs + files + ["."]:
-            path = os.path.join(root, name)
-            if os.path.islink(path):
+    for fd, name in _entries(str(sb.workdir)):  # iteratively: a test's tools may leave any depth
+        for attr in (access.ACCESS, access.DEFAULT):
+            try:
+                entries = access.decode(os.getxattr(fd, attr))
+            except OSError:
                 continue
-            for attr in (access.ACCESS, access.DEFAULT):
-                try:
-                    entries = access.decode(os.getxattr(path, attr))
-                except OSError:
-                    continue
-                assert not any(t == access.USER and i == uid for t, _p, i in entries), f"ACL left on {path}"
+            assert not any(t == access.USER and i == uid for t, _p, i in entries), f"ACL left on {name}"
     if sb.policy is not None and sb.policy.run_as is not None:
         assert not os.path.exists(f"/run/mur/uids/{uid}"), "uid lease left behind"
 

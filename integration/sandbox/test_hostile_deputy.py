@@ -80,6 +80,12 @@ def assert_ok(run: HostileRun) -> None:
     assert run.result_text == FINAL_TEXT, run.describe()
 
 
+def disk_in_force(run: HostileRun) -> bool:
+    """Did the session's tools write a session disk (copied back at the end), per its trace?"""
+    start = run.events("session_start")
+    return bool(start) and start[0]["effective_grants"]["disk_ceiling"] in ("ext4-loop", "tmpfs")
+
+
 def assert_regular(path: Path) -> None:
     st = os.lstat(path)
     assert stat.S_ISREG(st.st_mode) and st.st_nlink == 1, f"{path} is not a plain file"
@@ -93,14 +99,14 @@ def run_result_and_logs_attacks(capsule, host: Host) -> HostileRun:
     return capsule.run([
         f"mkdir -p out && ln -sf {v} out/result.txt; rm -rf logs; ln -s {dz} logs; ls -l out logs",  # 0
         f"ln -sf {v} ../out/result.txt; echo rc=$?; echo forged > ../out/result.txt; echo rc=$?; "  # 1
-        f"rm -rf ../out; echo rc=$?; mv ../out ../out2; echo rc=$?; ln -s {dz} ../out/sub; echo rc=$?",
+        f"rm -r ../out; echo rc=$?; mv ../out ../out2; echo rc=$?; ln -s {dz} ../out/sub; echo rc=$?",
         "python3 -c \"print('y' * 40000)\"",  # 2: a full shell log
         "cat ../logs/shell-*.log | head -c 20; echo; echo rc=$?",  # 3: control: logs are readable
         f"echo tamper >> ../logs/bootstrap.log; echo rc=$?; rm -f ../logs/bootstrap.log; echo rc=$?; "  # 4
         f"for f in ../logs/shell-*.log; do echo tamper >> $f; echo rc=$?; : > $f; echo rc=$?; done; "
         f"ln -s {v} ../logs/shell-forged.log; echo rc=$?; mv ../logs ../logs2; echo rc=$?",
         f"echo '{{\"event_type\":\"forged\"}}' >> ../trace.jsonl; echo rc=$?; : > ../trace.jsonl; echo rc=$?; "  # 5
-        "rm -f ../trace.jsonl; echo rc=$?; mv ../trace.jsonl ../t2; echo rc=$?; ln ../trace.jsonl t3; echo rc=$?; "
+        "rm ../trace.jsonl; echo rc=$?; mv ../trace.jsonl ../t2; echo rc=$?; ln ../trace.jsonl t3; echo rc=$?; "
         "python3 -c \"import os; os.write(os.open('../trace.jsonl', os.O_WRONLY | os.O_APPEND), b'x')\"; echo rc=$?",
         "mkdir -p mine && echo produced > mine/file.txt && cat mine/file.txt && echo more >> notes.jsonl",  # 6: control
     ])
@@ -280,9 +286,13 @@ def test_acl_grant_and_undo_never_reach_a_hard_linked_host_file(hostile, host, t
         "echo mine >> own.txt && cat own.txt",  # the control: a file of the workdir is writable
     ], workdir=work)
     assert_ok(run)
-    assert_refused(run.results[0], "writing a hard-linked root-only file")
     assert SECRET not in run.results[0].data
-    assert_refused(run.results[1], "writing a hard-linked shared file")
+    if not disk_in_force(run):
+        assert_refused(run.results[0], "writing a hard-linked root-only file")
+        assert_refused(run.results[1], "writing a hard-linked shared file")
+    else:  # a file with two names never enters the session disk: the tool writes a file of its own
+        assert run.results[0].data == "rc=0\npwned\nrc=0\n"
+        assert os.stat(work / "linked.txt").st_ino == os.stat(host.secret).st_ino  # still the link, left alone
     assert run.results[2].data == "own\nmine\n"
     assert host.snapshot() == before
     assert os.getxattr(shared, access.ACCESS) == shared_acl and stat.S_IMODE(os.stat(shared).st_mode) == 0o640

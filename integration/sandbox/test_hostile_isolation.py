@@ -166,6 +166,13 @@ def test_syscalls_and_legitimate_tools_end_to_end(hostile, who, tmp_path, record
                   "ENOSYS / killed; the tools still work", "bare: they run")
 
 
+def probe_for(who, mur: list[str], home) -> dict:
+    """`mur probe --json` as the uid `who` runs mur."""
+    r = bare(who, [*mur, "probe", "--json"], home=home)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def test_explain_scope_states_the_mechanisms_in_force(who, tmp_path):
     """`mur run --explain-scope --json` (and the human report) on this host, as root and not."""
     from hostile import python_for_others  # type: ignore[import-not-found]
@@ -185,10 +192,14 @@ def test_explain_scope_states_the_mechanisms_in_force(who, tmp_path):
                  home=base)  # no config of the machine's own
         assert r.returncode == 0, r.stderr
         out[bool(flags)] = r.stdout
-    c = json.loads(out[True])["containment"]
-    assert (c["achieved"], c["floor_met"], c["network"]) == ("scoped", True, "netns+egress-proxy")
-    assert c["processes"] == ("session-uid" if who is None else "pid-namespace")
+    c = json.loads(out[True])  # the flat shape session_start.effective_grants records
+    host = probe_for(who, mur, base)
+    assert (c["achieved_containment"], c["floor_met"], c["network_isolation"]) == (
+        "sealed" if host["sealed"] else "scoped", True, "netns+egress-proxy")
+    assert c["process_isolation"] == ("session-uid" if who is None else "pid-namespace")
+    assert c["host_view"] == ("composed-root" if host["sealed"] else "read-only-host")
     assert "  network:   netns+egress-proxy (shell tools reach exactly the allowed hosts" in out[False]
+    assert f"  view:      {c['host_view']} (" in out[False]
 
 
 TTY_TRICKS = r"""

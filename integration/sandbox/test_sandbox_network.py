@@ -69,7 +69,7 @@ def bare_curl(*args) -> subprocess.CompletedProcess:
 def test_curl_reaches_the_allowed_host_and_only_it(sandbox, servers, record_escape):
     tls, plain, ca = servers
     sb = net_sandbox(sandbox, [f"https://allowed.test:{tls}", f"http://allowed.test:{plain}"])
-    shutil.copy(ca, sb.workdir / "ca.pem")
+    shutil.copy(ca, sb.live_workdir / "ca.pem")
     ok = sb.run("curl", command=f"curl -sS -m 10 --cacert ca.pem https://allowed.test:{tls}/")
     assert ok.exit_code == 0 and ok.stdout == f"hello allowed.test:{tls}\n", ok.stderr
     ok_http = sb.run("curl", command=f"curl -sS -m 10 http://allowed.test:{plain}/")
@@ -152,7 +152,7 @@ print(json.dumps(out))
 def test_a_tunnel_to_an_allowed_host_cannot_front_another_name(sandbox, servers, record_escape):
     tls, plain, ca = servers
     sb = net_sandbox(sandbox, [f"https://allowed.test:{tls}", f"allowed.test:{plain}"])
-    shutil.copy(ca, sb.workdir / "ca.pem")
+    shutil.copy(ca, sb.live_workdir / "ca.pem")
     honest = json.loads(sb.run("python3", args=["-c", SPOOF, str(tls), "allowed.test", "allowed.test"]).stdout)
     assert honest == {"connect": "HTTP/1.1 200 Connection established", "reply": "hello allowed.test\n"}
     fronted = json.loads(sb.run("python3", args=["-c", SPOOF, str(tls), "other.test", "other.test"]).stdout)

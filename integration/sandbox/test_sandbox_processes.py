@@ -53,7 +53,7 @@ def test_another_sessions_tool_is_out_of_reach(sandbox, record_escape):
     victim = threading.Thread(target=b.run, args=("python3",), kwargs={"args": ["-c", VICTIM], "timeout": 60},
                               daemon=True)
     victim.start()
-    pid_file = b.workdir / "victim.pid"
+    pid_file = b.live_workdir / "victim.pid"
     until = time.monotonic() + 20
     while not pid_file.exists() and time.monotonic() < until:
         time.sleep(0.05)

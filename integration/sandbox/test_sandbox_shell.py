@@ -27,7 +27,7 @@ def test_output_is_cut_at_16_kib_with_the_full_log_in_the_workdir(sandbox):
     log = r.full_output_path
     assert log is not None and os.path.dirname(log) == str(sb.workdir / "logs")
     assert os.path.basename(log).startswith("shell-") and log.endswith(".log")
-    text = open(log).read()
+    text = open(str(sb.live_workdir) + log[len(str(sb.workdir)):]).read()  # on the session disk until close()
     assert "o" * 40000 in text and "e" * 100 in text
     small = sb.run("bash", command="echo small")
     assert not small.truncated and small.full_output_path is None and small.stdout == "small\n"
@@ -35,7 +35,7 @@ def test_output_is_cut_at_16_kib_with_the_full_log_in_the_workdir(sandbox):
 
 def test_command_and_args_forms_env_and_stdin(sandbox):
     sb = sandbox()
-    (sb.workdir / "f.txt").write_text("content\n")
+    (sb.live_workdir / "f.txt").write_text("content\n")  # the tools' workdir as the runtime reaches it
     assert sb.run("cat", command="cat f.txt").stdout == "content\n"
     assert sb.run("cat", command="f.txt").stdout == "content\n"
     r = sb.run("bash", args=["-c", 'echo "$0 $1 $FOO ${GITHUB_TOKEN-none} $HOME"', "a", "b"],
@@ -53,7 +53,9 @@ def test_home_and_logs_are_usable(sandbox):
     sb = sandbox()
     r = sb.run("bash", command='cd "$HOME" && echo persisted > note && cat "$HOME/note"')
     assert r.exit_code == 0 and r.stdout == "persisted\n"
-    assert (sb.workdir / ".capsule-home" / "note").read_text() == "persisted\n"
+    assert (sb.live_workdir / ".capsule-home" / "note").read_text() == "persisted\n"
+    sb.close()
+    assert (sb.workdir / ".capsule-home" / "note").read_text() == "persisted\n"  # brought back to the host
 
 
 def test_timeout_kills_the_call(sandbox):
@@ -171,7 +173,8 @@ def test_refused_with_e_run_012_when_no_cgroup_can_be_made(workdir):
 
 def test_probe_reports_this_host():
     probe = probe_host()
-    assert probe.os == "linux" and probe.tier == "full" and probe.achieved == "scoped"
+    assert probe.os == "linux" and probe.tier == "full" and probe.achieved in ("scoped", "sealed")
+    assert (probe.achieved == "sealed") == probe.sealed and (probe.sealed_reason is None) == probe.sealed
     assert probe.landlock_abi >= 1 and probe.seccomp and probe.cgroup_delegated
 
 
@@ -194,8 +197,9 @@ def test_a_namespace_the_probe_promised_but_launch_cannot_make_is_refused(sandbo
     """Never a silent fallback to port rules: E-CAP-005 when network.allow needs the namespace."""
     from mur.sandbox import namespaces
 
-    def fail(*_a, **_kw):
-        raise OSError("cannot create the session namespaces (net+ipc+mnt): simulated")
+    def fail(names, **_kw):
+        raise namespaces.HolderFailed("namespaces", f"cannot create the session namespaces ({'+'.join(names)}): "
+                                      "simulated")
 
     monkeypatch.setattr(namespaces, "create", fail)
     with pytest.raises(MurError) as info:
@@ -204,5 +208,5 @@ def test_a_namespace_the_probe_promised_but_launch_cannot_make_is_refused(sandbo
     notes: list[str] = []
     sb = sandbox(log=notes.append)  # no network grant: the namespaces are defence in depth, logged
     assert sb.policy.namespaces == () and sb.policy.network.mode == "none"
-    assert any("could not be created" in n for n in notes)
+    assert any("simulated; deciding again without it" in n for n in notes)
     assert sb.run("bash", command="echo ok").stdout == "ok\n"

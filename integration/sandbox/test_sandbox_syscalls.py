@@ -50,7 +50,7 @@ def test_a_foreign_architecture_syscall_kills_the_tool(sandbox, tmp_path, record
 @pytest.mark.skipif(bool(MISSING), reason=f"not installed: {' '.join(MISSING)}")
 def test_legitimate_tools_still_work(sandbox, tmp_path):
     sb = sandbox(capabilities(allow=TOOLS))
-    (sb.workdir / "py.py").write_text(PY)
+    (sb.live_workdir / "py.py").write_text(PY)
     # git reads /etc/gitconfig, which Landlock does not grant: the system config is skipped explicitly
     r = sb.run("bash", command=LEGIT, env=[("GIT_CONFIG_NOSYSTEM", "1")])
     (tmp_path / "py.py").write_text(PY)

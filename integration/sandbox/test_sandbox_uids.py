@@ -59,7 +59,7 @@ sb = ShellSandbox(caps, sys.argv[2], "ses_killed_%d" % os.getpid(), [], host_env
 sb.start()
 import threading
 threading.Thread(target=sb.run, args=("bash",), kwargs={"command": "sleep 300 & echo $! > leftover.pid; wait", "timeout": 300}, daemon=True).start()
-while not os.path.exists(os.path.join(sys.argv[2], "leftover.pid")):
+while not os.path.exists(os.path.join(str(sb.live_workdir), "leftover.pid")):
     time.sleep(0.05)
 time.sleep(0.2)
 print(json.dumps({"uid": sb.policy.run_as[0], "cgroups": list(sb.cgroup.dirs.values()), "tools": sorted(sb.tool_pids())}), flush=True)

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from mur import fswalk
 from mur.errors import MurError
+from mur.fsafe import Tree
 
 SESSION_DIR = re.compile(r"ses_[0-9a-f]{32}")
 BUILD_KEY = re.compile(r"[0-9a-f]{32}")
@@ -35,6 +36,7 @@ COMPILED = re.compile(r"(?P<digest>[0-9a-f]{64})\.(?P<fingerprint>[0-9a-f]{16})\
 KEPT_SOURCE = re.compile(r"[0-9a-f]{64}\.wasm")
 TEMP = re.compile(r"\..+\.tmp")
 TEMP_GRACE_SECONDS = 3600  # a temp file this old is a crashed writer's, not one being written
+SIZE_SECONDS = 30.0  # a size is for the listing: a tree too big to measure in time shows what was counted
 KINDS = ("session", "compiled", "built")
 
 
@@ -64,22 +66,28 @@ class GcPlan:
 
 
 def tree_size(path: Path) -> int:
-    """Bytes of the regular files under `path` (or of `path` itself), symlinks not followed."""
+    """Bytes of the regular files under `path` (or of `path` itself), symlinks not followed. A
+    session's work/ is a tree its tools made: walked iteratively at any depth (mur.fswalk), within a
+    deadline (past it, what was counted)."""
     try:
         st = os.lstat(path)
     except OSError:
         return 0
     if not stat.S_ISDIR(st.st_mode):
         return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return 0
     total = 0
-    for root, dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
+    try:
+        for step in fswalk.walk(fd, deadline=time.monotonic() + SIZE_SECONDS):
+            if step.kind == "file" and stat.S_ISREG(step.st.st_mode):
+                total += step.st.st_size
+    except (OSError, fswalk.WalkTimeout):
+        pass
+    finally:
+        os.close(fd)
     return total
 
 
@@ -183,17 +191,15 @@ def apply_gc(plan: GcPlan) -> list[Item]:
     removed = []
     for item in plan.items:
         try:
-            if item.path.is_dir() and not item.path.is_symlink():
-                shutil.rmtree(item.path)
-            else:
-                item.path.unlink()
+            with Tree(item.path.parent) as parent:  # iterative, never through a link (a tool's tree)
+                parent.remove_tree(item.path.name)
         except FileNotFoundError:
             pass  # gone already (another gc, or the cache's own cleanup)
         except PermissionError as exc:
             raise MurError("E-IO-002", f"permission denied removing {item.path}: {exc.strerror}",
                            f"{len(removed)} of {len(plan.items)} items were removed before it") from exc
-        except OSError as exc:
-            raise MurError("E-IO-003", f"cannot remove {item.path}: {exc.strerror or exc}",
+        except (OSError, fswalk.WalkTimeout) as exc:
+            raise MurError("E-IO-003", f"cannot remove {item.path}: {getattr(exc, 'strerror', None) or exc}",
                            f"{len(removed)} of {len(plan.items)} items were removed before it") from exc
         removed.append(item)
     return removed

@@ -4,8 +4,10 @@
     files, and `mur run --containment` — a CLI flag can raise the floor, never lower it. Nothing declared
     means `advisory`.
   * Achieved class: from the host probe only (a real Landlock ruleset applied in a forked child, see
-    mur.sandbox.probe), never from the manifest: `scoped` on Landlock-capable Linux, else `advisory`;
-    `sealed` is never achievable. `capabilities.filesystem.workdir_exec: true` caps it at `advisory`.
+    mur.sandbox.probe), never from the manifest: `sealed` where the probe also built and verified the
+    tools' composed root (mount namespace + pivot_root: as root, or in an unprivileged user
+    namespace the host allows; mur.sandbox.probeview), `scoped` on other Landlock-capable Linux hosts,
+    else `advisory`. `capabilities.filesystem.workdir_exec: true` caps it at `advisory`.
   * `scoped` also means network.allow is carried by a private network namespace for a capsule that
     can spawn subprocesses and has network.allow: on a host that cannot create one the capsule
     achieves only `advisory` (its tools would reach any address on an allowed port), so a scoped
@@ -29,9 +31,14 @@ SCOPED_SHORTFALL = (
     "provides no kernel filesystem mediation, so paths outside the workdir are constrained by convention only"
 )
 SEALED_SHORTFALL = (
-    "sealed requires mount-namespace + pivot_root isolation, which this runtime does not implement yet; "
-    "no host can provide it today"
+    "sealed requires mount-namespace + pivot_root isolation (the tools in a root built for the session), "
+    "which this host cannot provide"
 )
+
+
+def sealed_shortfall(blocker: str | None) -> str:
+    """Why this host is not sealed, naming the precise blocker the probe found."""
+    return f"{SEALED_SHORTFALL}: {blocker}" if blocker else SEALED_SHORTFALL
 WORKDIR_EXEC_SHORTFALL = (
     "capabilities.filesystem.workdir_exec: true keeps the Landlock Execute right on the session workdir, so a "
     "binary the capsule compiles, downloads or renames inside it runs regardless of capabilities.shell.allow — "
@@ -53,6 +60,18 @@ PROCESS_SHORTFALL = (
     "(ABI 6+); this host provides none of them, so shell tools sharing mur's uid could signal mur and every other "
     "process of that uid"
 )
+
+
+UNIX_SOCKETS_VIEW = (
+    "capabilities.network.unix_sockets: true asks for every unix socket the shell tools can reach on the host "
+    "(a Docker socket, say), which a root built for the session would hide: its tools see the host's tree"
+)
+
+
+def view_shortfall(caps: Any) -> str | None:
+    """Why this capsule's subprocesses cannot run in a composed root (sealed) on any host, or None."""
+    spawns = bool(caps.shell_allow or caps.spawn_allow)
+    return UNIX_SOCKETS_VIEW if spawns and caps.network.unix_sockets else None
 
 
 class ProbeLike(Protocol):
@@ -104,25 +123,31 @@ def subprocess_shortfall(caps: Any, probe: ProbeLike) -> str | None:
     return PROCESS_SHORTFALL if process_shortfall(caps, probe) else None
 
 
-def achieved_class(probe: ProbeLike, workdir_exec: bool, network_short: bool | str | None = False) -> str:
+def achieved_class(probe: ProbeLike, workdir_exec: bool, network_short: bool | str | None = False,
+                   view_short: str | None = None) -> str:
     """The host's class, capped at advisory when the capsule keeps its workdir executable or its
-    subprocesses cannot be confined here (``network_short``: True, or subprocess_shortfall()'s reason)."""
-    achieved = probe.achieved if probe.achieved in ("advisory", "scoped") else "advisory"
+    subprocesses cannot be confined here (``network_short``: True, or subprocess_shortfall()'s reason),
+    and at scoped when they cannot run in a composed root (``view_short``: view_shortfall()'s reason)."""
+    achieved = probe.achieved if probe.achieved in CLASS_RANK else "advisory"
+    if achieved == "sealed" and view_short:
+        achieved = "scoped"
     return "advisory" if workdir_exec or network_short else achieved
 
 
 def shortfall_reason(declared: str, achieved: str, workdir_exec: bool,
-                     network_short: bool | str | None = False) -> str | None:
+                     network_short: bool | str | None = False, sealed_blocker: str | None = None) -> str | None:
     """Why `achieved` falls short of `declared`, naming the missing mechanism; None when met."""
     if CLASS_RANK[achieved] >= CLASS_RANK[declared]:
         return None
-    if declared == "sealed":
-        return SEALED_SHORTFALL  # no host provides it, whatever the capsule declares
     if workdir_exec:
         return WORKDIR_EXEC_SHORTFALL
     if isinstance(network_short, str):
         return network_short
-    return NETWORK_SHORTFALL if network_short else SCOPED_SHORTFALL
+    if network_short:
+        return NETWORK_SHORTFALL
+    if declared == "sealed":
+        return sealed_shortfall(sealed_blocker)
+    return SCOPED_SHORTFALL
 
 
 def floor_error(declared: str, achieved: str, reason: str) -> MurError:
@@ -135,10 +160,12 @@ def floor_error(declared: str, achieved: str, reason: str) -> MurError:
     )
 
 
-def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool, network_short: bool | str | None = False) -> str:
+def check_floor(floor: Floor, probe: ProbeLike, workdir_exec: bool, network_short: bool | str | None = False,
+                view_short: str | None = None) -> str:
     """Raise E-CAP-003 when the floor is unmet; returns the achieved class."""
-    achieved = achieved_class(probe, workdir_exec, network_short)
-    reason = shortfall_reason(floor.declared, achieved, workdir_exec, network_short)
+    achieved = achieved_class(probe, workdir_exec, network_short, view_short)
+    reason = shortfall_reason(floor.declared, achieved, workdir_exec, network_short,
+                              view_short or getattr(probe, "sealed_reason", None))
     if reason is not None:
         raise floor_error(floor.declared, achieved, reason)
     return achieved

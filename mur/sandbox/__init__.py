@@ -1,10 +1,15 @@
-"""Kernel sandbox for shell tools: Landlock + seccomp + rlimits + cgroups (see docs/sandbox.md).
+"""Kernel sandbox for shell tools: a composed root + session disk + Landlock + seccomp + rlimits +
+cgroups (see docs/sandbox.md).
 
-Layout: ``policy`` (pure: manifest + measurements -> ShellPolicy) and thin appliers (``landlock``,
-``seccomp``, ``rlimits``, ``cgroups``, ``spawn``); ``probe`` measures the host; ``shell`` is the
-per-session executor (``ShellSandbox``); ``elf`` resolves a binary's loader + DT_NEEDED closure;
-``access`` lets the unprivileged sandbox uid use the workdir when mur runs as root;
-``workdir_guard`` polls the workdir size; ``output`` and ``result`` hold a call's captured output
+Decide, then apply: ``facts`` measures the host, ``decide`` turns the manifest and those facts into
+one frozen ShellPolicy (pure; its parts: ``policy``, ``viewplan``, ``diskplan``); the appliers read
+only that value (``isolation`` and ``namespaces`` with ``rootfs`` and ``disk`` in the holder,
+``spawn``/``zygote`` with ``landlock``, ``seccomp``, ``rlimits``; ``cgroups``; ``egress``).
+``probe`` (+ ``probeview``) measures the host; ``shell`` is the per-session executor
+(``ShellSandbox``), ``ceiling`` its storage (the session disk, ``mirror`` copying the tools' tree in
+and out) and ``watcher`` the E-RUN-013 guard; ``guestdisk`` the same ceiling for a session without
+subprocesses; ``elf`` resolves a binary's loader + DT_NEEDED closure; ``access`` lets the leased
+uid use the workdir when mur runs as root; ``output`` and ``result`` hold a call's captured output
 and outcome (resource-limit attribution, E-RUN-011, the ``shell`` trace event).
 """
 

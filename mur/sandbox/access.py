@@ -137,6 +137,8 @@ def _entries(root: str) -> Iterator[tuple[int, os.stat_result, bool]]:
             directory = stat.S_ISDIR(st.st_mode)
             if not directory and not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
                 continue  # links (symbolic or hard), fifos, sockets: never touched
+            if st.st_dev != tree.dev:
+                continue  # another filesystem mounted here (the staged tools/, read-only): not ours
             flags = DIR_FLAGS if directory else os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
             try:
                 fd = os.open(name, flags | os.O_NOFOLLOW, dir_fd=dirfd)
@@ -164,6 +166,7 @@ class WorkdirAccess:
     mode: str = "none"  # "acl" | "chown" | "none"
     notes: list[str] = field(default_factory=list)
     state_dir: str = STATE_DIR  # mur.sandbox.ancestors' lock and reference counts
+    ancestor_grants: bool = True  # False in a composed root: its directories are the view's own (0755)
     ancestors: Ancestors | None = None
 
     def grant(self) -> None:
@@ -182,6 +185,8 @@ class WorkdirAccess:
                 os.fchown(fd, self.uid, self.gid)
             self.mode = "chown"
             self.notes.append(f"no POSIX ACL support under {self.workdir}: the workdir tree was chowned to uid {self.uid}")
+        if not self.ancestor_grants:
+            return
         candidates: list[str] = []
         for root in (self.workdir, *self.readonly):
             parent = os.path.dirname(root)

@@ -26,6 +26,7 @@ class Binary:
     canonical: str | None  # realpath, reported as `binary`
     closure: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
+    named: tuple[str, ...] = ()  # the closure as the loader names it (elf.Closure.named)
 
 
 def lookup_path(host_env: Mapping[str, str], workdir: str, log: Callable[[str], None]) -> str:
@@ -69,6 +70,7 @@ def _add_closure(info: Binary, caps: Any, path_env: str, workdir: str, log: Call
     name = info.name
     closure = elf.closure(info.path, path_env=path_env)
     files = [f for f in closure.files if not fsafe.inside(os.path.realpath(f), workdir)]
+    named = [n for n in closure.named if not fsafe.inside(os.path.realpath(n), workdir)]
     if len(files) < len(closure.files):  # a library (RUNPATH, $ORIGIN) in the tools' reach
         log(f"shell binary '{name}': files inside the tools' workdir are never granted execute: "
             + ", ".join(f for f in closure.files if f not in files))
@@ -77,10 +79,13 @@ def _add_closure(info: Binary, caps: Any, path_env: str, workdir: str, log: Call
         if grant.binary != name:
             continue
         for d in grant.dirs:
+            if fsafe.inside(os.path.realpath(d.path), workdir):  # the tools' own tree: nothing there is granted execute
+                continue
             if os.path.isdir(d.path):
                 ext = elf.extension_closure(d.path, path_env=path_env)
                 files += [f for f in ext.files if f not in files]
-    info.closure, info.missing = tuple(files), tuple(dict.fromkeys(missing))
+                named += [n for n in ext.named if n not in named and not fsafe.inside(os.path.realpath(n), workdir)]
+    info.closure, info.missing, info.named = tuple(files), tuple(dict.fromkeys(missing)), tuple(named)
     if closure.missing:
         log(f"shell binary '{name}': libraries not found for the Landlock grant: " + ", ".join(closure.missing))
 

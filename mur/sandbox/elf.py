@@ -198,11 +198,41 @@ def _compatible(path: str, want: ElfInfo) -> bool:
 class Closure:
     files: tuple[str, ...]  # canonical paths: the binary, its loader, every library (+ hwcaps variants)
     missing: tuple[str, ...]  # DT_NEEDED names no search dir provided
+    # the same files as the kernel and the loader name them (PT_INTERP, the search dir a library was
+    # found in, the PATH entry): a composed root recreates the links on the way (viewplan.py)
+    named: tuple[str, ...] = ()
 
 
 def closure(binary: str, path_env: str | None = None, conf_dirs: list[str] | None = None) -> Closure:
     """Every file the loader will open to start ``binary`` (which must be an absolute path)."""
     return _closure([binary], path_env, conf_dirs)
+
+
+EXTENSION_DEPTH = 32  # an interpreter's library tree is a few levels deep; nothing below this is looked at
+
+
+def _shared_objects(directory: str) -> list[str]:
+    """Regular ``*.so*`` files beneath ``directory``: an explicit stack (never recursion), links not
+    followed, at most EXTENSION_DEPTH levels."""
+    found: list[str] = []
+    stack = [(directory, 0)]
+    while stack:
+        top, depth = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth < EXTENSION_DEPTH:
+                        stack.append((entry.path, depth + 1))
+                elif (entry.name.endswith(".so") or ".so." in entry.name) and entry.is_file(follow_symlinks=False):
+                    found.append(entry.path)
+            except OSError:
+                continue
+    return found
 
 
 def extension_closure(directory: str, path_env: str | None = None, conf_dirs: list[str] | None = None) -> Closure:
@@ -211,27 +241,26 @@ def extension_closure(directory: str, path_env: str | None = None, conf_dirs: li
     A Python extension module (``lib-dynload/_ctypes*.so`` needs ``libffi.so.8``) is dlopen()ed at
     run time, so the interpreter binary's own closure does not contain its libraries.
     """
-    objects = []
-    for root, _dirs, names in os.walk(directory):
-        for name in names:
-            if name.endswith(".so") or ".so." in name:
-                path = os.path.join(root, name)
-                if not os.path.islink(path) and read_elf(path) is not None:
-                    objects.append(path)
+    objects = [path for path in _shared_objects(directory) if read_elf(path) is not None]
     found = _closure(objects, path_env, conf_dirs)
     inside = os.path.join(os.path.realpath(directory), "")
-    return Closure(tuple(f for f in found.files if not f.startswith(inside)), found.missing)
+    return Closure(tuple(f for f in found.files if not f.startswith(inside)), found.missing,
+                   tuple(n for n in found.named if not os.path.realpath(n).startswith(inside)))
 
 
 def _closure(roots: list[str], path_env: str | None, conf_dirs: list[str] | None) -> Closure:
     conf = ld_so_conf_dirs() if conf_dirs is None else conf_dirs
     files: dict[str, None] = {}
+    as_named: dict[str, None] = {}
     missing: list[str] = []
     queue: list[tuple[str, tuple[str, ...]]] = []  # (path, rpath inherited from the executable)
 
     def add(path: str, inherited_rpath: tuple[str, ...] = ()) -> None:
         real = os.path.realpath(path)
-        if real in files or not os.path.exists(real):
+        if not os.path.exists(real):
+            return
+        as_named[os.path.abspath(path)] = None
+        if real in files:
             return
         files[real] = None
         queue.append((path, inherited_rpath))
@@ -279,4 +308,4 @@ def _closure(roots: list[str], path_env: str | None, conf_dirs: list[str] | None
             add(found, exe_rpath or ())
             for variant in glob.glob(os.path.join(os.path.dirname(found), "glibc-hwcaps", "*", name)):
                 add(variant, exe_rpath or ())
-    return Closure(tuple(files), tuple(dict.fromkeys(missing)))
+    return Closure(tuple(files), tuple(dict.fromkeys(missing)), tuple(as_named))

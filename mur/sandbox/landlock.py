@@ -3,10 +3,10 @@
 Why raw ctypes and not PyPI ``landlock``: that package is filesystem-only (no ABI-4 TCP rules, no
 ABI-6 scopes) and misreads a stale errno as failure (environment.md section 1a).
 
-Split in two halves on purpose:
-  * the parent builds a ruleset fd once per session (``build_ruleset``): every path is opened,
-    checked and added here, where an error can be reported properly;
-  * the forked child only calls ``restrict_self(fd)`` (two syscalls) in its ``preexec_fn``.
+Two halves, both run by the session's spawner (zygote.py) once, in the tools' mount namespace (so
+every path is the one the tools see, on the session disk or in their composed root):
+  * ``build_ruleset``: every path is opened, checked and added; an error names the path;
+  * ``restrict_self(fd)`` (two syscalls), last before seccomp.
 The ruleset fd is O_CLOEXEC (the kernel sets it), so it never survives into the executed tool.
 """
 
@@ -142,11 +142,13 @@ def build_ruleset(
     tcp_connect: tuple[int, ...] = (),
     tcp_bind: tuple[int, ...] = (),
     scoped: int = 0,
+    missing_ok: bool = False,
 ) -> Ruleset:
     """Create a ruleset and add every rule; raises OSError naming the path or port that failed.
 
     ``abi`` selects the attribute size the kernel reads: 8 bytes (fs only) below 4, 16 with the
-    network field (ABI 4-5), 24 with the scope field (ABI >= 6).
+    network field (ABI 4-5), 24 with the scope field (ABI >= 6). ``missing_ok``: a path that does
+    not exist (in the tools' view) is skipped: a rule on nothing grants nothing.
     """
     if abi < 1:
         raise OSError(95, "landlock is not available on this kernel")
@@ -165,7 +167,12 @@ def build_ruleset(
     )
     try:
         for path, access in path_rules:
-            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if missing_ok:
+                    continue
+                raise
             try:
                 bits = access if os.path.isdir(path) else access & FILE_RIGHTS
                 bits &= handled_fs

@@ -54,6 +54,23 @@ def aggregate_text(policy: ShellPolicy) -> str:
             f"runtime (its memory limit; tasks by {tasks})")
 
 
+def view_text(policy: ShellPolicy) -> str:
+    """One clause: what the tools see of the host, and what counts their disk."""
+    if policy.view is not None:
+        seen = ("they run in a root built for the session (mount namespace + pivot_root): the workdir"
+                + (", a private /tmp" if policy.view.tmp else "") + ", /dev, the session's /proc and the granted "
+                "paths; nothing else of the host exists for them")
+    else:
+        seen = f"they see the host's tree ({policy.view_reason})" if policy.view_reason else "they see the host's tree"
+    disk = policy.disk
+    if disk is None:
+        return seen
+    if disk.kernel:
+        return (f"{seen}; the workdir is a {disk.mechanism} filesystem of {disk.limit} bytes and {disk.inodes} "
+                "inodes: a write past it fails with ENOSPC")
+    return f"{seen}; the workdir ceiling is mur's watcher, not the kernel ({disk.reason})"
+
+
 def launch_warnings(caps: Any, probe: Any, policy: ShellPolicy) -> list[tuple[str, str]]:
     """[(code, message)] for this session's launch, in the order the runtime prints them."""
     names = ", ".join(caps.shell_allow)
@@ -75,9 +92,9 @@ def launch_warnings(caps: Any, probe: Any, policy: ShellPolicy) -> list[tuple[st
     tier: list[tuple[str, str]] = []
     if probe.tier == "full":
         tier.append(("W-SEC-005", (
-            f"kernel enforcement in force ({probe.mechanism}, Landlock ABI {probe.landlock_abi}): shell tools "
+            f"kernel enforcement in force ({policy.mechanism}, Landlock ABI {probe.landlock_abi}): shell tools "
             f"[{names}] may write only inside the workdir and execute only their own binaries and libraries; "
-            f"{network_text(policy)}; {unix_text}; {process_text(policy)}{aggregate_text(policy)}"
+            f"{view_text(policy)}; {network_text(policy)}; {unix_text}; {process_text(policy)}{aggregate_text(policy)}"
         )))
     elif probe.tier == "seccomp-only":
         tier.append(("W-SEC-002", (

@@ -6,7 +6,12 @@ What a session gets (``policy.plan_namespaces`` decides, this module applies):
   handed to mur, which serves it from its own namespace), so the proxy is the one way out.
   Abstract unix sockets are per network namespace too, so the host's are out of reach.
 * **ipc** -- System V IPC objects and POSIX message queues of its own.
-* **mnt** -- a read-only view of the whole tree except the workdir: Landlock does not mediate
+* **mnt** -- where the probe verified it can (``sealed``): a root built for the session
+  (``rootfs.py`` applies ``viewplan.ViewPlan``): the workdir on the session disk (``disk.py``), a
+  private /tmp, /dev, the session's /proc and the granted paths read-only, nothing else. The
+  holder then stays alive: the runtime reaches the tools' workdir as ``/proc/<holder>/root<workdir>``
+  (``SessionNamespaces.live_root``), and the disk's fds come back to it. Otherwise the fallback:
+  a read-only view of the whole tree except the workdir: Landlock does not mediate
   chmod, chown, utime(s) or setxattr, so without it a tool could change the mode, owner, times or
   extended attributes of any file its uid owns outside the workdir (as non-root: mur's own session
   record, ~/.murmur, the user's home). ``mount_setattr(2)`` (Linux 5.12+) sets MOUNT_ATTR_RDONLY
@@ -23,8 +28,8 @@ What a session gets (``policy.plan_namespaces`` decides, this module applies):
   by the holder; both live until ``close()``, or die with mur (PR_SET_PDEATHSIG), and every
   process of the namespace with them.
 
-The holder sends back nsfs fds (and the listener) over a socketpair; nsfs fds keep a namespace
-alive with no process in it, so the session's spawner only calls setns(). Creating a namespace costs
+The holder sends back nsfs fds (and the listener, and the disk's fds) over a socketpair; nsfs fds
+keep a namespace alive with no process in it, so the session's spawner only calls setns(). Creating a namespace costs
 milliseconds (netns teardown even more, asynchronously): once per session, never per call.
 """
 
@@ -38,6 +43,9 @@ import signal
 import socket
 import struct
 from dataclasses import dataclass, field
+
+from mur.sandbox.diskplan import DiskPlan
+from mur.sandbox.viewplan import ViewPlan
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
     0x00020000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
@@ -53,7 +61,7 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 # mount_setattr(2): 442 in the unified syscall table every architecture shares since 5.1
 SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 0x1
 HANDOVER_TIMEOUT = 10.0
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -142,10 +150,55 @@ def _reaper() -> None:
         signal.sigwaitinfo({signal.SIGCHLD})  # stays pending while blocked: no lost wakeup
 
 
-def _holder(names: tuple[str, ...], chan: socket.socket, workdir: str | None, proxy_port: int | None,
-            uid: int, gid: int, noexec: bool) -> None:
-    """The forked child: create the namespaces, hand their fds over, then hold the pid namespace."""
-    step = "unshare"
+@dataclass
+class HolderSpec:
+    """What the holder builds: the namespaces, and in the mount namespace either the composed root
+    (``view``, with the session ``disk`` when it is kernel-counted) or the read-only host view."""
+
+    names: tuple[str, ...]
+    workdir: str | None = None
+    proxy_port: int | None = None
+    noexec: bool = True
+    view: ViewPlan | None = None
+    disk: DiskPlan | None = None
+    image_fd: int | None = None  # ext4-loop: the formatted image, opened by mur
+    host_tmp: str | None = None  # the private /tmp's host directory when there is no session disk
+
+
+def _compose(spec: HolderSpec) -> list[int]:
+    """The composed root, up to (not including) the final pivot; returns the disk's (root, work) fds."""
+    from mur.sandbox import disk, rootfs
+
+    assert spec.view is not None and spec.workdir is not None
+    rootfs.enter_scratch()
+    held: list[int] = []
+    if spec.disk is not None and spec.disk.kernel:
+        try:
+            disk.mount_disk(spec.disk, rootfs.DISK, spec.image_fd, owner=None)
+        except OSError as exc:
+            raise _Failed("disk", f"mounting the session disk ({spec.disk.mechanism}): {exc}") from None
+        held = [os.open(rootfs.DISK, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC),
+                os.open(f"{rootfs.DISK}/{disk.WORK}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+        sources = rootfs.Sources(f"{rootfs.DISK}/{disk.WORK}", f"{rootfs.DISK}/{disk.TMP}")
+    else:
+        sources = rootfs.Sources(rootfs.OLD + spec.workdir, rootfs.OLD + spec.host_tmp if spec.host_tmp else None)
+    rootfs.build(spec.view, sources)
+    return held
+
+
+class _Failed(Exception):
+    """A step of the holder failed; ``what`` is the part of the plan it belongs to (view, disk, ...)."""
+
+    def __init__(self, what: str, message: str) -> None:
+        super().__init__(message)
+        self.what = what
+
+
+def _holder(spec: HolderSpec, chan: socket.socket, uid: int, gid: int) -> None:
+    """The forked child: create the namespaces, hand their fds over, then hold them until mur closes
+    the channel (or dies)."""
+    names = spec.names
+    step, part = "unshare", "namespaces"
     try:
         flags = 0
         for name in names:
@@ -155,62 +208,117 @@ def _holder(names: tuple[str, ...], chan: socket.socket, workdir: str | None, pr
             step = "mapping the user namespace"
             _map_own_ids(uid, gid)
         view = "no mount namespace"
-        if "mnt" in names and workdir is not None:
-            step = "making the read-only mount view"
-            view = _mount_view(workdir, noexec)
+        held: list[int] = []
+        composed = "mnt" in names and spec.view is not None
+        if composed:
+            step, part = "building the tools' root", "view"
+            held = _compose(spec)
+            view = "composed-root"
+        elif "mnt" in names and spec.workdir is not None:
+            step, part = "making the read-only mount view", "mnt"
+            view = _mount_view(spec.workdir, spec.noexec)
         listener = None
+        part = "namespaces"
         if "net" in names:
             step = "bringing up loopback"
             _loopback_up()
-            if proxy_port is not None:
-                step = f"listening on 127.0.0.1:{proxy_port}"
-                listener = _listener(proxy_port)
+            if spec.proxy_port is not None:
+                step = f"listening on 127.0.0.1:{spec.proxy_port}"
+                listener = _listener(spec.proxy_port)
         init_pid = 0
         if "pid" in names:  # first: pid_for_children only resolves once the namespace has its init
             step = "starting the pid namespace's init"
-            init_pid = os.fork()
-            if init_pid == 0:
-                _die_with(None)  # its parent is outside its namespace: getppid() is 0 here
-                chan.close()
-                if listener is not None:
-                    listener.close()
-                _reaper()
-        step = "opening the namespace files"
-        fds = [os.open(f"/proc/self/ns/{NS_FILES[n]}", os.O_RDONLY | os.O_CLOEXEC) for n in names]
-        payload = fds + ([listener.fileno()] if listener is not None else [])
-        socket.send_fds(chan, [b"ok %d %s" % (init_pid, view.encode(errors="replace")[:400])], payload)
+            init_pid = _start_init(chan, listener, composed)
+        step = "opening the namespace files"  # before the final pivot: the tools' /proc has no self for us
+        proc = "/oldroot/proc" if composed else "/proc"  # the host's, under the scratch root
+        fds = [os.open(f"{proc}/self/ns/{NS_FILES[n]}", os.O_RDONLY | os.O_CLOEXEC) for n in names]
+        if composed:
+            step, part = "entering the tools' root", "view"
+            from mur.sandbox import rootfs
+
+            rootfs.finish(spec.view)  # type: ignore[arg-type]
+        part = "namespaces"
+        payload = fds + ([listener.fileno()] if listener is not None else []) + held
+        header = b"ok %d %d %d %s" % (init_pid, 1 if listener is not None else 0, len(held),
+                                      view.encode(errors="replace")[:400])
+        socket.send_fds(chan, [header], payload)
         chan.recv(1)  # the parent holds its own copies now
-        for fd in fds:
+        for fd in payload:
             os.close(fd)
-        if listener is not None:
-            listener.close()
-        chan.close()
+        chan.recv(1)  # until mur closes the channel (close()) or dies: the live path needs this process
         if init_pid:
-            os.waitpid(init_pid, 0)  # hold on until close() kills the init (and the namespace with it)
+            os.kill(init_pid, signal.SIGKILL)
+            os.waitpid(init_pid, 0)
     except BaseException as exc:
+        if isinstance(exc, _Failed):
+            part = exc.what
         try:
-            chan.sendall(f"err {step}: {exc}".encode(errors="replace")[:500])
+            chan.sendall(f"err {part} {step}: {exc}".encode(errors="replace")[:500])
         except OSError:
             pass
 
 
+def _start_init(chan: socket.socket, listener: socket.socket | None, composed: bool) -> int:
+    """Fork the pid namespace's init; in a composed root it mounts the session's /proc first."""
+    ready_r, ready_w = os.pipe()
+    init_pid = os.fork()
+    if init_pid == 0:
+        _die_with(None)  # its parent is outside its namespace: getppid() is 0 here
+        _ccheck(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")  # its memory is mur's
+        chan.close()
+        if listener is not None:
+            listener.close()
+        os.close(ready_r)
+        answer = b"k"
+        if composed:
+            from mur.sandbox import rootfs
+
+            try:
+                rootfs.mount_proc()
+            except OSError as exc:
+                answer = f"mounting the session's /proc: {exc}".encode()[:300]
+        os.write(ready_w, answer)
+        os.close(ready_w)
+        _reaper()
+    os.close(ready_w)
+    answer = os.read(ready_r, 400)
+    os.close(ready_r)
+    if answer != b"k":
+        os.kill(init_pid, signal.SIGKILL)
+        os.waitpid(init_pid, 0)
+        raise _Failed("view", answer.decode(errors="replace") or "the pid namespace's init died")
+    return init_pid
+
+
 @dataclass
 class SessionNamespaces:
-    """The nsfs fds a tool joins, the proxy listener bound inside, and the holder keeping the pid ns."""
+    """The nsfs fds a tool joins, the proxy listener bound inside, the holder keeping them (and the
+    composed root) alive, and the session disk's fds when it has one."""
 
     names: tuple[str, ...]
     fds: dict[str, int] = field(default_factory=dict)
     listener: socket.socket | None = None
     holder_pid: int | None = None
     init_pidfd: int | None = None
-    view: str = "no mount namespace"  # "read-only" (all but the workdir), else why the tree stays writable
+    view: str = "no mount namespace"  # "composed-root", "read-only" (all but the workdir), else why writable
+    disk_fds: tuple[int, int] | None = None  # (the disk's root, its work/), owned by the caller once taken
+    chan: socket.socket | None = None
+
+    @property
+    def live_root(self) -> str | None:
+        """``/proc/<holder>/root``: the tools' root as the runtime reaches it (a composed root only)."""
+        return f"/proc/{self.holder_pid}/root" if self.view == "composed-root" and self.holder_pid else None
 
     def join_order(self) -> list[tuple[int, int]]:
         """(fd, CLONE_NEW*) in the order a tool must setns() them: user first, pid last."""
         return [(self.fds[n], FLAGS[n]) for n in self.names]
 
+    def take_disk(self) -> tuple[int, int] | None:
+        held, self.disk_fds = self.disk_fds, None
+        return held
+
     def close(self) -> None:
-        """Kill the pid namespace's init (every process in it dies with it), close everything."""
+        """Kill the pid namespace's init (every process in it dies with it), release the holder."""
         if self.init_pidfd is not None:
             try:
                 signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
@@ -218,18 +326,22 @@ class SessionNamespaces:
                 pass
             os.close(self.init_pidfd)
             self.init_pidfd = None
+        if self.chan is not None:
+            self.chan.close()
+            self.chan = None
         if self.holder_pid is not None:
             try:
                 os.waitpid(self.holder_pid, 0)
             except ChildProcessError:
                 pass
             self.holder_pid = None
-        for fd in self.fds.values():
+        for fd in list(self.fds.values()) + list(self.disk_fds or ()):
             try:
                 os.close(fd)
             except OSError:
                 pass
         self.fds = {}
+        self.disk_fds = None
         if self.listener is not None:
             self.listener.close()
             self.listener = None
@@ -243,7 +355,7 @@ def _die_with(parent: int | None) -> None:
         os._exit(0)
 
 
-def _close_inherited(keep: int) -> None:
+def _close_inherited(keep: int, also: int | None = None) -> None:
     """The holder outlives this call: it must not pin mur's sockets, pipes and files open (its
     stdio included: a caller reading mur's output would wait for the holder too)."""
     null = os.open(os.devnull, os.O_RDWR)
@@ -255,17 +367,28 @@ def _close_inherited(keep: int) -> None:
     except OSError:
         fds = list(range(3, 1024))
     for fd in fds:
-        if fd > 2 and fd != keep:
+        if fd > 2 and fd not in (keep, also):
             try:
                 os.close(fd)
             except OSError:
                 pass
 
 
+class HolderFailed(OSError):
+    """The holder could not build part of the plan; ``part`` is "view", "disk", "mnt" or "namespaces"."""
+
+    def __init__(self, part: str, message: str) -> None:
+        super().__init__(message)
+        self.part = part
+
+
 def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: int | None = None,
-           noexec: bool = True) -> SessionNamespaces:
-    """Build ``names`` (NAMESPACES order) in a holder child; raises OSError naming the failed step.
-    With mnt and a workdir: the read-only view, the workdir writable (and noexec if ``noexec``)."""
+           noexec: bool = True, view: ViewPlan | None = None, disk: DiskPlan | None = None,
+           image_fd: int | None = None, host_tmp: str | None = None) -> SessionNamespaces:
+    """Build ``names`` (NAMESPACES order) in a holder child; raises HolderFailed naming the failed
+    part and step. With mnt and a ``view``: the composed root (and the session ``disk`` in it);
+    with mnt and a workdir only: the read-only view, the workdir writable (and noexec if ``noexec``)."""
+    spec = HolderSpec(names, workdir, proxy_port, noexec, view, disk, image_fd, host_tmp)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     uid, gid = os.getuid(), os.getgid()
     parent = os.getpid()
@@ -274,39 +397,48 @@ def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: in
         try:
             _die_with(parent)  # with the thread that forked it, in fact: create() on a session's own thread
             ours.close()
-            _close_inherited(theirs.fileno())
-            _holder(names, theirs, workdir, proxy_port, uid, gid, noexec)
+            _close_inherited(theirs.fileno(), image_fd)
+            _holder(spec, theirs, uid, gid)
         finally:
             os._exit(0)
     theirs.close()
-    made = SessionNamespaces(names, holder_pid=pid)
+    made = SessionNamespaces(names, holder_pid=pid, chan=ours)
     try:
         ours.settimeout(HANDOVER_TIMEOUT)
-        want = len(names) + (1 if proxy_port is not None and "net" in names else 0)
+        want = len(names) + (1 if proxy_port is not None and "net" in names else 0) + 2
         msg, fds, _flags, _addr = socket.recv_fds(ours, 1024, want)
         if not msg.startswith(b"ok "):
             for fd in fds:
                 os.close(fd)
-            detail = msg[4:].decode(errors="replace") if msg.startswith(b"err ") else "the holder exited"
-            raise OSError(f"cannot create the session namespaces ({'+'.join(names)}): {detail}")
+            part, detail = "namespaces", "the holder exited"
+            if msg.startswith(b"err "):
+                part, _, detail = msg[4:].decode(errors="replace").partition(" ")
+            raise HolderFailed(part, f"cannot create the session namespaces ({'+'.join(names)}): {detail}")
         for fd in fds:
             os.set_inheritable(fd, False)
+        _ok, init_field, listening, held, *view_text = msg.decode(errors="replace").split(" ", 4)
         made.fds = dict(zip(names, fds))
-        if len(fds) > len(names):
-            made.listener = socket.socket(fileno=fds[len(names)])
-        _ok, init_field, *view = msg.decode(errors="replace").split(" ", 2)
+        rest = fds[len(names):]
+        if listening == "1":
+            made.listener = socket.socket(fileno=rest.pop(0))
+        if int(held) == 2 and len(rest) >= 2:
+            made.disk_fds = (rest[0], rest[1])
+        made.view = view_text[0] if view_text else made.view
         init_pid = int(init_field)
-        made.view = view[0] if view else made.view
         if init_pid:
             made.init_pidfd = os.pidfd_open(init_pid)
         ours.sendall(b"k")
+        ours.settimeout(None)
     except BaseException:
         made.close()
         raise
-    finally:
-        ours.close()
-    if made.init_pidfd is None:
-        os.waitpid(pid, 0)  # without a pid namespace the holder is done
+    if made.init_pidfd is None and made.view != "composed-root":
+        # nothing to hold: no pid namespace, no root the runtime reaches through the holder (the
+        # nsfs fds keep the namespaces alive)
+        if made.chan is not None:
+            made.chan.close()
+            made.chan = None
+        os.waitpid(pid, 0)
         made.holder_pid = None
     return made
 

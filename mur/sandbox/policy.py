@@ -20,6 +20,8 @@ from typing import Callable, Iterable
 from mur.sandbox import landlock as ll
 from mur.sandbox import syscalls
 from mur.sandbox.cgroups import CgroupLimits
+from mur.sandbox.diskplan import DiskPlan
+from mur.sandbox.viewplan import ViewPlan
 
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
 
@@ -340,6 +342,12 @@ DEVICES = (
     ("/dev/zero", ll.READ_FILE),
     ("/dev/urandom", ll.READ_FILE),
 )
+# In a composed root (viewplan.py) the view shows these too; on the host they stay ungranted.
+VIEW_DEVICES = (
+    ("/dev/full", ll.READ_FILE | ll.WRITE_FILE | ll.TRUNCATE),
+    ("/dev/random", ll.READ_FILE),
+)
+PROC_RIGHTS = ll.READ_FILE | ll.READ_DIR  # /proc of the session's own pid namespace, subset=pid
 # Read-only data, never executable: without it every program falls back to the C locale and bash
 # prints a setlocale warning on each call when LC_ALL is set.
 LOCALE_DIRS = ("/usr/lib/locale",)
@@ -356,12 +364,17 @@ def workdir_access(abi: int, workdir_exec: bool) -> int:
 
 def landlock_policy(abi: int, workdir: str, *, workdir_exec: bool, closures: dict[str, tuple[str, ...]],
                     interpreter_runtime: Iterable[object], network: NetworkPlan,
-                    existing: Callable[[str], bool], readonly: Iterable[str] = ()) -> LandlockPolicy:
+                    existing: Callable[[str], bool], readonly: Iterable[str] = (), tmp: str | None = None,
+                    composed: bool = False) -> LandlockPolicy:
     """Grants: workdir rw, each binary's closure r+x, fixed devices, interpreter_runtime dirs, the
     TLS trust store (with a network grant), TCP ports, and ``readonly`` dirs (the session's logs,
-    outside the workdir) read + list only."""
+    outside the workdir) read + list only. In a composed root (``composed``) also the private
+    ``tmp`` (as the workdir), /proc (read) and the view's other devices: they are the session's own
+    there, not the host's."""
     handled = ll.fs_rights_for_abi(abi)
     grants: list[PathGrant] = [PathGrant(workdir, workdir_access(abi, workdir_exec) & handled, "workdir")]
+    if tmp is not None:
+        grants.append(PathGrant(tmp, workdir_access(abi, workdir_exec) & handled, "private /tmp"))
     grants += [PathGrant(path, (ll.READ_FILE | ll.READ_DIR) & handled, "session logs (read-only)") for path in readonly]
     seen = {workdir, *readonly}
     for name, files in closures.items():
@@ -369,9 +382,11 @@ def landlock_policy(abi: int, workdir: str, *, workdir_exec: bool, closures: dic
             if path not in seen:
                 seen.add(path)
                 grants.append(PathGrant(path, EXEC_READ & handled, f"binary {name}"))
-    for path, bits in DEVICES:
+    for path, bits in DEVICES + (VIEW_DEVICES if composed else ()):
         if existing(path):
             grants.append(PathGrant(path, bits & handled, "device"))
+    if composed:
+        grants.append(PathGrant("/proc", PROC_RIGHTS & handled, "the session's /proc"))
     for grant in interpreter_runtime:
         for d in getattr(grant, "dirs"):
             bits = EXEC_READ | (ll.READ_DIR if d.list_dir else 0)
@@ -458,22 +473,46 @@ class ShellPolicy:
     processes: str = "seccomp-only"  # process_isolation()
     aggregate: str = "session-cgroup"  # an AGGREGATE_BOUNDS value
     oom_score_adj: int | None = None  # written to /proc/self/oom_score_adj by the spawner; every tool inherits it
+    view: ViewPlan | None = None  # the composed root the tools run in (None: they see the host)
+    disk: DiskPlan | None = None  # what counts the workdir's bytes
+    host_view: str = "host"  # a HOST_VIEWS key
+    view_reason: str | None = None  # why the view is not a composed root, when it is not
 
     @property
     def tcp(self) -> TcpPlan:
         return self.network.tcp
 
+    @property
+    def mechanism(self) -> str:
+        """The enforcement mechanism in force, as upstream names it."""
+        base = {"full": "landlock+seccomp", "seccomp-only": "seccomp-only"}.get(self.tier, "none")
+        return f"mountns+pivot_root+{base}" if self.view is not None and base == "landlock+seccomp" else base
+
+
+# What the tools see of the host, strongest first (namespaces.py, rootfs.py)
+HOST_VIEWS = {
+    "composed-root": "a root built for the session (mount namespace + pivot_root): the workdir, a private /tmp, "
+                     "/dev, the session's /proc and the granted paths; everything else does not exist",
+    "read-only-host": "the host's tree, read-only outside the workdir (Landlock closes what is not granted; "
+                      "metadata outside the grants stays readable)",
+    "host": "the host's tree as mur sees it (Landlock closes what is not granted; metadata outside the grants "
+            "stays readable, and changeable where the tools' uid owns it)",
+}
 
 def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[str, tuple[str, ...]],
                  network: NetworkPlan, run_as: tuple[int, int] | None, namespaces: Iterable[str],
                  nproc_baseline: int, hard_limits: dict[str, int], existing: Callable[[str], bool],
-                 readonly: tuple[str, ...] = (), aggregate: str = "session-cgroup") -> ShellPolicy:
+                 readonly: tuple[str, ...] = (), aggregate: str = "session-cgroup", tmp: str | None = None,
+                 composed: bool = False, view: ViewPlan | None = None, disk: DiskPlan | None = None,
+                 host_view: str | None = None, view_reason: str | None = None) -> ShellPolicy:
     """Everything the appliers need, derived from the manifest and what was measured on this host.
 
     ``run_as`` is the session uid leased for this session (root only); ``namespaces`` the private
     namespaces actually created for it; ``network`` the plan_network() result for them;
     ``readonly`` the session's logs directory when it is outside the workdir; ``aggregate`` what
-    bounds the tool tree (AGGREGATE_BOUNDS).
+    bounds the tool tree (AGGREGATE_BOUNDS); ``composed``/``tmp``: the tools run in a composed root
+    with that private /tmp (its Landlock grants), ``view``/``disk``/``host_view`` are carried as
+    decided (mur.sandbox.decide).
     """
     linux = getattr(probe, "os") == "linux"
     shell = getattr(caps, "shell")
@@ -488,7 +527,7 @@ def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[st
         landlock = landlock_policy(
             abi, workdir, workdir_exec=workdir_exec, closures=closures,
             interpreter_runtime=getattr(shell, "interpreter_runtime", ()) if shell else (), network=network,
-            existing=existing, readonly=readonly,
+            existing=existing, readonly=readonly, tmp=tmp, composed=composed,
         )
     run_as = run_as if linux else None
     sockets = socket_grant(unix=unix, inet=network.inet, private_net="net" in namespaces)
@@ -496,7 +535,7 @@ def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[st
     # reaper) has their uid too, and a prlimit(1, RLIMIT_CPU, 0) would take the namespace down.
     confine = run_as is None
     seccomp = seccomp_table(sockets, workdir_exec=workdir_exec, confine_pids=confine) \
-        if linux and getattr(probe, "seccomp") else None
+        if linux and getattr(probe, "seccomp", getattr(probe, "tier", "") != "environment-only") else None
     cgroup = None
     if linux:
         cgroup = CgroupLimits(
@@ -511,33 +550,7 @@ def build_policy(caps: object, workdir: str, probe: object, *, closures: dict[st
         network=network, sockets=sockets, unix_sockets=unix, namespaces=namespaces,
         noexec_workdir=workdir if "mnt" in namespaces and not workdir_exec else None,
         processes=process_isolation(run_as, namespaces, abi if linux else 0),
+        view=view, disk=disk, view_reason=view_reason,
+        host_view=host_view or ("composed-root" if view is not None else "read-only-host" if "mnt" in namespaces
+                                else "host"),
     )
-
-
-def explain_grants(caps: object, workdir: str, abi: int = ll.MAX_KNOWN_ABI) -> list[tuple[str, list[str], str]]:
-    """(path, rights, reason) Landlock would grant, for ``--explain-scope``.
-
-    Like the spec's report it skips DNS and the DT_NEEDED closure (fast, read-only): the allowed
-    binaries' own files are not listed; they are resolved at launch.
-    """
-    shell = getattr(caps, "shell")
-    fs_caps = getattr(caps, "filesystem")
-    policy = landlock_policy(
-        max(abi, 1), workdir, workdir_exec=bool(getattr(fs_caps, "workdir_exec", False)), closures={},
-        interpreter_runtime=getattr(shell, "interpreter_runtime", ()) if shell else (), network=NetworkPlan("none"),
-        existing=lambda _path: True,
-    )
-    return [(g.path, g.rights, g.reason) for g in policy.grants]
-
-
-def explain_isolation(allow: Iterable[object], probe: object) -> tuple[str, str]:
-    """(network mechanism, process isolation) shell tools would get on this host, for
-    ``--explain-scope``: no DNS (every entry counts as resolving), no namespace created."""
-    if getattr(probe, "os", "linux") != "linux" or getattr(probe, "tier", "full") == "environment-only":
-        return "unenforced", "unenforced"
-    abi = getattr(probe, "landlock_abi", 0)
-    root = bool(getattr(probe, "root", False))
-    names = plan_namespaces(is_root=root, private_net=bool(getattr(probe, "netns", False)),
-                            userns=bool(getattr(probe, "userns", False)))
-    network = plan_network(allow, lambda _host: True, private_net="net" in names, landlock_abi=abi)
-    return network.mechanism, process_isolation((1, 1) if root else None, names, abi)

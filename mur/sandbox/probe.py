@@ -2,8 +2,10 @@
 
 ``probe_host()`` forks a child that builds and *applies* a real Landlock ruleset and the seccomp
 allowlist a session installs, and reports which worked; it also tries to create (and removes) a
-cgroup with pids and memory limits (else it reads the limits of the cgroup it runs in), and the private namespaces a session would run its tools in
-(network + IPC as root; user + network + pid otherwise). The result is cached per process, and on
+cgroup with pids and memory limits (else it reads the limits of the cgroup it runs in), the private
+namespaces a session would run its tools in (network + IPC as root; user + network + pid
+otherwise), and builds and verifies a composed root with a session disk in a holder child
+(``probeview``: ``sealed``, and which disk ceiling the kernel can count here). The result is cached per process, and on
 disk per boot, kernel, uid and process context (``probecache``: what the key holds, and what it
 cannot see); ``refresh=True`` measures again and rewrites the disk cache, MUR_PROBE_CACHE=off skips
 it. ``python -m mur.sandbox.probe`` prints it as one JSON line (the deploy helper runs that on
@@ -44,6 +46,11 @@ class HostProbe:
     # No cgroup could be created, but the one mur runs in has limits it cannot change (enclosing.py):
     # EnclosingBound's fields; whether they are at or below a capsule's bounds is the capsule's question.
     enclosing: dict | None = None
+    sealed: bool = False  # a composed root (mount namespace + pivot_root) was built and verified (probeview)
+    sealed_reason: str | None = None  # the precise blocker when not
+    disk_loop: bool = False  # a loop-mounted ext4 session disk was made and refused a write past it (root)
+    disk_tmpfs: bool = False  # a tmpfs session disk was (in the session's kind of mount namespace)
+    disk_reason: str | None = None  # why no (loop) disk, when there is none
 
 
 _cache: HostProbe | None = None
@@ -149,7 +156,7 @@ def _namespace_checks(root: bool) -> tuple[bool, bool]:
 
 def classify(system: str, abi: int, seccomp_ok: bool, detail: str | None, cgroup_mode: str,
              delegated: bool, systemd: bool, *, root: bool = False, netns: bool = False,
-             userns: bool = False, enclosing: dict | None = None) -> HostProbe:
+             userns: bool = False, enclosing: dict | None = None, view: "object | None" = None) -> HostProbe:
     """The tier / mechanism / achieved class implied by what was measured."""
     if system != "linux":
         return HostProbe(system, 0, False, "environment-only", "none", "advisory", REASON_NO_LANDLOCK,
@@ -167,8 +174,18 @@ def classify(system: str, abi: int, seccomp_ok: bool, detail: str | None, cgroup
         else:
             reason = REASON_NO_LANDLOCK + (f" ({detail})" if detail else "")
     achieved = "scoped" if tier == "full" else "advisory"
+    sealed = bool(getattr(view, "sealed", False))
+    sealed_reason = getattr(view, "reason", None) if view is not None else \
+        "the composed root was not measured on this host"
+    if tier != "full":
+        sealed, sealed_reason = False, "sealed builds on scoped: " + (reason or "no kernel enforcement")
+    if sealed:
+        achieved, mechanism = "sealed", "mountns+pivot_root+" + mechanism
     return HostProbe(system, abi, seccomp_ok, tier, mechanism, achieved, reason, cgroup_mode, delegated, systemd,
-                     root=root, netns=netns, userns=userns, enclosing=enclosing)
+                     root=root, netns=netns, userns=userns, enclosing=enclosing, sealed=sealed,
+                     sealed_reason=None if sealed else sealed_reason,
+                     disk_loop=bool(getattr(view, "disk_loop", False)), disk_tmpfs=bool(getattr(view, "disk_tmpfs", False)),
+                     disk_reason=getattr(view, "disk_reason", None))
 
 
 def _measure() -> HostProbe:
@@ -180,8 +197,11 @@ def _measure() -> HostProbe:
     abi, sc_ok, detail = _kernel_checks()
     mode, delegated, bound = _cgroup_checks()
     netns, userns = _namespace_checks(root)
+    from mur.sandbox import probeview
+
+    view = probeview.check(root, userns)
     return classify(system, abi, sc_ok, detail, mode, delegated, systemd, root=root, netns=netns, userns=userns,
-                    enclosing=bound)
+                    enclosing=bound, view=view)
 
 
 def _from_fields(fields: dict) -> HostProbe | None:

@@ -16,6 +16,8 @@ The key is everything the answer depends on that a process can read cheaply:
   limit was raised or set (the fix E-RUN-012 asks for) or a cgroup delegated in place is measured
   again at the next run, without `mur probe --refresh`;
 * the knobs that decide whether unprivileged user namespaces may be made (they change at run time);
+* what the session disk needs besides the kernel: mkfs.ext4 on the PATH mur searches, and
+  /dev/loop-control (e2fsprogs installed, or the loop module loaded, after the probe ran);
 * the interpreter (which libseccomp binding loads) and the mur version, the cache schema, and the
   size and mtime of the modules that measure (so an edited probe does not read an old answer).
 
@@ -38,14 +40,16 @@ from typing import Any
 
 from mur import privatecache
 
-SCHEMA = 1
+SCHEMA = 2  # 2: sealed and the session disk (probeview)
 ENV = "MUR_PROBE_CACHE"  # "off" (or "0"): neither read nor write the cache
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 NAMESPACES = ("user", "mnt", "cgroup", "pid")
 USERNS_KNOBS = ("/proc/sys/user/max_user_namespaces", "/proc/sys/kernel/unprivileged_userns_clone",
                 "/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
 MEASURING = ("probe.py", "probecache.py", "landlock.py", "seccomp.py", "policy.py", "cgroups.py",
-             "namespaces.py", "enclosing.py")
+             "namespaces.py", "enclosing.py", "probeview.py", "rootfs.py", "disk.py", "viewplan.py", "diskplan.py")
+LOOP_CONTROL = "/dev/loop-control"
+MKFS_PATH = "/usr/sbin:/sbin:/usr/bin:/bin"  # diskplan.MKFS_PATH (not imported: reading the cache loads no planner)
 READ_LIMIT = 64 * 1024
 DIR_NAME = "probe"
 
@@ -65,6 +69,12 @@ def _read(path: str) -> str | None:
 def _seccomp_state() -> list[str]:
     text = _read("/proc/self/status") or ""
     return [line for line in text.splitlines() if line.startswith(("Seccomp:", "Seccomp_filters:", "NoNewPrivs:"))]
+
+
+def _mkfs() -> str | None:
+    import shutil
+
+    return shutil.which("mkfs.ext4", path=MKFS_PATH)
 
 
 def _code_stamp() -> list[list[Any]]:
@@ -150,6 +160,7 @@ def key() -> dict[str, Any] | None:
         "uid": os.geteuid(), "namespaces": namespaces, "seccomp": _seccomp_state(),
         "cgroup": _read("/proc/self/cgroup"), "cgroup_path": cgroup_stamp(),
         "userns_knobs": [_read(p) for p in USERNS_KNOBS],
+        "disk_tools": [_mkfs(), os.path.exists(LOOP_CONTROL)],
         "python": sys.executable, "code": _code_stamp(),
     }
 

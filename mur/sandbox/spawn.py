@@ -1,8 +1,8 @@
 """The thin applier: start sandboxed subprocesses through the session's spawner.
 
-Kernel objects are built once per session in the parent (``prepare``): the Landlock ruleset fd, the
-compiled seccomp programs, the open ``cgroup.procs`` files, and the session's namespaces
-(``namespaces.py``). ``Spawner`` then starts the session's spawner (``zygote.py``): a small fresh
+Kernel objects are built once per session in the parent (``prepare``): the compiled seccomp
+programs, the open ``cgroup.procs`` files, and the session's namespaces (``namespaces.py``); the
+spawner builds the Landlock ruleset itself, in the tools' mount namespace, from the policy's grants. ``Spawner`` then starts the session's spawner (``zygote.py``): a small fresh
 interpreter that joins the cgroup and the namespaces, drops to the session uid, applies Landlock
 and seccomp to itself once, and ``posix_spawn``s every tool from there (a fork + rlimits + exec only
 under limits too tight for the interpreter), so a call costs a vfork + exec and a round trip on a
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from mur.sandbox import landlock, seccomp, zygote
+from mur.sandbox import seccomp, zygote
 from mur.sandbox.cgroups import SessionCgroup
 from mur.sandbox.namespaces import SessionNamespaces
 from mur.sandbox.policy import ShellPolicy
@@ -49,15 +49,11 @@ class Prepared:
     """Per-session kernel state the children inherit."""
 
     policy: ShellPolicy
-    ruleset: landlock.Ruleset | None = None
     program: seccomp.Program | None = None
     cgroup_fds: list[int] = field(default_factory=list)
     namespaces: SessionNamespaces | None = None  # owned by the caller (ShellSandbox), not closed here
 
     def close(self) -> None:
-        if self.ruleset is not None:
-            self.ruleset.close()
-            self.ruleset = None
         for fd in self.cgroup_fds:
             try:
                 os.close(fd)
@@ -68,15 +64,9 @@ class Prepared:
 
 def prepare(policy: ShellPolicy, cgroup: SessionCgroup | None,
             namespaces: SessionNamespaces | None = None) -> Prepared:
-    """Build the ruleset, compile the filters and open the cgroup files (raises OSError)."""
+    """Compile the filters and open the cgroup files (raises OSError)."""
     prepared = Prepared(policy, namespaces=namespaces)
     try:
-        ll = policy.landlock
-        if ll is not None:
-            prepared.ruleset = landlock.build_ruleset(
-                ll.abi, ll.handled_fs, [(g.path, g.access) for g in ll.grants],
-                handled_net=ll.handled_net, tcp_connect=ll.tcp_connect, tcp_bind=(), scoped=ll.scoped,
-            )
         if policy.seccomp is not None:
             prepared.program = seccomp.compile_filter(policy.seccomp)
         if cgroup is not None:
@@ -161,8 +151,8 @@ class Spawner:
         p = self.prepared
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         joins = p.namespaces.join_order() if p.namespaces is not None else []
-        ruleset = p.ruleset.fd if p.ruleset is not None else None
-        keep = [theirs.fileno(), *p.cgroup_fds, *(fd for fd, _flag in joins)] + ([ruleset] if ruleset is not None else [])
+        keep = [theirs.fileno(), *p.cgroup_fds, *(fd for fd, _flag in joins)]
+        ll = p.policy.landlock
         try:
             self._proc = subprocess.Popen(
                 _boot_argv(theirs.fileno()), pass_fds=keep, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -181,7 +171,10 @@ class Spawner:
         try:
             zygote.send(ours, {
                 "cgroup_fds": list(p.cgroup_fds), "joins": [[fd, flag] for fd, flag in joins], "cwd": self.cwd,
-                "run_as": list(p.policy.run_as) if p.policy.run_as is not None else None, "ruleset_fd": ruleset,
+                "run_as": list(p.policy.run_as) if p.policy.run_as is not None else None,
+                "landlock": None if ll is None else {
+                    "abi": ll.abi, "handled_fs": ll.handled_fs, "grants": [[g.path, g.access] for g in ll.grants],
+                    "handled_net": ll.handled_net, "tcp_connect": list(ll.tcp_connect), "scoped": ll.scoped},
                 "bpf": [blob.hex() for blob in p.program.bpf] if p.program is not None else [],
                 "rlimits": [list(item) for item in p.policy.rlimits], "carry": zygote.carries_limits(p.policy.rlimits),
                 "oom_score_adj": p.policy.oom_score_adj,

@@ -20,13 +20,16 @@ order environment.md section 0 verified for a tool:
                                        cwd through the noexec mount), pid: setns(pid) moves only the
                                        caller's children, so every tool is pid 2+ of the namespace
                                        while this process stays outside it: no tool can name it
-  4. drops to the session uid       -- root only: setgroups([]), setresgid, setresuid
-  5. non-dumpable                   -- no /proc/<pid>/mem, fd/ or environ for a process of its uid
-  6. Landlock restrict_self         -- sets no_new_privs first
-  7. seccomp                        -- last; the filter is the tools' own
+  4. builds the Landlock ruleset    -- in the tools' mount namespace: each granted path is the
+                                       one tools see (the session disk's workdir, the composed root)
+  5. drops to the session uid       -- root only: setgroups([]), setresgid, setresuid
+  6. non-dumpable                   -- no /proc/<pid>/mem, fd/ or environ for a process of its uid
+  7. Landlock restrict_self         -- sets no_new_privs first
+  8. seccomp                        -- last; the filter is the tools' own
 
 Tight limits: when ``max_open_files`` or ``memory_bytes`` would not leave this interpreter room to
-work (below ``CARRY_MIN_NOFILE`` / ``CARRY_MIN_AS``), it keeps the inherited limits and forks
+work (below ``CARRY_MIN_NOFILE`` / ``CARRY_MIN_AS``), or ``cpu_seconds`` is below ``CARRY_MIN_CPU``
+(the interpreter's own start would use a good part of it), it keeps the inherited limits and forks
 instead; the child then sets the tools' hard limits before its exec (a fork of this ~15 MB process,
 still no cgroup migration). Either way a tool gets exactly the manifest's limits. RLIMIT_CPU counts
 this process's own CPU time too, so mur restarts it once it has used half (``spawner_cpu``).
@@ -65,6 +68,9 @@ MAX_FRAME = 64 << 20
 PR_SET_DUMPABLE = 4
 CARRY_MIN_NOFILE = 16  # stdio + a pidfd + the control socket, with room to spare
 CARRY_MIN_AS = 128 << 20  # this interpreter maps ~17 MB
+# RLIMIT_CPU counts this process's own start too (an interpreter's imports: ~1 s on an emulated CPU
+# under load); below this the spawner forks and the tool's limit counts the tool alone
+CARRY_MIN_CPU = 10
 
 
 # --- frames (both ends) ---------------------------------------------------------------------------
@@ -120,8 +126,9 @@ def _close_all(fds: list[int]) -> None:
 def carries_limits(limits: list | tuple) -> bool:
     """Whether this process can live under the tools' own rlimits (else it forks and the child sets them)."""
     wanted = dict((name, value) for name, value in limits)
-    nofile, space = wanted.get("NOFILE", -1), wanted.get("AS", -1)
-    return (nofile < 0 or nofile >= CARRY_MIN_NOFILE) and (space < 0 or space >= CARRY_MIN_AS)
+    nofile, space, cpu = wanted.get("NOFILE", -1), wanted.get("AS", -1), wanted.get("CPU", -1)
+    return ((nofile < 0 or nofile >= CARRY_MIN_NOFILE) and (space < 0 or space >= CARRY_MIN_AS)
+            and (cpu < 0 or cpu >= CARRY_MIN_CPU))
 
 
 # --- applying the session's sandbox (once) ----------------------------------------------------------
@@ -159,8 +166,16 @@ def apply(cfg: dict) -> None:
             step = f"joining the session's namespaces ({flag:#x})"
             _ccheck(_libc.setns(fd, flag), f"setns({flag:#x})")
             os.close(fd)
-            if flag == CLONE_NEWNS:  # setns reset the cwd, which was on the exec-able mount
+            if flag == CLONE_NEWNS:  # setns reset the root and cwd: the tools' root, their workdir
                 os.chdir(cfg["cwd"])
+        ruleset = None
+        if cfg["landlock"] is not None:
+            step = "building the Landlock ruleset"
+            ll = cfg["landlock"]
+            ruleset = landlock.build_ruleset(
+                ll["abi"], ll["handled_fs"], [(path, access) for path, access in ll["grants"]],
+                handled_net=ll["handled_net"], tcp_connect=tuple(ll["tcp_connect"]), tcp_bind=(),
+                scoped=ll["scoped"], missing_ok=True)
         if cfg["run_as"] is not None:
             uid, gid = cfg["run_as"]
             step = f"dropping to uid {uid}"
@@ -169,10 +184,10 @@ def apply(cfg: dict) -> None:
             os.setresuid(uid, uid, uid)
         step = "making the spawner non-dumpable"
         _ccheck(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
-        if cfg["ruleset_fd"] is not None:
+        if ruleset is not None:
             step = "applying Landlock"
-            landlock.restrict_self(cfg["ruleset_fd"])
-            os.close(cfg["ruleset_fd"])
+            landlock.restrict_self(ruleset.fd)
+            ruleset.close()
         if cfg["bpf"]:
             step = "installing the seccomp filter"
             seccomp.install(seccomp.Program([bytes.fromhex(blob) for blob in cfg["bpf"]]))

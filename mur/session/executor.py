@@ -77,6 +77,8 @@ class TaskExecutor:
             declared_caps.append("shell")
         prompts = checked.prompts
         prompt = prompts.system
+        grants = effective_grants(capsule, checked.floor, checked.probe, applied=getattr(self.tools.shell, "policy", None),
+                                  guest_disk=getattr(getattr(self.tools, "disk", None), "plan", None))
         self.trace.emit(
             ev.SESSION_START,
             capsule_name=capsule.name,
@@ -86,12 +88,12 @@ class TaskExecutor:
             capabilities=declared_caps,
             tools_declared=[t.name for t in self.tools.visible()],
             containment_declared=checked.floor.declared,
-            containment_achieved=checked.achieved,
+            containment_achieved=grants["achieved_containment"],  # what the session got, not the intent
             workdir_exec=caps.filesystem.workdir_exec,
             system_prompt_source=prompts.source,
             system_prompt_sha256=hashlib.sha256(prompt.encode()).hexdigest() if prompt is not None else None,
             **({"system_prompt": prompt} if capsule.trace.include_tool_output and prompt is not None else {}),
-            effective_grants=effective_grants(capsule, checked.floor, checked.probe),
+            effective_grants=grants,
         )
 
     def _session_end(self, stats: dict[str, int], exit_status: str, started: float) -> None:
@@ -147,7 +149,8 @@ class TaskExecutor:
         elif state == "failed" and self.status == "ok":
             self.status = "failed"
         self._session_end(stats, exit_status, started)
-        workdir_error = self.tools.shell.workdir_exceeded() if self.tools.shell is not None else None
+        ceiling = self.tools.shell if self.tools.shell is not None else getattr(self.tools, "disk", None)
+        workdir_error = ceiling.workdir_exceeded() if ceiling is not None else None
         if workdir_error is not None:
             self.last_error, self.status, state, text = workdir_error, "failed", "failed", workdir_error.message
         return TaskOutcome(state=state, text=text, history=history, stats=stats)

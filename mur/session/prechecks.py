@@ -26,7 +26,7 @@ from mur.errors import MurError, warn
 from mur.manifest import LoadedCapsule, load_capsule
 from mur.manifest.load import manifest_path
 from mur.manifest.config import MurConfig, load_config
-from mur.manifest.containment import Floor, check_floor, effective_floor, subprocess_shortfall
+from mur.manifest.containment import Floor, check_floor, effective_floor, subprocess_shortfall, view_shortfall
 from mur.session.launch_checks import Prompts, needs_subprocesses
 from mur.session.options import RunOptions
 
@@ -131,7 +131,8 @@ def prepare(opts: RunOptions) -> CheckedRun:
 
     caps = loaded.capsule.capabilities
     checks.check_system_prompt_flag(opts.system_prompt, loaded.capsule)
-    achieved = check_floor(floor, host, caps.filesystem.workdir_exec, subprocess_shortfall(caps, host))
+    achieved = check_floor(floor, host, caps.filesystem.workdir_exec, subprocess_shortfall(caps, host),
+                           view_shortfall(caps))
     loaded = pinned(loaded)  # murmur.lock's versions
     capsule = loaded.capsule
     resolved = resolve_artifacts(loaded, hashed=False)  # a run needs where they are, not their digests

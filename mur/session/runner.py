@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from mur.a2a.lifecycle import TaskContext, TaskOutcome, TaskRequest
     from mur.hooks.hookset import HookSet
     from mur.otel.exporter import OtelExporter
+    from mur.sandbox.guestdisk import SessionDisk
     from mur.sandbox.shell import ShellSandbox
     from mur.session.executor import TaskExecutor
     from mur.session.prechecks import CheckedRun
@@ -166,7 +167,14 @@ class Session:
 
         checked, wd, staged = self.checked, self.wd, self.staged
         self.shell = self._start_shell()
+        disk = self._open_disk() if self.shell is None else None
+        # From here the runtime reaches the tools' workdir where they see it: on the session disk
+        # (mur.sandbox.disk), through the namespace holding it; the host directory gets it back at the end.
+        wd_host, self.wd = wd, _live(wd, self.shell or disk)
+        wd = self.wd
+        self.door.task_dir = wd.accessible
         tools = SessionTools(staged, facts.guest_settings(checked, self.id, self.url, wd), self.shell, self.trace)
+        tools.disk = disk
         self._stack.callback(tools.close)
         engine = tools.host.engine
         engine.progress = lambda what: self.reporter.activity(f"compiling {what}")
@@ -184,7 +192,7 @@ class Session:
             tools.hidden.add(checked.prompts.bound_skill)  # the prompt itself: not separately callable
         murmur_md.write(wd, facts.inventory(checked, self.id, self.url, tools, self.hooks))
         _launch_warnings(self.launch_warnings, wd)
-        self.reporter.started(facts.startup(checked, self.url, self.id, wd, staged))
+        self.reporter.started(facts.startup(checked, self.url, self.id, wd_host, staged))
         self.serving = True
 
     def serve(self) -> str:
@@ -266,10 +274,21 @@ class Session:
             native.SandboxCaps(caps, natives) if natives else caps, wd.accessible, self.id,
             checked.loaded.network_allow, probe=checked.probe, log=_bootstrap_logger(wd), logs_dir=wd.logs,
             host_env=native.sandbox_env(wd.session, dict(os.environ)) if natives else None,
+            state_dir=wd.session, require_sealed=checked.floor.declared == "sealed",
         )
         self.launch_warnings = shell.start()
-        self._stack.callback(shell.close)
+        self._stack.callback(shell.close)  # the tools' files come back from the session disk here
         return shell
+
+    def _open_disk(self) -> SessionDisk:
+        """The workdir ceiling of a capsule without subprocesses (its guests write the workdir)."""
+        from mur.sandbox.guestdisk import SessionDisk
+
+        checked, wd = self.checked, self.wd
+        disk = SessionDisk(checked.capsule.capabilities, wd.accessible, checked.probe, state_dir=wd.session,
+                           log=_bootstrap_logger(wd)).open()
+        self._stack.callback(disk.close)
+        return disk
 
     def _discard_unserved(self, kind: type[BaseException] | None, _exc: BaseException | None, _tb: Any) -> bool:
         """The undo of creating the session directory: a Ctrl-C before the startup line (compiling,
@@ -277,6 +296,13 @@ class Session:
         if kind is not None and issubclass(kind, KeyboardInterrupt) and not self.serving:
             _remove_session_dir(self.wd)
         return False
+
+
+def _live(wd: Workdir, storage: ShellSandbox | SessionDisk | None) -> Workdir:
+    """``wd`` with the tools' workdir as the runtime reaches it during the session."""
+    from dataclasses import replace
+
+    return replace(wd, accessible=storage.live_workdir) if storage is not None else wd
 
 
 def _launch_warnings(warnings: list[tuple[str, str]], wd: Workdir) -> None:

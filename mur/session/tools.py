@@ -69,6 +69,7 @@ class SessionTools:
         self.staged = staged
         self.settings = settings
         self.shell = shell
+        self.disk: Any = None  # the workdir ceiling of a session without subprocesses (mur.sandbox.guestdisk)
         self.trace = trace
         self.host = WasmHost(shell=self.guest_shell)  # the guests' host (a task's own while it runs: serving())
         self.turn = 0

@@ -39,13 +39,15 @@ def list_sessions(workdir: Path) -> list[Path]:
     found: dict[str, Path] = {}
     shared = _shared(workdir)
     for root in (workdir, workdir / MURMUR_DIR, *shared):
+        # streamed, never listed whole: a tool can leave millions of names in the --workdir
         try:
-            children = list(root.iterdir())
+            with os.scandir(root) as children:
+                for entry in children:
+                    child = root / entry.name
+                    if SESSION_ID.fullmatch(entry.name.lower()) and _made_by_mur(child):
+                        found.setdefault(entry.name.lower(), child)
         except OSError:
             continue
-        for child in children:
-            if SESSION_ID.fullmatch(child.name.lower()) and _made_by_mur(child):
-                found.setdefault(child.name.lower(), child)
     return [found[name] for name in sorted(found)]
 
 

@@ -177,7 +177,7 @@ def test_a_directory_as_manifest_means_its_murmur_yaml(tmp_path):
     (tmp_path / "dir.yaml" / "murmur.yaml").write_text('name: d\nversion: "1"\n')
     run = mur("run", "--manifest", "dir.yaml", "--explain-scope", "--json", cwd=tmp_path)
     assert (run.returncode, run.stderr) == (0, "")
-    assert json.loads(run.stdout)["containment"]["declared"] == "advisory"
+    assert json.loads(run.stdout)["declared_containment"] == "advisory"
 
 
 def test_errors_name_the_manifest_file_given(tmp_path):

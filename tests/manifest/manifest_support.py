@@ -27,10 +27,19 @@ class FakeProbe:
     root: bool = True
     netns: bool = True
     userns: bool = False
+    sealed: bool = False
+    sealed_reason: str | None = "no mount namespace for the session on this (pretend) host"
+    disk_loop: bool = False
+    disk_tmpfs: bool = False
+    disk_reason: str | None = None
 
 
-# What the real probe reports on a Landlock-capable Linux host (this one, and CI: root).
+# A Landlock-capable Linux host where the tools' composed root cannot be built (the goldens' host:
+# they do not change with whether this machine can build one).
 SCOPED_HOST = FakeProbe("scoped", "landlock+seccomp", "full")
+# ... and one where it can (as root, with loop devices: this machine and CI).
+SEALED_HOST = FakeProbe("sealed", "mountns+pivot_root+landlock+seccomp", "full", sealed=True, sealed_reason=None,
+                        disk_loop=True, disk_tmpfs=True)
 ADVISORY_LINUX = FakeProbe("advisory", "seccomp-only", "seccomp-only", landlock_abi=0)
 ADVISORY_MACOS = FakeProbe("advisory", "none", "environment-only", os="darwin", landlock_abi=0, netns=False)
 # A Landlock host where no network namespace can be made (non-root, user namespaces disabled).

@@ -152,7 +152,7 @@ def test_config_containment_reaches_mur_run(project, monkeypatch):
     (proj / "murmur.yaml").write_text('name: c\nversion: "1"\ncapabilities:\n  containment: advisory\n')
     monkeypatch.setattr(prechecks, "probe", lambda: SCOPED_HOST)
     report = prechecks.explain(RunOptions(manifest=Path("murmur.yaml"), containment="advisory"))
-    assert (report["containment"]["declared"], report["containment"]["declared_source"]) == ("scoped", "config")
+    assert (report["declared_containment"], report["declared_source"]) == ("scoped", "config")
 
 
 def test_a_removed_working_directory_holds_no_project_file(project, monkeypatch):

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from manifest_support import ADVISORY_LINUX, ADVISORY_MACOS, NO_NETNS_HOST, SCOPED_HOST
+from manifest_support import ADVISORY_LINUX, ADVISORY_MACOS, NO_NETNS_HOST, SCOPED_HOST, SEALED_HOST
 from mur.errors import MurError
 from mur.manifest.containment import (
     NETWORK_SHORTFALL,
     SCOPED_SHORTFALL,
     SEALED_SHORTFALL,
+    UNIX_SOCKETS_VIEW,
     achieved_class,
     check_floor,
     effective_floor,
@@ -56,13 +57,12 @@ def test_floor_is_the_strongest_declared_and_defaults_to_advisory(manifest, conf
         assert floor.source == "default"
 
 
-@pytest.mark.parametrize("probe", [SCOPED_HOST, ADVISORY_LINUX, ADVISORY_MACOS])
+@pytest.mark.parametrize("probe", [SEALED_HOST, SCOPED_HOST, ADVISORY_LINUX, ADVISORY_MACOS])
 @pytest.mark.parametrize("declared", CLASSES)
 @pytest.mark.parametrize("workdir_exec", [False, True])
 def test_achieved_class_and_refusal(probe, declared, workdir_exec):
     achieved = achieved_class(probe, workdir_exec)
     assert achieved == ("advisory" if workdir_exec else probe.achieved)
-    assert achieved != "sealed"  # never achievable
     floor = effective_floor(declared, None, None)
     if RANK[achieved] >= RANK[declared]:
         assert check_floor(floor, probe, workdir_exec) == achieved
@@ -76,18 +76,26 @@ def test_achieved_class_and_refusal(probe, declared, workdir_exec):
         assert err.value.hint == (
             f"lower the declared floor to '{achieved}' (capabilities.containment in murmur.yaml, containment in "
             f".murmur/config.yaml, or --containment), or run on a host that provides '{declared}'")
-        if declared == "sealed":
-            assert err.value.message.endswith(SEALED_SHORTFALL)
-        elif not workdir_exec:
-            assert err.value.message.endswith(SCOPED_SHORTFALL)
-        else:
+        if workdir_exec:
             assert "workdir_exec" in err.value.message
+        elif declared == "sealed":  # the precise blocker the probe found
+            assert SEALED_SHORTFALL + ": " in err.value.message
+        else:
+            assert err.value.message.endswith(SCOPED_SHORTFALL)
 
 
-def test_a_sealed_probe_result_is_never_trusted():
-    from manifest_support import FakeProbe
-
-    assert achieved_class(FakeProbe("sealed", "mountns+pivot_root+landlock+seccomp", "sealed"), False) == "advisory"
+def test_sealed_is_achieved_where_the_probe_built_and_verified_the_composed_root():
+    floor = effective_floor("sealed", None, None)
+    assert check_floor(floor, SEALED_HOST, False) == "sealed"
+    with pytest.raises(MurError) as err:
+        check_floor(floor, SCOPED_HOST, False)
+    assert err.value.message.endswith(f"{SEALED_SHORTFALL}: {SCOPED_HOST.sealed_reason}")
+    # what a capsule does can still cap it: an executable workdir, a socket on the host
+    assert achieved_class(SEALED_HOST, True) == "advisory"
+    assert achieved_class(SEALED_HOST, False, view_short=UNIX_SOCKETS_VIEW) == "scoped"
+    with pytest.raises(MurError) as err:
+        check_floor(floor, SEALED_HOST, False, view_short=UNIX_SOCKETS_VIEW)
+    assert "unix_sockets: true" in err.value.message
 
 
 def test_spec_refusal_text_on_a_host_without_landlock():
@@ -113,10 +121,12 @@ def test_prepare_refuses_before_any_workdir_on_a_host_without_landlock(project, 
     assert sorted(p.name for p in proj.iterdir()) == ["murmur.yaml"]
     # and the same manifest explains (exit 0 path) on that host
     report = prechecks.explain(RunOptions(manifest=Path("murmur.yaml"), explain_scope=True))
-    assert report["containment"] == {
-        "declared": "scoped", "declared_source": "manifest", "achieved": "advisory", "floor_met": False,
-        "reason": SCOPED_SHORTFALL, "mechanism": "seccomp-only", "network": "no-inet-sockets",
-        "processes": "session-uid"}
+    assert {k: report[k] for k in ("declared_containment", "declared_source", "achieved_containment", "floor_met",
+                                   "shortfall_reason", "enforcement_tier", "network_isolation",
+                                   "process_isolation")} == {
+        "declared_containment": "scoped", "declared_source": "manifest", "achieved_containment": "advisory",
+        "floor_met": False, "shortfall_reason": SCOPED_SHORTFALL, "enforcement_tier": "seccomp-only",
+        "network_isolation": "no-inet-sockets", "process_isolation": "session-uid"}
 
 
 def test_human_report_layout_for_the_spec_example():
@@ -132,11 +142,15 @@ def test_human_report_layout_for_the_spec_example():
         "  source:    capabilities.containment in murmur.yaml\n"
         "  achieved:  advisory\n"
         "  floor met: no\n"
-        "  reason:    sealed requires mount-namespace + pivot_root isolation, which this runtime does not "
-        "implement yet; no host can provide it today\n"
+        "  reason:    sealed requires mount-namespace + pivot_root isolation (the tools in a root built for the "
+        "session), which this host cannot provide: no mount namespace for the session on this (pretend) host\n"
         "  mechanism: none\n"
         "  network:   unenforced (no kernel enforcement on this host)\n"
         "  processes: unenforced (no kernel enforcement on this host)\n"
+        "  view:      host (the host's tree; metadata outside the grants stays readable)\n"
+        "  disk:      10737418240 bytes, watcher (mur's watcher sums st_blocks of every inode at a fixed "
+        "interval (not kernel-counted))\n"
+        "             why not kernel-counted: no kernel enforcement on this host\n"
         "\n"
         "Effective grants\n"
         "  filesystem scope: <none>\n"
@@ -161,10 +175,9 @@ SHELL_NET = ('name: c\nversion: "1"\ncapabilities:\n  containment: {floor}\n  ne
 def test_a_scoped_floor_is_refused_where_no_network_namespace_carries_network_allow():
     """Hosts, not ports: never silently fall back to Landlock's port rules under a scoped floor."""
     capsule = parse_capsule(SHELL_NET.format(floor="scoped"), env={}).capsule
-    report = scope_report(capsule, effective_floor("scoped", None, None), NO_NETNS_HOST)
-    c = report["containment"]
-    assert (c["achieved"], c["floor_met"], c["reason"]) == ("advisory", False, NETWORK_SHORTFALL)
-    assert (c["mechanism"], c["network"], c["processes"]) == (
+    c = scope_report(capsule, effective_floor("scoped", None, None), NO_NETNS_HOST)
+    assert (c["achieved_containment"], c["floor_met"], c["shortfall_reason"]) == ("advisory", False, NETWORK_SHORTFALL)
+    assert (c["enforcement_tier"], c["network_isolation"], c["process_isolation"]) == (
         "landlock+seccomp", "landlock-tcp-ports", "landlock-scope+seccomp")
     with pytest.raises(MurError) as err:
         check_floor(effective_floor("scoped", None, None), NO_NETNS_HOST, False, True)
@@ -172,20 +185,21 @@ def test_a_scoped_floor_is_refused_where_no_network_namespace_carries_network_al
         "error[E-CAP-003]: declared containment class 'scoped' is not achievable on this host (achieved: "
         "'advisory'): scoped confines the network.allow of a capsule that spawns subprocesses")
     # the same capsule on a host with the namespace: met, and the report says how
-    ok = scope_report(capsule, effective_floor("scoped", None, None), SCOPED_HOST)["containment"]
-    assert (ok["floor_met"], ok["network"], ok["processes"]) == (True, "netns+egress-proxy", "session-uid")
+    ok = scope_report(capsule, effective_floor("scoped", None, None), SCOPED_HOST)
+    assert (ok["floor_met"], ok["network_isolation"], ok["process_isolation"]) == (
+        True, "netns+egress-proxy", "session-uid")
 
 
 def test_lower_floors_and_capsules_without_the_need_are_not_refused():
     advisory = parse_capsule(SHELL_NET.format(floor="advisory"), env={}).capsule
-    report = scope_report(advisory, effective_floor("advisory", None, None), NO_NETNS_HOST)["containment"]
-    assert report["floor_met"] and report["network"] == "landlock-tcp-ports"  # the documented fallback
+    report = scope_report(advisory, effective_floor("advisory", None, None), NO_NETNS_HOST)
+    assert report["floor_met"] and report["network_isolation"] == "landlock-tcp-ports"  # the documented fallback
     no_net = parse_capsule('name: c\nversion: "1"\ncapabilities:\n  containment: scoped\n'
                            "  shell:\n    allow: [bash]\n", env={}).capsule
-    assert scope_report(no_net, effective_floor("scoped", None, None), NO_NETNS_HOST)["containment"]["floor_met"]
+    assert scope_report(no_net, effective_floor("scoped", None, None), NO_NETNS_HOST)["floor_met"]
     no_shell = parse_capsule('name: c\nversion: "1"\ncapabilities:\n  containment: scoped\n'
                              "  network:\n    allow: [https://api.example.com]\n", env={}).capsule
-    assert scope_report(no_shell, effective_floor("scoped", None, None), NO_NETNS_HOST)["containment"]["floor_met"]
+    assert scope_report(no_shell, effective_floor("scoped", None, None), NO_NETNS_HOST)["floor_met"]
 
 
 def test_a_scoped_floor_is_refused_where_subprocesses_could_signal_any_process_of_murs_uid():
@@ -196,28 +210,33 @@ def test_a_scoped_floor_is_refused_where_subprocesses_could_signal_any_process_o
     bare = classify("linux", 5, True, None, "hybrid", True, False, root=False, netns=False, userns=False)
     no_net = parse_capsule('name: c\nversion: "1"\ncapabilities:\n  containment: scoped\n'
                            "  shell:\n    allow: [bash]\n", env={}).capsule
-    c = scope_report(no_net, effective_floor("scoped", None, None), bare)["containment"]
-    assert (c["achieved"], c["floor_met"], c["reason"], c["processes"]) == (
+    c = scope_report(no_net, effective_floor("scoped", None, None), bare)
+    assert (c["achieved_containment"], c["floor_met"], c["shortfall_reason"], c["process_isolation"]) == (
         "advisory", False, PROCESS_SHORTFALL, "seccomp-only")
     assert "could signal mur and every other process of that uid" in PROCESS_SHORTFALL
     # what stands in for it: Landlock's signal scope (ABI 6), a user namespace, root's session uid
     for able in (classify("linux", 6, True, None, "hybrid", True, False, root=False, netns=False, userns=False),
                  classify("linux", 5, True, None, "hybrid", True, False, root=False, netns=True, userns=True),
                  classify("linux", 5, True, None, "hybrid", True, False, root=True, netns=True)):
-        assert scope_report(no_net, effective_floor("scoped", None, None), able)["containment"]["floor_met"], able
-    advisory = scope_report(no_net, effective_floor("advisory", None, None), bare)["containment"]
+        assert scope_report(no_net, effective_floor("scoped", None, None), able)["floor_met"], able
+    advisory = scope_report(no_net, effective_floor("advisory", None, None), bare)
     assert advisory["floor_met"]  # below scoped: runs, and W-SEC-005 says a tool can signal mur's processes
 
 
 @pytest.mark.requires_landlock
-def test_real_probe_on_this_host_achieves_scoped_never_sealed():
-    """The achieved class comes from applying a real Landlock ruleset in a forked child."""
+def test_real_probe_on_this_host_achieves_what_it_verified():
+    """The achieved class comes from applying a real Landlock ruleset, and building the composed
+    root, in forked children: sealed here when that root was built, else scoped with the blocker."""
     from mur.sandbox.probe import probe_host
 
     host = probe_host(refresh=True)
-    assert (host.achieved, host.mechanism, host.tier) == ("scoped", "landlock+seccomp", "full")
-    assert host.landlock_abi >= 1
-    assert achieved_class(host, False) == "scoped"
-    with pytest.raises(MurError) as err:
-        check_floor(effective_floor(None, None, "sealed"), host, False)
-    assert "(achieved: 'scoped')" in err.value.message
+    assert host.tier == "full" and host.landlock_abi >= 1
+    floor = effective_floor(None, None, "sealed")
+    if host.sealed:
+        assert (host.achieved, host.mechanism) == ("sealed", "mountns+pivot_root+landlock+seccomp")
+        assert check_floor(floor, host, False) == "sealed" and host.sealed_reason is None
+    else:
+        assert (host.achieved, host.mechanism) == ("scoped", "landlock+seccomp") and host.sealed_reason
+        with pytest.raises(MurError) as err:
+            check_floor(floor, host, False)
+        assert "(achieved: 'scoped')" in err.value.message and host.sealed_reason in err.value.message

@@ -12,10 +12,14 @@ import pytest
 
 from manifest_support import run_mur
 
+# A capsule no host seals, whatever the kernel: its shell tools ask for the host's unix sockets.
+UNSEALABLE = "capabilities:\n  network:\n    unix_sockets: true\n  shell:\n    allow: [bash]\n"
 SEALED_REFUSAL = (
     "error[E-CAP-003]: declared containment class 'sealed' is not achievable on this host (achieved: 'scoped'): "
-    "sealed requires mount-namespace + pivot_root isolation, which this runtime does not implement yet; no host "
-    "can provide it today\n"
+    "sealed requires mount-namespace + pivot_root isolation (the tools in a root built for the session), which "
+    "this host cannot provide: capabilities.network.unix_sockets: true asks for every unix socket the shell tools "
+    "can reach on the host (a Docker socket, say), which a root built for the session would hide: its tools see "
+    "the host's tree\n"
     "  hint: lower the declared floor to 'scoped' (capabilities.containment in murmur.yaml, containment in "
     ".murmur/config.yaml, or --containment), or run on a host that provides 'sealed'\n"
 )
@@ -32,9 +36,9 @@ def _files(proj):
 @pytest.mark.parametrize(
     "manifest, args, project_config",
     [
-        ("capabilities:\n  containment: sealed\n", [], None),
-        ("capabilities:\n  containment: advisory\n", ["--containment", "sealed"], None),
-        ("", [], "containment: sealed\n"),
+        (UNSEALABLE + "  containment: sealed\n", [], None),
+        (UNSEALABLE + "  containment: advisory\n", ["--containment", "sealed"], None),
+        (UNSEALABLE, [], "containment: sealed\n"),
     ],
     ids=["manifest", "cli-flag", "project-config"],
 )
@@ -52,6 +56,24 @@ def test_sealed_is_refused_before_any_workdir(project, manifest, args, project_c
     # no store, no cache, no config written: only the kernel probe's per-boot answer (mur.sandbox.probecache)
     written = sorted(str(p.relative_to(home)) for p in home.rglob("*") if not p.is_dir())
     assert written == [f".murmur/cache/probe/host-{os.geteuid()}.json"]
+
+
+@pytest.mark.requires_landlock
+def test_a_sealed_floor_passes_where_the_probe_built_the_composed_root(project):
+    """On a host whose probe built and verified the tools' root, a sealed floor is met: the run goes
+    on to the next check (the uninstalled artifact, E-RUN-008); elsewhere it is E-CAP-003 naming
+    the blocker the probe found."""
+    from mur.sandbox.probe import probe_host
+
+    home, proj = project
+    (proj / "murmur.yaml").write_text('name: c\nversion: "0.1.0"\n' + UNINSTALLED + "capabilities:\n  containment: sealed\n")
+    run = run_mur("run", "--manifest", "murmur.yaml", cwd=proj, home=home)
+    host = probe_host()
+    if host.sealed:
+        assert run.code == 1 and run.err.startswith("error[E-RUN-008]"), run.err
+    else:
+        assert run.code == 1 and run.err.startswith("error[E-CAP-003]") and host.sealed_reason in run.err
+    assert not (proj / "workdir").exists()
 
 
 @pytest.mark.requires_landlock

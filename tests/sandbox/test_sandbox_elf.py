@@ -132,3 +132,31 @@ def test_host_bash_closure_contains_loader_and_libc():
     assert result.files[0] == bash and result.missing == ()
     assert any(n.startswith("ld-linux") for n in names) and "libc.so.6" in names
     assert all(os.path.isfile(p) for p in result.files) and len(result.files) < 10
+
+
+
+def test_extension_objects_are_found_without_recursion_and_without_following_links(tmp_path):
+    """An interpreter_runtime dir is walked with an explicit stack: a chain thousands of levels deep
+    is cut at EXTENSION_DEPTH, never a RecursionError; a link to a .so is not followed."""
+    from mur.fsafe import Tree
+
+    root = tmp_path / "rt"
+    (root / "lib-dynload").mkdir(parents=True)
+    make_elf(root / "lib-dynload" / "_ext.so", needed=("libnotthere.so.1",))
+    os.symlink("/usr/lib/x86_64-linux-gnu/libc.so.6", root / "elsewhere.so")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(3000):  # deeper than Python's recursion limit
+            os.mkdir("d", dir_fd=fd)
+            nxt = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        make_elf("/proc/self/fd/%d/deep.so" % fd, needed=("libdeep.so.1",))
+    finally:
+        os.close(fd)
+    try:
+        assert elf._shared_objects(str(root)) == [str(root / "lib-dynload" / "_ext.so")]
+        assert elf.extension_closure(str(root)).missing == ("libnotthere.so.1",)
+    finally:
+        with Tree(tmp_path) as top:
+            top.remove_tree("rt")

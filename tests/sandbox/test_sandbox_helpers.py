@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mur.sandbox import access, landlock, seccomp, workdir_guard
+from mur.sandbox import access, landlock, seccomp, watcher
 from mur.sandbox.policy import seccomp_table, socket_grant
 from mur.sandbox.probe import HostProbe, probe_host
 
@@ -102,48 +102,99 @@ def test_concurrent_sessions_share_an_ancestor_and_never_strip_each_others_entry
     assert access.ACCESS not in os.listxattr(top) and os.stat(top).st_mode == before
 
 
-# --- workdir guard ---
+# --- the workdir ceiling's guard (watcher.py) ---
 
 
-def test_tree_size_counts_each_inode_once_and_ignores_symlinks(tmp_path):
+def _reading(root, limit: int, **kw) -> watcher.Reading:
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return watcher.tree_reading([fd], limit=limit, inode_limit=kw.pop("inode_limit", 1000), **kw)
+    finally:
+        os.close(fd)
+
+
+def test_the_watcher_counts_blocks_each_inode_once_and_not_symlink_targets(tmp_path):
     (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "a").write_bytes(b"x" * 1000)
+    (tmp_path / "d" / "a").write_bytes(b"x" * 10000)
     os.link(tmp_path / "d" / "a", tmp_path / "b")
     os.symlink("/usr", tmp_path / "link")
-    (tmp_path / "c").write_bytes(b"y" * 10)
-    assert workdir_guard.tree_size(str(tmp_path)) == 1010
+    with open(tmp_path / "sparse", "wb") as fh:
+        fh.truncate(1 << 30)  # st_size 1 GiB, no blocks: what it takes on disk is what counts
+    fd = os.open(tmp_path / "keep", os.O_WRONLY | os.O_CREAT)
+    os.posix_fallocate(fd, 0, 1 << 20)  # blocks without size (fallocate's KEEP_SIZE is the same to st_blocks)
+    os.close(fd)
+    got = _reading(tmp_path, 1 << 40)
+    assert (1 << 20) + 10000 <= got.used < (1 << 20) + 10000 + 64 * 1024
+    assert got.inodes == 6
 
 
-def test_guard_fires_once_within_a_poll(tmp_path):
+def test_the_watcher_counts_files_open_with_no_name(tmp_path):
+    """O_TMPFILE and unlinked-while-open files hold blocks no walk sees: found through /proc/<pid>/fd."""
+    fd = os.open(tmp_path, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    try:
+        os.write(fd, b"x" * (512 << 10))
+        os.fsync(fd)
+        hidden = _reading(tmp_path, 1 << 40, pids=lambda: [os.getpid()])
+        assert hidden.used >= 512 << 10 and "open file(s) with no name" in hidden.detail
+        assert _reading(tmp_path, 1 << 40).used < 512 << 10  # without the tools' pids: not seen
+    finally:
+        os.close(fd)
+
+
+def test_the_guard_fires_once_within_a_fixed_interval(tmp_path):
     fired = []
-    guard = workdir_guard.WorkdirGuard(str(tmp_path), 5000, fired.append, interval=0.05)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    read = lambda: watcher.tree_reading([fd], limit=1 << 20, inode_limit=1000)  # noqa: E731
+    guard = watcher.CeilingGuard(read, 200 << 10, fired.append, interval=0.05)
     guard.start()
     try:
-        (tmp_path / "ok").write_bytes(b"x" * 4000)
+        (tmp_path / "ok").write_bytes(b"x" * (100 << 10))
         time.sleep(0.2)
         assert fired == []
-        (tmp_path / "over").write_bytes(b"x" * 2000)
+        (tmp_path / "over").write_bytes(b"x" * (200 << 10))
         deadline = time.monotonic() + 5
         while not fired and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert fired == [6000] and guard.exceeded_size == 6000
+        assert len(fired) == 1 and fired[0].used > 200 << 10
         (tmp_path / "more").write_bytes(b"x")
         time.sleep(0.2)
-        assert fired == [6000]
+        assert len(fired) == 1
     finally:
         guard.stop()
+        os.close(fd)
 
 
-def test_guard_counts_the_session_logs_with_the_workdir(tmp_path):
-    work, logs = tmp_path / "work", tmp_path / "logs"
-    work.mkdir()
-    logs.mkdir()
-    (work / "a").write_bytes(b"x" * 3000)
-    (logs / "shell-1.log").write_bytes(b"x" * 3000)
-    fired = []
-    guard = workdir_guard.WorkdirGuard(str(work), 5000, fired.append, also=(str(logs),))
-    assert guard.check() == 6000 and fired == [6000]
-    assert workdir_guard.WorkdirGuard(str(work), 5000, fired.append).check() is None
+def test_the_guard_survives_a_reading_that_fails(tmp_path):
+    """What it walks cannot kill it: an exception costs one reading, the next comes on time."""
+    calls = []
+
+    def read():
+        calls.append(1)
+        if len(calls) < 3:
+            raise RecursionError("a tool-made tree")
+        return watcher.Reading(10, 1)
+
+    notes: list[str] = []
+    guard = watcher.CeilingGuard(read, 5, lambda r: notes.append("fired"), interval=0.02, log=notes.append)
+    guard.start()
+    deadline = time.monotonic() + 5
+    while "fired" not in notes and time.monotonic() < deadline:
+        time.sleep(0.02)
+    guard.stop()
+    assert "fired" in notes and len(calls) >= 3 and any("a reading failed" in n for n in notes)
+
+
+def test_too_many_inodes_is_a_breach(tmp_path):
+    for i in range(20):
+        (tmp_path / f"e{i}").touch()
+    assert _reading(tmp_path, 1 << 40, inode_limit=10).full
+    assert not _reading(tmp_path, 1 << 40, inode_limit=100).full
+
+
+def test_bytes_the_runtime_holds_for_a_running_call_count_toward_the_limit(tmp_path):
+    """A tool printing without end fills an unnamed spool, in no tree the walk sees: it is counted."""
+    (tmp_path / "f").write_bytes(b"x" * 1000)
+    assert _reading(tmp_path, 1 << 40, extra=lambda: 4500).used >= 5500
 
 
 # --- probe, landlock constants, seccomp compilation ---
@@ -153,8 +204,9 @@ def test_probe_is_cached_and_consistent():
     first = probe_host()
     assert probe_host() is first
     assert isinstance(first, HostProbe)
-    assert first.achieved in ("scoped", "advisory")
-    assert (first.tier == "full") == (first.achieved == "scoped") == (first.reason is None)
+    assert first.achieved in ("sealed", "scoped", "advisory")
+    assert (first.tier == "full") == (first.achieved in ("sealed", "scoped")) == (first.reason is None)
+    assert (first.achieved == "sealed") == first.sealed
 
 
 def test_probe_module_prints_one_json_line():
@@ -183,14 +235,3 @@ def test_seccomp_table_compiles_to_two_programs_within_the_kernel_limit():
         assert all(40 < n < 4096 for n in program.instructions)  # BPF_MAXINSNS
     assert with_unix.instructions[0] == without_unix.instructions[0]  # the allowlist does not depend on sockets
     assert with_unix.instructions[1] != without_unix.instructions[1]
-
-
-def test_bytes_the_runtime_holds_for_a_running_call_count_toward_the_limit(tmp_path):
-    """A tool printing without end fills an unnamed spool, in no tree the walk sees: it is counted."""
-    (tmp_path / "f").write_bytes(b"x" * 1000)
-    pending = [0]
-    fired: list[int] = []
-    guard = workdir_guard.WorkdirGuard(str(tmp_path), 5000, fired.append, pending=lambda: pending[0])
-    assert guard.check() is None
-    pending[0] = 4500
-    assert guard.check() == 5500 and fired == [5500]

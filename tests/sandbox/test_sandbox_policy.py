@@ -354,13 +354,3 @@ def test_probe_classification():
     no_seccomp = classify("linux", 7, False, None, "unified", True, True)
     assert no_seccomp.tier == "environment-only" and "seccomp" in no_seccomp.reason
     assert "sealed" not in {FULL.achieved, old.achieved, mac.achieved}
-
-
-def test_explain_grants_skips_the_closure_and_dns():
-    c = caps(shell={"allow": ["python3"], "interpreter_runtime": [{"binary": "python3", "dirs": [
-        {"path": "/usr/lib/python3.11", "list_dir": False}]}]})
-    grants = pol.explain_grants(c, WORKDIR)
-    assert grants[0][0] == WORKDIR and "execute" not in grants[0][1] and "write_file" in grants[0][1]
-    assert ("/usr/lib/python3.11", ["execute", "read_file"], "interpreter_runtime python3") in grants
-    assert {"/dev/null", "/dev/zero", "/dev/urandom"} <= {g[0] for g in grants}
-    assert not any(g[2].startswith("binary") for g in grants)

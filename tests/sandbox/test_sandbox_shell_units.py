@@ -188,3 +188,12 @@ def test_binaries_are_never_found_in_the_tools_workdir_or_through_relative_path_
     control = resolve(caps(allow=["cat"]), {"PATH": f"{workdir / 'bin'}:/usr/bin"}, str((tmp_path / "other").resolve()),
                       with_closure=False, log=notes.append)
     assert control["cat"].path == str(workdir / "bin" / "cat")  # outside this session's workdir: found
+
+
+def test_the_spawner_forks_under_a_tight_cpu_limit():
+    """RLIMIT_CPU counts the spawner's own start: below CARRY_MIN_CPU it forks for each call."""
+    from mur.sandbox import zygote
+
+    assert zygote.carries_limits([("CPU", 60), ("NOFILE", 1024)])
+    assert not zygote.carries_limits([("CPU", 1), ("NOFILE", 1024)])
+    assert zygote.carries_limits([("CPU", -1)])

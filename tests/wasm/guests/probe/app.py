@@ -27,6 +27,32 @@ def _try_read(path: str) -> dict:
 _CALLS = []  # module state: survives between calls only if an instance were reused
 
 
+def _fill(req):
+    """Write {"mb": N} MiB to {"path"}; reports how far it got (an ENOSPC shows as ok False)."""
+    written = 0
+    chunk = b"\xa5" * (1 << 20)
+    with open(req["path"], "wb") as fh:
+        for _ in range(req.get("mb", 1)):
+            fh.write(chunk)
+            fh.flush()
+            written += len(chunk)
+    return {"written": written}
+
+
+FS_OPS = {
+    "symlink": lambda r: os.symlink(r["target"], r["path"]),
+    "link": lambda r: os.link(r["src"], r["path"]),
+    "rename": lambda r: os.rename(r["src"], r["path"]),
+    "truncate": lambda r: os.truncate(r["path"], r.get("size", 0)),
+    "append": lambda r: open(r["path"], "a").write(r.get("text", "x")) and None,
+    "stat": lambda r: {"size": os.stat(r["path"]).st_size},
+    "lstat": lambda r: {"size": os.lstat(r["path"]).st_size},
+    "readlink": lambda r: {"target": os.readlink(r["path"])},
+    "mkdir": lambda r: os.mkdir(r["path"]),
+    "fill": _fill,
+}
+
+
 class Run(exports.Run):
     def run(self, input: types.ToolInput) -> types.ToolResult:
         req = json.loads(input.data or "{}")
@@ -49,6 +75,11 @@ class Run(exports.Run):
                 with open(req["path"], "w") as fh:
                     fh.write(req.get("text", "x"))
                 return _ok({"ok": True})
+            except Exception as exc:
+                return _ok({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        if op in FS_OPS:  # filesystem calls a sandbox test needs, each reporting what the guest sees
+            try:
+                return _ok({"ok": True, **(FS_OPS[op](req) or {})})
             except Exception as exc:
                 return _ok({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
         if op == "env":
