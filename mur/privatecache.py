@@ -4,8 +4,7 @@ The runtime may be root, so a cache file is trusted only when nobody else could 
 the directory and the file are opened with O_NOFOLLOW, and both must be owned by the effective uid
 with no group or other write bit (else the file is ignored and not rewritten). Writes are atomic (a
 fresh file renamed over the old one) into a 0700 directory. The kernel probe's answer
-(mur.sandbox.probecache) and `mur run --explain-scope`'s reports (mur.session.explain_memo) live in
-one each.
+(mur.sandbox.probecache) lives in one.
 
 Everything here is best effort: a cache that cannot be read or written is a miss, never an error.
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 from pathlib import Path
 
@@ -69,22 +70,33 @@ def test_taken_internal_port_is_e_run_010(hello, home):
     assert f"internal_port {port} is already bound" in err
 
 
+# An executable workdir caps every host at advisory (spec: workdir_exec), so these floors are unmet
+# whatever this host achieves (sealed here, scoped or less elsewhere).
+EXEC_WORKDIR = {"filesystem": {"workdir_exec": True}}
+
+
 @pytest.mark.requires_landlock
 def test_unmet_containment_floor_is_e_cap_003_before_anything(hello, home):
-    _rewrite(hello, capabilities={"containment": "sealed"})
+    _rewrite(hello, capabilities={"containment": "sealed", **EXEC_WORKDIR})
     err = _refused(hello, home, "E-CAP-003")
-    assert "declared containment class 'sealed' is not achievable on this host (achieved: 'scoped')" in err
-    assert "hint: lower the declared floor to 'scoped'" in err
+    assert "declared containment class 'sealed' is not achievable on this host (achieved: 'advisory')" in err
+    assert "workdir_exec" in err
+    assert "hint: lower the declared floor to 'advisory'" in err
 
 
 def test_cli_flag_raises_the_floor(hello, home):
-    err = _refused(hello, home, "E-CAP-003", "--containment", "sealed")
-    assert "'sealed'" in err
+    _rewrite(hello, capabilities=EXEC_WORKDIR)
+    assert run_mur("run", "--task", "x", cwd=hello, home=home).returncode == 0  # advisory: met
+    for d in session_dirs(hello):
+        shutil.rmtree(d)
+    err = _refused(hello, home, "E-CAP-003", "--containment", "scoped")
+    assert "'scoped'" in err
 
 
 def test_config_file_raises_the_floor(hello, home):
+    _rewrite(hello, capabilities=EXEC_WORKDIR)
     (home / ".murmur").mkdir()
-    (home / ".murmur" / "config.yaml").write_text("containment: sealed\n")
+    (home / ".murmur" / "config.yaml").write_text("containment: scoped\n")
     _refused(hello, home, "E-CAP-003")
 
 

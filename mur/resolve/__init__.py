@@ -8,4 +8,5 @@ command (E-RUN-008: a declared artifact is not installed locally).
     files.py      FileRef (a local file with its digest) and the walk/inside helpers
     artifacts.py  ResolvedArtifact and resolve_artifacts (store first, local sources from disk)
     capsule.py    ResolvedCapsule, resolve_loaded (run) and resolve_capsule (deploy)
+    env.py        the one `.env` grammar (run, deploy, image, export; docs/run.md)
 """

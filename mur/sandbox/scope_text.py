@@ -1,8 +1,7 @@
 """The human text of `mur run --explain-scope` from its flat report (mur.sandbox.scope.scope_report,
 the same object `session_start.effective_grants` records).
 
-Plain data in, text out, and nothing heavy imported: a report remembered by
-mur.session.explain_memo is printed from here without loading the manifest models.
+Plain data in, text out, and nothing heavy imported (the explain path's imports stay small).
 """
 
 from __future__ import annotations

@@ -48,7 +48,9 @@ def session_hooks(session: StartedSession, *, model_client: Any = None, **option
     The hooks' run-inference goes through the capsule's driver unless `model_client` is given;
     `options` are build_hooks' tuning knobs (on_artifact, queue_depth, drain_timeout, http_transport).
     """
-    tools, wd = session.tools, session.wd
+    # the runtime's staged tools/ stays on the host (bound read-only into a session root): on-stage
+    # manifests are written there; the rest goes where the tools see their workdir (session.live)
+    tools, wd = session.tools, session.live
     staged = tools.staged
     if not staged.by_role("hook"):
         return None  # (and the hook machinery is not even imported)
@@ -62,5 +64,5 @@ def session_hooks(session: StartedSession, *, model_client: Any = None, **option
         model_client = driver_client(tools, capsule.inference)
     return build_hooks(artifacts, capsule, engine=tools.host.engine, emit=session.trace.write,
                        murmur_vars=settings.murmur_vars, grants=settings.grants, preopen_dir=tools.preopen_dir,
-                       limits=settings.limits, logs_dir=wd.logs, tools_dir=wd.tools, model_client=model_client,
+                       limits=settings.limits, logs_dir=wd.logs, tools_dir=session.wd.tools, model_client=model_client,
                        on_manifest=describe_staged(staged), **options)

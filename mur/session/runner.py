@@ -74,6 +74,8 @@ class Session:
     staged: Staged  # stage()
     initial: str | None  # stage(): the task given on the command line (task.md), if any
     shell: ShellSandbox | None  # start_tools(): None when the capsule cannot spawn subprocesses
+    live: Workdir  # start_tools(): `wd` as the runtime reaches it while the session runs (on the session
+    #                disk, through the namespace holding it); `wd` itself has the tools' files after teardown
     tools: SessionTools  # start_tools()
     hooks: HookSet | None  # start_tools(): None without hook artifacts
     tasks: TaskExecutor  # start_tools()
@@ -170,8 +172,7 @@ class Session:
         disk = self._open_disk() if self.shell is None else None
         # From here the runtime reaches the tools' workdir where they see it: on the session disk
         # (mur.sandbox.disk), through the namespace holding it; the host directory gets it back at the end.
-        wd_host, self.wd = wd, _live(wd, self.shell or disk)
-        wd = self.wd
+        self.live = wd = _live(wd, self.shell or disk)
         self.door.task_dir = wd.accessible
         tools = SessionTools(staged, facts.guest_settings(checked, self.id, self.url, wd), self.shell, self.trace)
         tools.disk = disk
@@ -192,7 +193,7 @@ class Session:
             tools.hidden.add(checked.prompts.bound_skill)  # the prompt itself: not separately callable
         murmur_md.write(wd, facts.inventory(checked, self.id, self.url, tools, self.hooks))
         _launch_warnings(self.launch_warnings, wd)
-        self.reporter.started(facts.startup(checked, self.url, self.id, wd_host, staged))
+        self.reporter.started(facts.startup(checked, self.url, self.id, self.wd, staged))
         self.serving = True
 
     def serve(self) -> str:
