@@ -39,6 +39,7 @@ class FakeHost:
         self.t = target
         self.releases: dict[int, dict] = {}
         self.current: int | None = None
+        self.previous: int | None = None
         self.serving: int | None = None  # the release the service process runs
         self.up = False
         self.start_ok, self.smoke_ok = start_ok, smoke_ok
@@ -66,6 +67,8 @@ class FakeHost:
 
     def _observe(self, call) -> Result:
         lines = [f"@@current releases/{self.current}" if self.current is not None else "@@current "]
+        if self.previous is not None:
+            lines.append(f"@@previous releases/{self.previous}")
         lines += [f"@@release {n} {json.dumps(meta)}" for n, meta in sorted(self.releases.items())]
         lines += [f"@@staging {x}" for x in self.leftovers]
         root = re.search(r"cd (/home/deployer/\.murmur/deployments/dep_[0-9a-f]+)", call.cmd)
@@ -122,8 +125,10 @@ def track(host: FakeHost) -> None:
 
     def exec_(cmd, timeout, stdin):
         m = host._link.search(cmd)
-        if m and "current" in cmd:
+        if m and "/current" in cmd:
             host.current = int(m.group(1))
+        elif m and "/previous" in cmd:
+            host.previous = int(m.group(1))
         c = re.search(r"mv -T (\S+) (\S+/releases/(\d+)) ", cmd)
         if c:
             host.releases[int(c.group(3))] = json.loads(t.files[c.group(1) + "/release.json"])
@@ -291,8 +296,8 @@ def test_a_failed_switch_reverts_to_the_previous_release(env):
     assert err.value.code == "E-DEPLOY-004" and "remote log" in err.value.message
     assert "exited during startup" in err.value.message and "last exit status 3" in err.value.message
     cmds = [c.cmd for c in t.calls]
-    switched = next(i for i, c in enumerate(cmds) if "ln -sfn releases/2" in c)
-    back = next(i for i, c in enumerate(cmds) if "ln -sfn releases/1" in c)
+    switched = next(i for i, c in enumerate(cmds) if "ln -sfn releases/2" in c and "/current" in c)
+    back = next(i for i, c in enumerate(cmds) if "ln -sfn releases/1" in c and "/current" in c)
     assert switched < back and "remove the new release" in [c.what for c in t.calls[back:]]
     assert host.current == host.serving == 1 and record(env, first).release.n == 1
 
@@ -457,11 +462,32 @@ def test_rollback_finds_its_release_on_the_target_and_records_the_version_rolled
     assert any("ln -sfn releases/1" in c.cmd for c in t.calls) and host.serving == 1
     status = operations.status(first["deployment_id"], ctx=ctx_for(env, t))
     assert status["status"] == "running" and status["version"] == "1.0.0" and status["release"] == 1
-    with pytest.raises(MurError) as err:  # nothing older than release 1
-        operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
-    assert err.value.code == "E-DEPLOY-011" and "complete releases: 1, 2" in err.value.message
-    again = operations.rollback(first["deployment_id"], to=2, ctx=ctx_for(env, t))
+    assert host.previous == 2  # the target's own history: what served before
+    again = operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))  # back to what served before
     assert again["release"] == 2 and again["version"] == "1.1.0" and host.serving == 2
+    assert operations.rollback(first["deployment_id"], to=1, ctx=ctx_for(env, t))["release"] == 1
+    with pytest.raises(MurError) as err:
+        operations.rollback(first["deployment_id"], to=7, ctx=ctx_for(env, t))
+    assert err.value.code == "E-DEPLOY-011" and "complete releases: 1, 2" in err.value.message
+
+
+def test_rollback_goes_to_what_served_before_not_to_the_next_number(env):
+    """1 served; 2 was deployed and rolled back; 3 was deployed (its switch recorded that 1 served):
+    rollback goes to 1, not to 2."""
+    t, host, first = deployed(env)
+    run(env, t, env_args=("GREETING=Two",))
+    operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    run(env, t, env_args=("GREETING=Three",))
+    assert host.serving == 3 and host.previous == 1
+    back = operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    assert back["release"] == 1 and host.serving == 1
+
+
+def test_nothing_to_roll_back_to(env):
+    t, host, first = deployed(env)
+    with pytest.raises(MurError) as err:
+        operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    assert err.value.code == "E-DEPLOY-011" and "complete releases: 1" in err.value.message
 
 
 def test_status_of_an_interrupted_deploy_is_incomplete_until_the_target_is_consistent(env):
