@@ -193,7 +193,12 @@ def derive(v: HostView, svc: ServiceState, answers: bool, record: int | None, pe
     left = [] if other else leftovers(v)
     base = dict(current=v.current, serving=v.serving, record=record, answers=answers, restarts=svc.restarts,
                 last_exit=svc.last_exit, left=left, locked_by=locked_by)
-    consistent = (not left and v.current is not None and v.serving == v.current and answers
+    # a deploy cut off (its undo could not reach the target, or kill -9) after its release was
+    # committed: that release is left beside the serving one until the next deploy switches to it
+    # or prunes it, so the record keeps saying what is left instead of following the target
+    stray = (pending or {}).get("release") if (pending or {}).get("command") in (None, "deploy") else None
+    stray = stray if isinstance(stray, int) and stray in v.releases and stray != v.current else None
+    consistent = (not left and stray is None and v.current is not None and v.serving == v.current and answers
                   and svc.running and not svc.looping)
     if other:
         who = locked_by.get("command", "?") if locked_by else "?"
@@ -212,7 +217,8 @@ def derive(v: HostView, svc: ServiceState, answers: bool, record: int | None, pe
             reason = f"an interrupted command left {', '.join(left)}: the next deploy (or `mur deploy gc`) removes it"
         else:
             done = pending.get("left") if pending else None
-            reason = f"a {what} was interrupted" + (f" (left: {'; '.join(done)})" if done else "")
+            reason = f"a {what} was interrupted" + (f" (left: {'; '.join(done)})" if done else
+                                                    f" (left: release {stray}, committed and not serving)" if stray else "")
             reason += ": deploy again to repair it, or destroy it"
         return Truth("incomplete", reason, **base)
     if v.listener and v.serving is None and v.serving_cwd and v.current is not None:

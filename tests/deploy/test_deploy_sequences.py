@@ -513,3 +513,20 @@ def test_a_complete_release_with_this_digest_is_switched_to_not_copied_again(env
     assert "commit release 2" not in t.labels() and "commit release 3" not in t.labels()
     assert not [c for c in t.calls if c.kind == "put" and "/staging/" in c.dst]
     assert after(t.labels(), "smoke start", "start supervisor")  # still proven beside what serves first
+
+
+def test_a_committed_release_an_undo_could_not_remove_keeps_the_record_incomplete(env):
+    """A deploy cut off after its commit, whose undo could not reach the target (a silent link,
+    kill -9): release 2 is complete beside release 1, which serves. Status says what is left (not
+    `running`, which would drop it from the record) until the next deploy takes release 2 up."""
+    t, host, first = deployed(env)
+    host.releases[2] = dict(host.releases[1], n=2)
+    pending = {"command": "deploy", "release": 2, "phase": "staged", "left": ["remove the new release 2"]}
+    env["store"].update(first["deployment_id"], lambda d: (setattr(d, "status", "incomplete"),
+                                                           setattr(d, "pending", pending)))
+    out = operations.status(first["deployment_id"], ctx=ctx_for(env, t))
+    assert out["status"] == "incomplete" and "remove the new release 2" in out["state"]["reason"], out
+    assert record(env, first).pending == pending and host.serving == 1
+    again = run(env, t, env_args=("GREETING=Three",))
+    out = operations.status(first["deployment_id"], ctx=ctx_for(env, t))
+    assert out["status"] == "running" and out["release"] == again["release"] and record(env, first).pending is None
