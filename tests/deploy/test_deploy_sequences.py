@@ -530,3 +530,18 @@ def test_a_committed_release_an_undo_could_not_remove_keeps_the_record_incomplet
     again = run(env, t, env_args=("GREETING=Three",))
     out = operations.status(first["deployment_id"], ctx=ctx_for(env, t))
     assert out["status"] == "running" and out["release"] == again["release"] and record(env, first).pending is None
+
+
+def test_rollback_after_a_repair_goes_to_what_served_before_the_cut_deploy(env):
+    """The fault suite's history: 1 served; 2 was deployed and rolled back; 3 was cut between its
+    switch and its restart (1 kept serving) and repaired by the next deploy: rollback goes to 1."""
+    t, host, first = deployed(env)
+    run(env, t, env_args=("GREETING=Two",))
+    operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    run(env, t, env_args=("GREETING=Three",))
+    assert host.current == host.serving == 3
+    host.serving = 1  # the restart after the switch never happened
+    again = run(env, t, env_args=("GREETING=Three",))
+    assert again["repaired"] and host.serving == 3
+    back = operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    assert back["release"] == 1 and host.serving == 1
