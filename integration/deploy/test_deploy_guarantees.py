@@ -312,7 +312,10 @@ def test_a_silent_link_fails_naming_the_step_and_one_ctrl_c_ends_within_seconds(
     assert rc == 1 and "error[E-DEPLOY-003]" in err and "the link went silent during upload release 1" in err, err
     assert took < float(FAST["MUR_DEPLOY_DEAD_AFTER"]) + float(FAST["MUR_DEPLOY_UNDO_BUDGET"]) + 6, took
     assert "Traceback" not in err
-    # the next deploy sweeps what was left and serves
+    # what the cut deploy left is swept by gc (nothing of this deployment ever completed there)
+    swept = js("deploy", "gc", *target_args(vm), home=home)["targets"][0]
+    assert swept["removed"] and not [f for f in murmur_files(vm) if "/staging" in f or "mur-tmp" in f], swept
+    # the next deploy serves
     first = js("deploy", "-m", manifest, *target_args(vm), home=home)
     dep = first["deployment_id"]
     consistent(vm, home, dep)

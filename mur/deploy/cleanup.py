@@ -36,7 +36,7 @@ def sweep_command(lay: Layout) -> str:
         "for r in releases/*; do [ -d \"$r\" ] || continue; "
         "if [ ! -f \"$r/release.json\" ]; then echo \"@@swept $r (no release.json)\"; rm -rf -- \"$r\"; "
         "elif [ -e \"$r/.smoke\" ]; then echo \"@@swept $r/.smoke\"; rm -rf -- \"$r/.smoke\"; fi; done; "
-        "for f in current.mur-tmp *.mur-tmp-* releases/*/*.mur-tmp-*; do "
+        "for f in current.mur-tmp previous.mur-tmp *.mur-tmp-* releases/*/*.mur-tmp-*; do "
         "if [ -e \"$f\" ] || [ -L \"$f\" ]; then echo \"@@swept $f\"; rm -f -- \"$f\"; fi; done; fi; "
         f"if [ -d {q(lay.staging)} ]; then for s in {q(lay.staging)}/*; do [ -e \"$s\" ] || continue; "
         "echo \"@@swept staging/${s##*/}\"; done; "

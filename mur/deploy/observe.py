@@ -53,6 +53,7 @@ def observe_command(lay: Layout, port: int | None) -> str:
     parts = [
         f"if cd {q(lay.root)} 2>/dev/null; then "
         "printf '@@current %s\\n' \"$(readlink current 2>/dev/null)\"; "
+        "printf '@@previous %s\\n' \"$(readlink previous 2>/dev/null)\"; "
         "for x in releases/*; do [ -d \"$x\" ] || continue; n=${x#releases/}; "
         "if [ -f \"$x/release.json\" ]; then printf '@@release %s %s\\n' \"$n\" \"$(tr -d '\\n' < \"$x/release.json\")\"; "
         "else printf '@@partial %s\\n' \"$n\"; fi; done; else echo @@absent; fi",
@@ -72,6 +73,7 @@ class HostView:
     exists: bool = False
     current: int | None = None
     current_raw: str = ""
+    previous: int | None = None  # what served before `current` was switched (the `previous` link)
     releases: dict[int, dict[str, Any]] = field(default_factory=dict)  # complete: their release.json
     partial: list[int] = field(default_factory=list)
     staging: list[str] = field(default_factory=list)
@@ -94,6 +96,14 @@ class HostView:
         """Complete releases older than `than` (every complete one when None), newest first."""
         return sorted((n for n in self.releases if than is None or n < than), reverse=True)
 
+    def rollback_target(self) -> int | None:
+        """What served before the release `current` names (the `previous` link), when it is still a
+        complete release; else the newest complete release older than it."""
+        if self.previous is not None and self.previous in self.releases and self.previous != self.current:
+            return self.previous
+        older = self.older_complete(self.current)
+        return older[0] if older else None
+
 
 def release_of(path: str, lay: Layout) -> int | None:
     """The release number a path lies in (`.../releases/<n>[/...]`), else None."""
@@ -113,6 +123,9 @@ def parse_observation(out: str, lay: Layout) -> HostView:
             v.current_raw = rest.strip()
             name = v.current_raw.rstrip("/").rsplit("/", 1)[-1]
             v.current = int(name) if name.isdigit() else None
+        elif tag == "@@previous":
+            name = rest.strip().rstrip("/").rsplit("/", 1)[-1]
+            v.previous = int(name) if name.isdigit() else None
         elif tag == "@@release":
             n, _, body = rest.partition(" ")
             try:
@@ -180,7 +193,12 @@ def derive(v: HostView, svc: ServiceState, answers: bool, record: int | None, pe
     left = [] if other else leftovers(v)
     base = dict(current=v.current, serving=v.serving, record=record, answers=answers, restarts=svc.restarts,
                 last_exit=svc.last_exit, left=left, locked_by=locked_by)
-    consistent = (not left and v.current is not None and v.serving == v.current and answers
+    # a deploy cut off (its undo could not reach the target, or kill -9) after its release was
+    # committed: that release is left beside the serving one until the next deploy switches to it
+    # or prunes it, so the record keeps saying what is left instead of following the target
+    stray = (pending or {}).get("release") if (pending or {}).get("command") in (None, "deploy") else None
+    stray = stray if isinstance(stray, int) and stray in v.releases and stray != v.current else None
+    consistent = (not left and stray is None and v.current is not None and v.serving == v.current and answers
                   and svc.running and not svc.looping)
     if other:
         who = locked_by.get("command", "?") if locked_by else "?"
@@ -199,7 +217,8 @@ def derive(v: HostView, svc: ServiceState, answers: bool, record: int | None, pe
             reason = f"an interrupted command left {', '.join(left)}: the next deploy (or `mur deploy gc`) removes it"
         else:
             done = pending.get("left") if pending else None
-            reason = f"a {what} was interrupted" + (f" (left: {'; '.join(done)})" if done else "")
+            reason = f"a {what} was interrupted" + (f" (left: {'; '.join(done)})" if done else
+                                                    f" (left: release {stray}, committed and not serving)" if stray else "")
             reason += ": deploy again to repair it, or destroy it"
         return Truth("incomplete", reason, **base)
     if v.listener and v.serving is None and v.serving_cwd and v.current is not None:

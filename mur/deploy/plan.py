@@ -42,7 +42,9 @@ from mur.deploy.steps import (
 from mur.errors import MurError
 
 KEEP_RELEASES = 5
-PORT_RANGE = (20000, 40000)
+# below Linux's ephemeral range (ip_local_port_range 32768-60999): a derived port is never taken by
+# an outbound connection's source port while the service restarts
+PORT_RANGE = (20000, 32768)
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,12 @@ class Layout:
         return f"{self.root}/current"
 
     @property
+    def previous(self) -> str:
+        """Symlink to the release that served before `current` was switched to what it names now:
+        where rollback goes (the target's own history, whatever the records say)."""
+        return f"{self.root}/previous"
+
+    @property
     def run_dir(self) -> str:
         return f"{self.root}/run"
 

@@ -359,14 +359,21 @@ def spare_port(wanted: int) -> int:
 
 
 def smoke(spec: dict[str, Any], release_dir: str, port: int, timeout: float = 120.0) -> dict[str, Any]:
-    """Start a release on a spare port (another one when that is taken meanwhile); see `_smoke_once`."""
+    """Start a release on a spare port (another one when that is taken meanwhile); see `_smoke_once`.
+    It records itself first (run/smoke-parent.pid), so an undo after a dropped connection stops it
+    before it could start anything."""
+    parent = Path(spec["run_dir"]) / "smoke-parent.pid"  # mur.deploy.init.supervisor.smoke_parent_pid
+    procid.write_pidfile(parent, os.getpid())
     result: dict[str, Any] = {}
-    for _attempt in range(3):
-        result = _smoke_once(spec, release_dir, spare_port(port), timeout)
-        if result.get("ok") or "E-RUN-010" not in (result.get("stderr") or ""):
-            return result
-        port = 0
-    return result
+    try:
+        for _attempt in range(3):
+            result = _smoke_once(spec, release_dir, spare_port(port), timeout)
+            if result.get("ok") or "E-RUN-010" not in (result.get("stderr") or ""):
+                return result
+            port = 0
+        return result
+    finally:
+        procid.remove_pidfile(parent)
 
 
 def _smoke_once(spec: dict[str, Any], release_dir: str, port: int, timeout: float = 120.0) -> dict[str, Any]:
@@ -378,8 +385,11 @@ def _smoke_once(spec: dict[str, Any], release_dir: str, port: int, timeout: floa
     """
     user = _service_user(spec)
     release = os.path.realpath(release_dir)
+    if not Path(release, "release.json").is_file():  # removed meanwhile (an undo): never recreate it
+        return {"ok": False, "error": f"{release} is not a complete release"}
     smoke_dir = Path(release) / ".smoke"
-    (smoke_dir / "tmp").mkdir(parents=True, exist_ok=True)
+    smoke_dir.mkdir(exist_ok=True)  # never its parents: a release removed under us stays removed
+    (smoke_dir / "tmp").mkdir(exist_ok=True)
     if user is not None:
         for d in (smoke_dir, smoke_dir / "tmp"):
             os.chown(d, user.pw_uid, user.pw_gid)

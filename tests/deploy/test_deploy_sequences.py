@@ -39,6 +39,7 @@ class FakeHost:
         self.t = target
         self.releases: dict[int, dict] = {}
         self.current: int | None = None
+        self.previous: int | None = None
         self.serving: int | None = None  # the release the service process runs
         self.up = False
         self.start_ok, self.smoke_ok = start_ok, smoke_ok
@@ -66,6 +67,8 @@ class FakeHost:
 
     def _observe(self, call) -> Result:
         lines = [f"@@current releases/{self.current}" if self.current is not None else "@@current "]
+        if self.previous is not None:
+            lines.append(f"@@previous releases/{self.previous}")
         lines += [f"@@release {n} {json.dumps(meta)}" for n, meta in sorted(self.releases.items())]
         lines += [f"@@staging {x}" for x in self.leftovers]
         root = re.search(r"cd (/home/deployer/\.murmur/deployments/dep_[0-9a-f]+)", call.cmd)
@@ -122,8 +125,10 @@ def track(host: FakeHost) -> None:
 
     def exec_(cmd, timeout, stdin):
         m = host._link.search(cmd)
-        if m and "current" in cmd:
+        if m and "/current" in cmd:
             host.current = int(m.group(1))
+        elif m and "/previous" in cmd:
+            host.previous = int(m.group(1))
         c = re.search(r"mv -T (\S+) (\S+/releases/(\d+)) ", cmd)
         if c:
             host.releases[int(c.group(3))] = json.loads(t.files[c.group(1) + "/release.json"])
@@ -291,8 +296,8 @@ def test_a_failed_switch_reverts_to_the_previous_release(env):
     assert err.value.code == "E-DEPLOY-004" and "remote log" in err.value.message
     assert "exited during startup" in err.value.message and "last exit status 3" in err.value.message
     cmds = [c.cmd for c in t.calls]
-    switched = next(i for i, c in enumerate(cmds) if "ln -sfn releases/2" in c)
-    back = next(i for i, c in enumerate(cmds) if "ln -sfn releases/1" in c)
+    switched = next(i for i, c in enumerate(cmds) if "ln -sfn releases/2" in c and "/current" in c)
+    back = next(i for i, c in enumerate(cmds) if "ln -sfn releases/1" in c and "/current" in c)
     assert switched < back and "remove the new release" in [c.what for c in t.calls[back:]]
     assert host.current == host.serving == 1 and record(env, first).release.n == 1
 
@@ -457,11 +462,32 @@ def test_rollback_finds_its_release_on_the_target_and_records_the_version_rolled
     assert any("ln -sfn releases/1" in c.cmd for c in t.calls) and host.serving == 1
     status = operations.status(first["deployment_id"], ctx=ctx_for(env, t))
     assert status["status"] == "running" and status["version"] == "1.0.0" and status["release"] == 1
-    with pytest.raises(MurError) as err:  # nothing older than release 1
-        operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
-    assert err.value.code == "E-DEPLOY-011" and "complete releases: 1, 2" in err.value.message
-    again = operations.rollback(first["deployment_id"], to=2, ctx=ctx_for(env, t))
+    assert host.previous == 2  # the target's own history: what served before
+    again = operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))  # back to what served before
     assert again["release"] == 2 and again["version"] == "1.1.0" and host.serving == 2
+    assert operations.rollback(first["deployment_id"], to=1, ctx=ctx_for(env, t))["release"] == 1
+    with pytest.raises(MurError) as err:
+        operations.rollback(first["deployment_id"], to=7, ctx=ctx_for(env, t))
+    assert err.value.code == "E-DEPLOY-011" and "complete releases: 1, 2" in err.value.message
+
+
+def test_rollback_goes_to_what_served_before_not_to_the_next_number(env):
+    """1 served; 2 was deployed and rolled back; 3 was deployed (its switch recorded that 1 served):
+    rollback goes to 1, not to 2."""
+    t, host, first = deployed(env)
+    run(env, t, env_args=("GREETING=Two",))
+    operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    run(env, t, env_args=("GREETING=Three",))
+    assert host.serving == 3 and host.previous == 1
+    back = operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    assert back["release"] == 1 and host.serving == 1
+
+
+def test_nothing_to_roll_back_to(env):
+    t, host, first = deployed(env)
+    with pytest.raises(MurError) as err:
+        operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    assert err.value.code == "E-DEPLOY-011" and "complete releases: 1" in err.value.message
 
 
 def test_status_of_an_interrupted_deploy_is_incomplete_until_the_target_is_consistent(env):
@@ -487,3 +513,35 @@ def test_a_complete_release_with_this_digest_is_switched_to_not_copied_again(env
     assert "commit release 2" not in t.labels() and "commit release 3" not in t.labels()
     assert not [c for c in t.calls if c.kind == "put" and "/staging/" in c.dst]
     assert after(t.labels(), "smoke start", "start supervisor")  # still proven beside what serves first
+
+
+def test_a_committed_release_an_undo_could_not_remove_keeps_the_record_incomplete(env):
+    """A deploy cut off after its commit, whose undo could not reach the target (a silent link,
+    kill -9): release 2 is complete beside release 1, which serves. Status says what is left (not
+    `running`, which would drop it from the record) until the next deploy takes release 2 up."""
+    t, host, first = deployed(env)
+    host.releases[2] = dict(host.releases[1], n=2)
+    pending = {"command": "deploy", "release": 2, "phase": "staged", "left": ["remove the new release 2"]}
+    env["store"].update(first["deployment_id"], lambda d: (setattr(d, "status", "incomplete"),
+                                                           setattr(d, "pending", pending)))
+    out = operations.status(first["deployment_id"], ctx=ctx_for(env, t))
+    assert out["status"] == "incomplete" and "remove the new release 2" in out["state"]["reason"], out
+    assert record(env, first).pending == pending and host.serving == 1
+    again = run(env, t, env_args=("GREETING=Three",))
+    out = operations.status(first["deployment_id"], ctx=ctx_for(env, t))
+    assert out["status"] == "running" and out["release"] == again["release"] and record(env, first).pending is None
+
+
+def test_rollback_after_a_repair_goes_to_what_served_before_the_cut_deploy(env):
+    """The fault suite's history: 1 served; 2 was deployed and rolled back; 3 was cut between its
+    switch and its restart (1 kept serving) and repaired by the next deploy: rollback goes to 1."""
+    t, host, first = deployed(env)
+    run(env, t, env_args=("GREETING=Two",))
+    operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    run(env, t, env_args=("GREETING=Three",))
+    assert host.current == host.serving == 3
+    host.serving = 1  # the restart after the switch never happened
+    again = run(env, t, env_args=("GREETING=Three",))
+    assert again["repaired"] and host.serving == 3
+    back = operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    assert back["release"] == 1 and host.serving == 1

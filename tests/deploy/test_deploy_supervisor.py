@@ -95,6 +95,7 @@ def deployment(tmp_path, monkeypatch):
         spec = service_spec(lay, lay.current, svc)
         (rel / "service.json").write_text(json.dumps(spec))
         (rel / "prestart.sh").write_text(prestart_script(lay, keep_sessions))
+        (rel / "release.json").write_text(json.dumps({"n": 1}))  # written last: a complete release
         return {"spec": spec, "port": svc.port, "lay": lay, "rel": rel, "log": log}
 
     yield make
@@ -274,6 +275,11 @@ def test_smoke_checks_the_token_and_cleans_up(deployment):
     d = deployment("crash")
     res = sv.smoke(d["spec"], str(d["rel"]), free_port(), timeout=20)
     assert not res["ok"] and "exited with status 3" in res["error"] and "boom" in res["stderr"]
+    assert not Path(lay.run_dir, "smoke-parent.pid").exists()
+    # a release removed under it (an undo after a cut link) is never recreated by a late smoke start
+    (d["rel"] / "release.json").unlink()
+    res = sv.smoke(d["spec"], str(d["rel"]), free_port(), timeout=20)
+    assert not res["ok"] and "not a complete release" in res["error"] and not (d["rel"] / ".smoke").exists()
 
 
 def test_child_env_is_clean_and_carries_the_env_file(deployment, monkeypatch):

@@ -22,7 +22,7 @@ from mur.testing.relay import UP
 pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_sshd, pytest.mark.slow]
 
 # Where a redeploy can be interrupted (its progress lines), and how long after each line.
-REDEPLOY_POINTS = [r"· connect", r"· preflight", r"· upload release", r"· smoke-start", r"· start release",
+REDEPLOY_POINTS = [r"· connect", r"· preflight", r"· upload release", r"· smoke-start", r"· (switch to|start) release",
                    r"✓ start release"]
 FIRST_DEPLOY_POINTS = [r"· preflight", r"upload runtime", r"· upload release 1", r"· start release 1",
                        r"✓ start release 1"]

@@ -39,16 +39,21 @@ def stop_command(lay: Layout) -> str:
         f"{SH_ALIVE}; if mur_alive {q(lay.supervisor_pid)}; then p=$mur_pid; s=$mur_start; kill -TERM $p; i=0; "
         f"while mur_same $p $s && [ $i -lt {STOP_WAIT_TENTHS} ]; do sleep 0.1; i=$((i+1)); done; "
         "mur_same $p $s && kill -KILL $p; fi; "
-        f"{_kill_recorded(lay.child_pid, smoke_pid(lay))}; "
+        f"{_kill_recorded(lay.child_pid, smoke_parent_pid(lay), smoke_pid(lay))}; "
         f"for d in $(cat {q(lay.cgroups_file)} 2>/dev/null); do case \"$d\" in /sys/fs/cgroup/*/{lay.dep_id}) ;; "
         "*) continue;; esac; [ -d \"$d\" ] || continue; "
         "for p in $(find \"$d\" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -KILL $p 2>/dev/null; done; "
         "sleep 0.2; find \"$d\" -depth -type d -exec rmdir {} + 2>/dev/null; done; "
-        f"rm -f {q(lay.supervisor_pid)} {q(lay.child_pid)} {q(smoke_pid(lay))}; true")
+        f"rm -f {q(lay.supervisor_pid)} {q(lay.child_pid)} {q(smoke_pid(lay))} {q(smoke_parent_pid(lay))}; true")
 
 
 def smoke_pid(lay: Layout) -> str:
     return f"{lay.run_dir}/smoke.pid"
+
+
+def smoke_parent_pid(lay: Layout) -> str:
+    """`mur supervise smoke` itself (it records itself first: a stop kills it before its child)."""
+    return f"{lay.run_dir}/smoke-parent.pid"
 
 
 def _kill_recorded(*pidfiles: str) -> str:
@@ -60,7 +65,8 @@ def _kill_recorded(*pidfiles: str) -> str:
 
 def stop_smoke_command(lay: Layout) -> str:
     """Kill a smoke start a dropped connection left running (the serving release is not touched)."""
-    return f"{SH_ALIVE}; {_kill_recorded(smoke_pid(lay))}; rm -f {shlex.quote(smoke_pid(lay))}; true"
+    return (f"{SH_ALIVE}; {_kill_recorded(smoke_parent_pid(lay), smoke_pid(lay))}; "
+            f"rm -f {shlex.quote(smoke_pid(lay))} {shlex.quote(smoke_parent_pid(lay))}; true")
 
 
 CRON_MARK = "# mur:"

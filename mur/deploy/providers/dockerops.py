@@ -437,10 +437,12 @@ class DockerProvider:
             return ctx.store.update(dep_id, done) or dep
 
     def gc(self, spec: TargetSpec, ctx: Context) -> dict[str, Any]:
-        """Put every deployment's containers back in order whose lock is free (never waits)."""
+        """Put the containers of this HOME's deployments back in order, those whose lock is free (never
+        waits; another HOME's deployments have their lock elsewhere, so they are not touched)."""
         engine = DockerEngine()
         removed, skipped = [], []
-        ids = sorted({c.labels.get(LABEL, "") for c in engine.labelled(LABEL)} - {""})
+        mine = {d.deployment_id for d in ctx.store.load() if d.provider == "docker"}
+        ids = sorted(({c.labels.get(LABEL, "") for c in engine.labelled(LABEL)} - {""}) & mine)
         for dep_id in ids:
             try:
                 with docker_lock(dep_id, ctx, "mur deploy gc", wait=0):

@@ -45,7 +45,7 @@ from mur.deploy.providers.base import (
 )
 from mur.deploy.providers.hostsession import HostSession, follow_truth, release_pin
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
-from mur.deploy.steps import ServiceConfig, Symlink
+from mur.deploy.steps import Run, ServiceConfig, Symlink
 from mur.deploy.targets.base import full_line, quoted
 from mur.deploy.undo import Attempt, Phase
 from mur.errors import MurError
@@ -284,7 +284,10 @@ class HostDeploy:
             if self.old_init != s.init:  # the service moves to another init system
                 other = init_for(self.old_init)
                 apply_steps(t, [*other.stop(lay, s.sudo), *other.remove(lay, s.sudo)])
-            apply_steps(t, [Symlink(f"releases/{n}", lay.current)])
+            served = before.serving if before.serving in before.releases else before.current
+            # `previous` first: whatever happens next, rollback knows what served before
+            apply_steps(t, ([Symlink(f"releases/{served}", lay.previous)] if served not in (None, n) else [])
+                        + [Symlink(f"releases/{n}", lay.current)])
         a.advance(Phase.SWITCHED)
         with ctx.phase("start", f"start release {n} ({s.init})", t, release=n):
             self._start_and_verify(n, f"switched back: release {before.serving} serves again" if self.was_serving
@@ -450,10 +453,13 @@ class HostDeploy:
         q = shlex.quote
         rel = lay.release(self.n)
         mark = q('"nonce": "' + self.nonce + '"')
+        # a smoke start a cut link left running may still write into it: stop it, remove, and make
+        # sure it is gone (an undo that says done leaves no half release)
         t.run(f"rm -rf {q(lay.stage(self.n, self.nonce))}; "
-              f"if grep -qF {mark} {q(rel + '/release.json')} "
-              f"2>/dev/null && [ \"$(readlink {q(lay.current)})\" != releases/{self.n} ]; then rm -rf {q(rel)}; fi; true",
-              sudo=self.s.sudo, check=False, what="remove the new release")
+              f"if grep -qF {mark} {q(rel + '/release.json')} 2>/dev/null "
+              f"&& [ \"$(readlink {q(lay.current)})\" != releases/{self.n} ]; then "
+              f"for i in 1 2 3 4 5; do {stop_smoke_command(lay)}; rm -rf {q(rel)}; [ -e {q(rel)} ] || break; sleep 0.3; "
+              f"done; ! [ -e {q(rel)} ]; fi", sudo=self.s.sudo, what="remove the new release")
 
     def _back_to(self, back: int) -> None:
         self._activate(back, restart=True)
@@ -468,6 +474,11 @@ class HostDeploy:
         if self.old_init and self.old_init != s.init:  # the new release came up under another init system
             steps += [*new.stop(lay, s.sudo), *new.remove(lay, s.sudo)]
         steps.append(Symlink(f"releases/{back}", lay.current))
+        before = self.before
+        if before is not None and before.previous is not None:
+            steps.append(Symlink(f"releases/{before.previous}", lay.previous))
+        else:
+            steps.append(Run(f"rm -f {shlex.quote(lay.previous)}", check=False, label="forget previous"))
         if self.was_serving:
             steps += old.start(lay, s.sudo, restart=True)
         else:

@@ -137,13 +137,12 @@ class HostProvider:
             view = s.observe(dep.service_port)
             cur = view.current
             if to is None:
-                older = view.older_complete(cur)
-                if not older:
+                to = view.rollback_target()
+                if to is None:
                     complete = ", ".join(str(n) for n in sorted(view.releases)) or "none"
-                    raise MurError("E-DEPLOY-011", f"deployment {dep.deployment_id} has no complete release older "
+                    raise MurError("E-DEPLOY-011", f"deployment {dep.deployment_id} has no earlier complete release "
                                    f"than release {cur} on {s.t.label} (complete releases: {complete})",
                                    "rollback needs an earlier successful deploy; `--to N` picks a release")
-                to = older[0]
             elif to not in view.releases:
                 complete = ", ".join(str(n) for n in sorted(view.releases)) or "none"
                 raise MurError("E-DEPLOY-011", f"release {to} is not a complete release on {s.t.label} "
@@ -241,10 +240,18 @@ def _switch(s: HostSession, dep: Deployment, ctx: Context, view: HostView, to: i
                 f.to_twin(to, cur)
             handed = True
         if cur is not None and cur in view.releases:
-            a.push(f"switch back to release {cur}" + (" and restart it" if was_serving else ""),
-                   lambda: _activate(s, dep, cur, restart=True) if was_serving else
-                   apply_steps(s.t, [Symlink(f"releases/{cur}", s.lay.current)]))
+            old_prev = [Symlink(f"releases/{view.previous}", s.lay.previous)] if view.previous is not None else []
+
+            def back() -> None:
+                apply_steps(s.t, old_prev)
+                if was_serving:
+                    _activate(s, dep, cur, restart=True)
+                else:
+                    apply_steps(s.t, [Symlink(f"releases/{cur}", s.lay.current)])
+            a.push(f"switch back to release {cur}" + (" and restart it" if was_serving else ""), back)
         with ctx.phase("switch", f"switch to release {to}", s.t, release=to):
+            if cur is not None and cur in view.releases:
+                apply_steps(s.t, [Symlink(f"releases/{cur}", s.lay.previous)])  # a second rollback comes back
             _activate(s, dep, to, restart=True)
         a.advance(Phase.SWITCHED)
         with ctx.phase("start", f"wait for release {to}", s.t, release=to):

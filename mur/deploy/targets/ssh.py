@@ -409,9 +409,12 @@ class SSHTarget(Target):
                     if chan.recv_stderr_ready():
                         err += chan.recv_stderr(65536)
                         continue
-                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    # sshd may send the exit status before the last output (RFC 4254 6.10): done only
+                    # once the output ended too (EOF), or the channel closed
+                    if chan.exit_status_ready() and (chan.eof_received or chan.closed) \
+                            and not chan.recv_ready() and not chan.recv_stderr_ready():
                         break
-                    if chan.closed or self.dead is not None:
+                    if (chan.closed and not chan.exit_status_ready()) or self.dead is not None:
                         raise self._lost("SSH command")
                     if time.monotonic() > deadline:
                         during = f" during {self.doing}" if self.doing else ""
