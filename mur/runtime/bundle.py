@@ -269,6 +269,16 @@ def assemble(onedir: Path, out: Path, version: str, plat: str) -> Path:
     return out
 
 
+def build_env(shim: Path) -> dict[str, str]:
+    """PyInstaller's environment: PATH starts with mur's objdump/objcopy (mur.runtime.elfshim), so
+    the build never needs binutils (a fresh Debian 12 has none) and never runs them where they exist."""
+    from mur.runtime.elfshim import shim_dir
+
+    env = dict(os.environ)
+    env["PATH"] = f"{shim_dir(shim)}{os.pathsep}{env.get('PATH') or os.defpath}"
+    return env
+
+
 def build_bundle(dest_dir: Path, progress: Progress = _quiet) -> Path:
     """Run PyInstaller on the installed package; returns the single-file runtime."""
     try:
@@ -285,7 +295,7 @@ def build_bundle(dest_dir: Path, progress: Progress = _quiet) -> Path:
         entry.write_text(_ENTRY)
         progress(f"building the mur {__version__} runtime bundle with PyInstaller (once per source change, ~1 min)")
         proc = subprocess.run(pyinstaller_command(entry, "mur", work / "dist", work),
-                              capture_output=True, text=True, cwd=work)
+                              capture_output=True, text=True, cwd=work, env=build_env(work / "shim"))
         built = work / "dist" / "mur"
         if proc.returncode != 0 or not (built / "mur").is_file():
             tail = (proc.stderr or proc.stdout or "")[-1500:]
