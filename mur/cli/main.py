@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     from mur.errors import MurError
     from typer.exceptions import Abort, Exit, TyperException
 
+    if "--show-completion" in args or "--install-completion" in args:
+        _shell_fallback()
     try:
         command = typer.main.get_command(build_app())
         rv = command.main(args=args, prog_name="mur", standalone_mode=False, obj=launch)
@@ -144,6 +146,26 @@ def main(argv: list[str] | None = None) -> None:
     if isinstance(rv, int) and rv not in (0, None):
         sys.exit(rv)
     sys.exit(0)
+
+
+def _shell_fallback() -> None:
+    """typer finds the shell for `--show/--install-completion` in the process tree only: under a
+    container's init, cron or a CI runner there is none, and it answered "Shell None is not
+    supported". Then the login shell ($SHELL) counts, else bash."""
+    from typer import _completion_shared as shared
+    from typer import completion
+
+    supported = {s.value for s in shared.Shells}
+    detect = shared._get_shell_name
+
+    def name() -> str:
+        found = detect()
+        if found in supported:
+            return found
+        login = os.path.basename(os.environ.get("SHELL") or "")
+        return login if login in supported else "bash"
+
+    shared._get_shell_name = completion._get_shell_name = name
 
 
 def _flush() -> None:
