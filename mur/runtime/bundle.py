@@ -279,6 +279,28 @@ def build_env(shim: Path) -> dict[str, str]:
     return env
 
 
+def missing_libpython() -> str | None:
+    """The shared libpython this interpreter was built with, when it is not installed (else None).
+
+    PyInstaller puts it into the bundle (the bootloader loads it). Debian's python3 is linked
+    statically and ships the library apart, in libpython3.X, which a fresh Debian 12 lacks.
+    """
+    import ctypes.util
+    import sysconfig
+
+    name = str(sysconfig.get_config_var("INSTSONAME") or "")
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED") or ".so" not in name:
+        return None  # a static build: PyInstaller's own message is the better one
+    libdir = str(sysconfig.get_config_var("LIBDIR") or "")
+    multiarch = str(sysconfig.get_config_var("MULTIARCH") or "")
+    dirs = [libdir, os.path.join(libdir, multiarch), os.path.join(sys.base_prefix, "lib"),
+            f"/usr/lib/{multiarch}", f"/lib/{multiarch}", "/usr/lib", "/lib"]
+    if any(d and os.path.exists(os.path.join(d, name)) for d in dirs):
+        return None
+    stem = name[3:].split(".so", 1)[0]  # libpython3.11.so.1.0 -> python3.11
+    return None if ctypes.util.find_library(stem) else name
+
+
 def build_bundle(dest_dir: Path, progress: Progress = _quiet) -> Path:
     """Run PyInstaller on the installed package; returns the single-file runtime."""
     try:
@@ -286,6 +308,13 @@ def build_bundle(dest_dir: Path, progress: Progress = _quiet) -> Path:
     except ImportError as exc:
         raise MurError("E-DEPLOY-006", "cannot build the mur runtime bundle: PyInstaller is not installed",
                        "pip install pyinstaller, or pass --release-source with a prebuilt mur-<version>-<platform>") from exc
+    lib = missing_libpython()
+    if lib is not None:
+        pkg = lib.split(".so", 1)[0]  # libpython3.11
+        raise MurError("E-DEPLOY-006", f"cannot build the mur runtime bundle: this Python's shared library {lib} "
+                       "is not installed, and the bundle carries it",
+                       f"apt-get install {pkg} (Debian ships it apart from python3), or pass --release-source "
+                       "with a prebuilt mur-<version>-<platform>")
     plat = current_platform()
     name = bundle_filename(__version__, plat)
     dest_dir.mkdir(parents=True, exist_ok=True)

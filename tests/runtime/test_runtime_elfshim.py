@@ -92,3 +92,21 @@ def test_shim_dir_is_idempotent(tmp_path):
     first = (shim_dir(tmp_path) / "objcopy").read_text()
     assert (shim_dir(tmp_path) / "objcopy").read_text() == first
     assert "-m mur.runtime.elfshim objcopy" in first
+
+
+def test_a_python_without_its_shared_library_is_named_before_pyinstaller_runs(tmp_path, monkeypatch):
+    """Debian's python3 ships libpython3.X apart; PyInstaller needs it in the bundle."""
+    import sysconfig
+
+    from mur.errors import MurError
+
+    real = sysconfig.get_config_var
+    assert B.missing_libpython() is None  # this interpreter's is installed
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda key: {
+        "INSTSONAME": "libpython3.99.so.1.0", "Py_ENABLE_SHARED": 1, "LIBDIR": str(tmp_path)}.get(key, real(key)))
+    assert B.missing_libpython() == "libpython3.99.so.1.0"
+    with pytest.raises(MurError) as err:
+        B.build_bundle(tmp_path / "out")
+    assert err.value.code == "E-DEPLOY-006" and "libpython3.99.so.1.0 is not installed" in err.value.message
+    assert err.value.hint.startswith("apt-get install libpython3.99 ")
+    assert not (tmp_path / "out").exists()
