@@ -78,24 +78,41 @@ def _cgroup_rights() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _mount_namespaces() -> bool:
-    """`unshare` may make a mount namespace here (what the disk-full and mount tests do)."""
+def _namespaces() -> bool:
+    """`unshare` may make a mount namespace here (what the disk-full and mount tests do), and mur can
+    make a session's network, IPC and pid namespaces (the probe builds and discards them)."""
     argv = ["unshare", "--mount", "true"] if os.geteuid() == 0 else ["unshare", "--map-root-user", "--mount", "true"]
     try:
-        return subprocess.run(argv, capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
+        if subprocess.run(argv, capture_output=True, timeout=20).returncode != 0:
+            return False
+        from mur.sandbox.probe import probe_host
+
+        return probe_host().netns
+    except Exception:  # noqa: BLE001
         return False
+
+
+def _examples_built() -> bool:
+    examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+    return all(os.path.isfile(os.path.join(examples, *p)) for p in (
+        ("murmur-driver-anthropic", "murmur-driver-anthropic.wasm"), ("hello", "capsule.wasm"),
+        ("hello", "greet", "greet.wasm")))
 
 
 # Rights a fresh machine or a plain container may lack, which many tests need without naming them: a
 # test that fails with the sign of one, on a host that (measured here, not guessed from the text) lacks
 # it, is reported as skipped with the reason. Where the right exists (CI) every failure stays a failure.
 ENVIRONMENT = (
-    (_cgroup_rights, ("E-RUN-012", "CgroupUnavailable", "cannot create cgroup",
-                      "Read-only file system: '/sys/fs/cgroup", "Read-only file system: b'/sys/fs/cgroup"),
+    (_cgroup_rights, ("E-RUN-012", "CgroupUnavailable", "cannot create cgroup", "cgroup_delegated",
+                      "no delegable cgroup", "Read-only file system: '/sys/fs/cgroup",
+                      "Read-only file system: b'/sys/fs/cgroup"),
      "needs cgroup rights: mur cannot create a cgroup for a session's tools here (read-only or undelegated cgroupfs)"),
-    (_mount_namespaces, ("unshare failed: Operation not permitted", "cannot create a mount namespace"),
-     "needs namespaces: unshare is refused here (a container's seccomp profile or capabilities)"),
+    (_namespaces, ("unshare failed: Operation not permitted", "cannot create a mount namespace", "netns=False",
+                   "netns+egress-proxy", "namespaces.create"),
+     "needs namespaces: unshare or a session's network namespace is refused here (a container's seccomp profile "
+     "or capabilities)"),
+    (_examples_built, ("run scripts/build-examples",),
+     "needs the example components: run scripts/build-examples (CI does)"),
 )
 
 
