@@ -122,7 +122,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if not report.failed or call.excinfo is None:
         return
-    text = report.longreprtext
+    text = report.longreprtext + "".join(content for _name, content in report.sections)  # with captured output
     for capable, signs, reason in ENVIRONMENT:
         if any(sign in text for sign in signs) and not capable():
             report.outcome = "skipped"
