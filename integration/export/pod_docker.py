@@ -9,8 +9,9 @@ that does the same, nothing adjusted unless the caller says so.
   * the pod's network: a network namespace of its own (`network_mode=none`: only loopback, as a pod
     seen from inside; the caller reaches it with `in_pod_netns`, which enters that namespace);
   * volumes with the kubelet's ownership rules for `fsGroup`: an `emptyDir` is a 0777 directory made
-    group fsGroup + setgid (a tmpfs of `sizeLimit` when one container mounts it; a host directory,
-    bind-mounted, when several do); a `secret` volume has the kubelet's atomic-writer layout
+    group fsGroup + setgid, bind-mounted from here (not Docker's tmpfs, which copies the image's own
+    directory and its mode up into the mount, where a kubelet's emptyDir hides it; `sizeLimit`, which
+    the kubelet enforces by eviction, is not emulated); a `secret` volume has the kubelet's atomic-writer layout
     (`..data` -> a timestamped directory, each key a link into it), files owned by root, group
     fsGroup, mode `defaultMode | 0440` (the kubelet adds group read for fsGroup), mounted read-only;
   * init containers run first, in order, each to a zero exit, then the container starts;
@@ -67,10 +68,6 @@ class Pod:
 
     # --- volumes ------------------------------------------------------------------------------
 
-    def _users(self, volume: str) -> int:
-        every = self.spec.get("initContainers", []) + self.spec["containers"]
-        return sum(1 for c in every for m in c.get("volumeMounts", []) if m["name"] == volume)
-
     def _group(self, path: Path, mode: int) -> None:
         if self.fs_group is not None:
             os.lchown(path, -1, self.fs_group)
@@ -106,11 +103,10 @@ class Pod:
         self._group(root, 0o777 | (0o2000 if self.fs_group is not None else 0))
         return root
 
-    def _mounts(self, c: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-        """(bind volumes, tmpfs) of one container."""
+    def _mounts(self, c: dict[str, Any]) -> dict[str, Any]:
+        """The bind mounts of one container (every volume is a directory made here, as the kubelet's are)."""
         volumes = {v["name"]: v for v in self.spec["volumes"]}
         binds: dict[str, Any] = {}
-        tmpfs: dict[str, str] = {}
         for m in c.get("volumeMounts", []):
             vol = volumes[m["name"]]
             mode = "ro" if m.get("readOnly") else "rw"
@@ -118,17 +114,13 @@ class Pod:
                 if m["name"] not in self.host_dirs:
                     self.host_dirs[m["name"]] = self._secret_dir(m["name"], vol["secret"])
                 binds[str(self.host_dirs[m["name"]])] = {"bind": m["mountPath"], "mode": "ro"}
-            elif "emptyDir" in vol and self._users(m["name"]) == 1:
-                size = quantity_bytes(vol["emptyDir"].get("sizeLimit", "1Gi"))
-                gid = self.fs_group if self.fs_group is not None else 0
-                tmpfs[m["mountPath"]] = f"{mode},exec,size={size},uid=0,gid={gid},mode=2777"
             elif "emptyDir" in vol:
                 if m["name"] not in self.host_dirs:
                     self.host_dirs[m["name"]] = self._empty_dir(m["name"])
                 binds[str(self.host_dirs[m["name"]])] = {"bind": m["mountPath"], "mode": mode}
             else:
                 raise AssertionError(f"a volume kind this emulation does not know: {vol}")
-        return binds, tmpfs
+        return binds
 
     # --- containers ---------------------------------------------------------------------------
 
@@ -148,13 +140,13 @@ class Pod:
         for source in c.get("envFrom", []):
             env.update(self.secrets[source["secretRef"]["name"]].get("stringData") or {})
         env.update(self.env_override)
-        binds, tmpfs = self._mounts(c)
+        binds = self._mounts(c)
         limits = c["resources"]["limits"]
         group_add = [str(self.fs_group)] if self.fs_group is not None else []
         return {
             "user": f"{sc['runAsUser']}:{sc['runAsGroup']}", "group_add": group_add,
             "read_only": sc["readOnlyRootFilesystem"], "cap_drop": sc["capabilities"]["drop"],
-            "security_opt": opts, "tmpfs": tmpfs, "volumes": binds, "environment": env,
+            "security_opt": opts, "volumes": binds, "environment": env,
             "mem_limit": quantity_bytes(limits["memory"]), "nano_cpus": nano_cpus(limits["cpu"]),
             "entrypoint": c.get("command"), "command": c.get("args"),
         }
