@@ -182,7 +182,10 @@ def healthcheck_script() -> bytes:
         f'exec 3<>"/dev/tcp/$host/${{MUR_PORT:-{DEFAULT_PORT}}}" || exit 1\n'
         '[ -n "${MURMUR_A2A_TLS_CERT:-}" ] && exit 0\n'
         'token="${MURMUR_A2A_TOKEN:-}"\n'
-        'if [ -z "$token" ] && [ -n "${MURMUR_A2A_TOKEN_FILE:-}" ]; then read -r token < "$MURMUR_A2A_TOKEN_FILE" || exit 1; fi\n'
+        "# (read fails at a missing final newline, as in a Secret's file, yet sets the token)\n"
+        'if [ -z "$token" ] && [ -n "${MURMUR_A2A_TOKEN_FILE:-}" ]; then\n'
+        '  read -r token < "$MURMUR_A2A_TOKEN_FILE" || [ -n "$token" ] || exit 1\n'
+        "fi\n"
         f"body='{HEALTH_CALL}'\n"
         "{\n"
         "  printf 'POST / HTTP/1.0\\r\\nHost: %s\\r\\nContent-Type: application/json\\r\\nContent-Length: %d\\r\\n' \"$host\" \"${#body}\"\n"

@@ -41,6 +41,10 @@ def test_the_healthcheck_presents_the_token_and_fails_without_it(tmp_path, door)
     good.write_text(TOKEN + "\n")
     good.chmod(0o600)
     assert healthcheck(tmp_path, door, MURMUR_A2A_TOKEN_FILE=str(good)) == 0
+    bare = tmp_path / "secret-token"  # a Kubernetes Secret's file: no final newline
+    bare.write_text(TOKEN)
+    bare.chmod(0o600)
+    assert healthcheck(tmp_path, door, MURMUR_A2A_TOKEN_FILE=str(bare)) == 0
     assert healthcheck(tmp_path, door, MURMUR_A2A_TOKEN=TOKEN) == 0  # docker's healthcheck sees the configured env
     assert healthcheck(tmp_path, door, MURMUR_A2A_TOKEN="wrong") == 1  # the door answers 401
     assert healthcheck(tmp_path, door) == 1
