@@ -305,11 +305,14 @@ def test_trace_events(make_service):
 
     h = make_service(counted, **SLEEP_QUEUE)
     task = h.send("héllo", "ctx_t")
-    h.http.post(
+    second = h.http.post(
         "/", json={"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {"message": message("tp")}},
         headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
-    )
+    ).json()["result"]
     h.wait(task["id"])
+    # the second task's events are written when it starts: shutting down before it ran (a loaded
+    # machine) would drop them
+    h.wait(second["id"])
     h.service.shutdown()
     h.join()
     kinds = [e["event_type"] for e in h.trace.events]
