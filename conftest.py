@@ -1,7 +1,8 @@
 """Repository-wide pytest setup: marker-based skips for tests that need real system components.
 
 CI (.ci/run) provides every component, so CI skips nothing; on a bare machine the tests that need
-Docker, qemu, root, Landlock, sshd or the claude CLI skip with the reason instead of failing.
+Docker, qemu, root, Landlock, sshd or the claude CLI skip with the reason instead of failing, and so
+do tests that need cgroup rights or namespaces where this host measurably has neither (ENVIRONMENT).
 """
 
 from __future__ import annotations
@@ -63,6 +64,70 @@ def pytest_collection_modifyitems(config, items):
         for name, (check, reason) in CHECKS.items():
             if item.get_closest_marker(name) is not None and not check():
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@functools.lru_cache(maxsize=None)
+def _cgroup_rights() -> bool:
+    """mur can create a session cgroup here (the probe makes and removes one)."""
+    try:
+        from mur.sandbox.probe import probe_host
+
+        return probe_host().cgroup_delegated
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _namespaces() -> bool:
+    """`unshare` may make a mount namespace here (what the disk-full and mount tests do), and mur can
+    make a session's network, IPC and pid namespaces (the probe builds and discards them)."""
+    argv = ["unshare", "--mount", "true"] if os.geteuid() == 0 else ["unshare", "--map-root-user", "--mount", "true"]
+    try:
+        if subprocess.run(argv, capture_output=True, timeout=20).returncode != 0:
+            return False
+        from mur.sandbox.probe import probe_host
+
+        return probe_host().netns
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _examples_built() -> bool:
+    examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+    return all(os.path.isfile(os.path.join(examples, *p)) for p in (
+        ("murmur-driver-anthropic", "murmur-driver-anthropic.wasm"), ("hello", "capsule.wasm"),
+        ("hello", "greet", "greet.wasm")))
+
+
+# Rights a fresh machine or a plain container may lack, which many tests need without naming them: a
+# test that fails with the sign of one, on a host that (measured here, not guessed from the text) lacks
+# it, is reported as skipped with the reason. Where the right exists (CI) every failure stays a failure.
+ENVIRONMENT = (
+    (_cgroup_rights, ("E-RUN-012", "CgroupUnavailable", "cannot create cgroup", "cgroup_delegated",
+                      "no delegable cgroup", "Read-only file system: '/sys/fs/cgroup",
+                      "Read-only file system: b'/sys/fs/cgroup"),
+     "needs cgroup rights: mur cannot create a cgroup for a session's tools here (read-only or undelegated cgroupfs)"),
+    (_namespaces, ("unshare failed: Operation not permitted", "cannot create a mount namespace", "netns=False",
+                   "netns+egress-proxy", "namespaces.create"),
+     "needs namespaces: unshare or a session's network namespace is refused here (a container's seccomp profile "
+     "or capabilities)"),
+    (_examples_built, ("run scripts/build-examples",),
+     "needs the example components: run scripts/build-examples (CI does)"),
+)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or call.excinfo is None:
+        return
+    text = report.longreprtext + "".join(content for _name, content in report.sections)  # with captured output
+    for capable, signs, reason in ENVIRONMENT:
+        if any(sign in text for sign in signs) and not capable():
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {reason}")
+            return
 
 
 @pytest.fixture

@@ -70,7 +70,8 @@ def test_scripts_demo_then_tests_on_a_fresh_debian(fresh_image, tmp_path):
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-6000:]
     assert "Hello, Ada!" in run.stdout
-    assert "bootstrap: installing python3.11-venv" in run.stderr  # it was missing, and bootstrap fixed it
+    # both were missing (the venv module, and the shared libpython the runtime bundle carries): bootstrap fixed it
+    assert "bootstrap: installing python3.11-venv libpython3.11" in run.stderr
     assert re.search(r"^\d+ passed", run.stdout.splitlines()[-1]), run.stdout[-500:]
     for needle in ("SetuptoolsDeprecationWarning", "is deprecated", "Traceback"):
         assert needle not in log, needle

@@ -1,11 +1,13 @@
 """Provisioning proven on real VMs (Debian 12 under qemu TCG, no network but one hostfwd on 127.0.0.1).
 
-1. A VM booted with a NoCloud seed made from the terraform module's rendered user-data: the
-   deploy user passes preflight on pure cgroup v2 with aggregate shell-tool limits, a deploy as
-   that non-root user answers an A2A task, `mur host prepare --check` finds nothing to change
-   (cloud-init and prepare reach the same state), and the escape suite passes on its kernel.
-2. A bare VM of the same image brought there by `mur host prepare`; a second run changes nothing;
-   a distribution it does not support is refused.
+1. `mur vm create --user-data FILE` of the terraform module's rendered user-data (the real terraform,
+   the real CLI): cloud-init prepares the host, the deploy user logs in with the key the module was
+   given, the host key is pinned through mur's vendor-data; preflight passes on pure cgroup v2 with
+   aggregate shell-tool limits, a deploy as that non-root user answers an A2A task, `mur host
+   prepare --check` finds nothing to change (cloud-init and prepare reach the same state), and the
+   escape suite passes on its kernel.
+2. `mur vm create --bare` (the real CLI), brought there by the `mur host prepare` line it prints,
+   run as printed; a second run changes nothing; a distribution it does not support is refused.
 3. `mur vm create --kernel 6.12` (the real CLI): the newer kernel's Landlock ABI, a deploy, the
    escape suite; `mur vm ls` and `destroy`.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,10 +25,10 @@ import pytest
 
 from deploy_support import FORK_40, READ_OUTSIDE, a2a_send, mur, mur_json, shell_task
 from vm_suite import expected_failures, record, run_escape_suite
-from vmboot import DEPLOY_USER, build_vm, boot_vm
+from vmboot import DEPLOY_USER
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "provision"))
-from tf_render import inputs_variables, terraform_user_data  # noqa: E402
+from tf_render import terraform_user_data  # noqa: E402
 
 pytestmark = [pytest.mark.requires_qemu, pytest.mark.requires_root, pytest.mark.slow]
 TIMEOUT = ["--start-timeout", "900"]
@@ -84,23 +87,25 @@ def _shell_deploy_answers(machine, home, shell_capsule, user: str) -> dict:
 def tf_vm(vm_ready, tmp_path_factory):
     if shutil.which("terraform") is None:
         pytest.skip("terraform is not on PATH")
+    from mur import __version__
     from mur.provision import machines
 
     work = tmp_path_factory.mktemp("tf-render")
-    calls = []
-
-    def via_terraform(inp):
-        calls.append(inp)
-        return terraform_user_data(work / f"r{len(calls)}", **inputs_variables(inp))
-
-    image = build_vm(kernel="6.1")
-    root = tmp_path_factory.mktemp("vms")
-    req = machines.CreateRequest(name="tfvm", kernel="6.1", deploy_user=DEPLOY_USER, render_user_data=via_terraform,
-                                 authorized_keys=((image / "id_ed25519.pub").read_text().strip(),), boot_timeout=900)
-    m = machines.create(req, root=root)
-    assert len(calls) == 1 and (m.dir / "user-data").read_text().startswith("#cloud-config")
+    key = work / "deploy_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    # what an operator gives the module: their key, the deploy user; no host key (mur pins its own)
+    user_data = terraform_user_data(work / "r", ssh_authorized_keys=[Path(f"{key}.pub").read_text().strip()],
+                                    deploy_user=DEPLOY_USER, mur_version=__version__, kernel="keep")
+    (work / "user-data.yaml").write_text(user_data)
+    home = tmp_path_factory.mktemp("tf-home")
+    env = {"MUR_VM_DIR": str(tmp_path_factory.mktemp("tf-vms"))}
+    info = mur_json("vm", "create", "--name", "tfvm", "--kernel", "6.1", "--user-data", str(work / "user-data.yaml"),
+                    "--ssh-key", str(key), "--deploy-user", DEPLOY_USER, home=home, env=env, timeout=2400)
+    assert info["deploy_user"] == DEPLOY_USER and info["key"] == str(key)
+    m = machines.get("tfvm", Path(env["MUR_VM_DIR"]))
+    assert (m.dir / "user-data").read_text() == user_data  # booted unchanged
     yield m
-    machines.stop(m)
+    mur("vm", "destroy", "tfvm", home=home, env=env, check=False, timeout=300)
 
 
 def test_cloud_init_prepared_the_host_from_terraform_user_data(tf_vm):
@@ -141,34 +146,48 @@ def test_escape_suite_on_kernel_6_1(tf_vm):
 # --- 2. a bare VM, prepared by mur host prepare -------------------------------------------------
 
 
+PRINTED_USER = "mur"  # what the printed `mur host prepare` line makes (its default --deploy-user)
+
+
+class _Bare:
+    def __init__(self, machine, printed: str):
+        self.machine, self.printed = machine, printed
+
+    def ssh(self, command: str, user: str = "root", timeout: float = 300):
+        return self.machine.ssh(command, user=user, timeout=timeout, key=self.machine.root_key)
+
+
 @pytest.fixture(scope="module")
-def bare_vm(vm_ready):
-    vm = boot_vm(build_vm(kernel="6.1"), prepare=False)
-    yield vm
-    vm.close()
+def bare_vm(vm_ready, tmp_path_factory):
+    from mur.provision import machines
+
+    home = tmp_path_factory.mktemp("bare-home")
+    env = {"MUR_VM_DIR": str(tmp_path_factory.mktemp("bare-vms"))}
+    res = mur("vm", "create", "--name", "bare", "--kernel", "6.1", "--bare", home=home, env=env, timeout=2400)
+    printed = next(line.split("prepare", 1)[1].strip() for line in res.stdout.splitlines()
+                   if line.strip().startswith("prepare "))
+    yield _Bare(machines.get("bare", Path(env["MUR_VM_DIR"])), printed)
+    mur("vm", "destroy", "bare", home=home, env=env, check=False, timeout=300)
 
 
-def test_host_prepare_twice_then_deploy_preflight(bare_vm, home, runtime_bundle):
+def test_the_printed_prepare_line_works_as_printed_then_changes_nothing(bare_vm, home, runtime_bundle):
     m = bare_vm.machine
-    assert bare_vm.ssh(f"id {DEPLOY_USER}").returncode != 0  # really unprepared
-    pub = Path(str(m.root_key) + ".pub")
-    args = ["host", "prepare", *_deploy_args(m, "root"), "--deploy-user", DEPLOY_USER, "--authorized-key", str(pub),
-            "--json"]
-    check = mur(*args, "--check", home=home, check=False, timeout=600)
-    assert check.returncode == 3, check.stderr
-    first = json.loads(mur(*args, home=home, timeout=2400).stdout.strip().splitlines()[-1])
-    assert first["changed"] and {"group", "user", "keys", "marker", "file:/etc/sudoers.d/mur-deploy"} <= set(first["applied"])
-    assert first["preflight"]["ok"] and first["preflight"]["user"] == DEPLOY_USER
-    assert {c["name"]: c["ok"] for c in first["preflight"]["checks"]}["shell limits"]
-    second = mur(*args, home=home, timeout=2400)
-    again = json.loads(second.stdout.strip().splitlines()[-1])
+    assert bare_vm.ssh(f"id {PRINTED_USER}").returncode != 0  # really unprepared
+    assert bare_vm.printed.startswith("mur host prepare --host 127.0.0.1")
+    # the line exactly as `mur vm create --bare` printed it, through a shell; HOME has no ~/.ssh keys
+    run = subprocess.run(["bash", "-c", bare_vm.printed.replace("mur ", f"{sys.executable} -m mur ", 1)],
+                         env={**os.environ, "HOME": str(home)}, capture_output=True, text=True, timeout=2400)
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
+    assert "preflight  ok as mur" in run.stdout, run.stdout  # its final check logs in as the new user
+    args = [*bare_vm.printed.split()[1:], "--json"]
+    again = json.loads(mur(*args, home=home, timeout=2400).stdout.strip().splitlines()[-1])
     assert not again["changed"] and again["changes"] == [] and again["applied"] == [], again
-    assert "nothing to change" in second.stderr
-    assert again["preflight"]["ok"]
-    assert again["deploy_command"].startswith(f"mur deploy --host 127.0.0.1 --ssh-user {DEPLOY_USER} --ssh-port")
+    assert again["preflight"]["ok"] and again["preflight"]["user"] == PRINTED_USER
+    assert {c["name"]: c["ok"] for c in again["preflight"]["checks"]}["shell limits"]
+    assert again["deploy_command"].startswith(f"mur deploy --host 127.0.0.1 --ssh-user {PRINTED_USER} --ssh-port")
     # the prepared host is in the cloud-init host's state: same files, same sudo
-    r = bare_vm.ssh("sudo -n true && echo sudo-ok; cat /etc/mur/host.json", user=DEPLOY_USER)
-    assert "sudo-ok" in r.stdout and '"deploy_user":"deployer"' in r.stdout
+    r = bare_vm.ssh("sudo -n true && echo sudo-ok; cat /etc/mur/host.json", user=PRINTED_USER)
+    assert "sudo-ok" in r.stdout and f'"deploy_user":"{PRINTED_USER}"' in r.stdout
 
 
 def test_a_pending_reboot_is_made_and_waited_for(bare_vm, home):
@@ -177,8 +196,7 @@ def test_a_pending_reboot_is_made_and_waited_for(bare_vm, home):
     m = bare_vm.machine
     before = bare_vm.ssh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
     assert bare_vm.ssh("touch /run/mur-reboot-required").returncode == 0
-    args = ["host", "prepare", *_deploy_args(m, "root"), "--deploy-user", DEPLOY_USER,
-            "--authorized-key", str(Path(str(m.root_key) + ".pub")), "--json"]
+    args = [*bare_vm.printed.split()[1:], "--json"]
     res = mur(*args, "--no-preflight", home=home, timeout=1200)
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["applied"] == ["reboot"] and out["rebooted"] and out["reboot"], out

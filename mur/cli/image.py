@@ -29,8 +29,12 @@ def _human_build(r: dict) -> str:
              f"  id        {r['id']}  ({state})",
              f"  runtime   mur {r['runtime']['version']} ({r['runtime']['origin']})",
              f"  base      {r['base']['ref']}",
-             f"  layer     {r['layer']['diff_id']} ({r['layer']['size'] // (1 << 20)} MiB)",
-             f"  serve     docker run --rm -p {r['port']}:{r['port']} {r['tag']}   (docs/image.md: hardened flags)"]
+             f"  layer     {r['layer']['diff_id']} ({r['layer']['size'] // (1 << 20)} MiB)"]
+    run = r["docker_run"]
+    lines += [f"  token     {run['token']}",
+              f"  serve     {run['serve']}",
+              f"  send      {run['send']}",
+              f"  stop      {run['stop']}   (docs/image.md: the hardened flags, a token file instead)"]
     lines += [f"  note      {n}" for n in r.get("notes") or []]
     return "\n".join(lines) + "\n"
 

@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     from mur.cli.render import Reported
     from mur.errors import MurError
 
+    if "--show-completion" in args or "--install-completion" in args:
+        _shell_fallback()
     try:
         code = _command(args)
     except Reported as done:
@@ -168,6 +170,26 @@ def _command(args: list[str]) -> int:
     if rv == INTERRUPTED:  # typer's answer to a KeyboardInterrupt (Ctrl-C) in any command
         print("interrupted", file=sys.stderr)
     return rv if isinstance(rv, int) and rv not in (0, None) else 0
+
+
+def _shell_fallback() -> None:
+    """typer finds the shell for `--show/--install-completion` in the process tree only: under a
+    container's init, cron or a CI runner there is none, and it answered "Shell None is not
+    supported". Then the login shell ($SHELL) counts, else bash."""
+    from typer import _completion_shared as shared
+    from typer import completion
+
+    supported = {s.value for s in shared.Shells}
+    detect = shared._get_shell_name
+
+    def name() -> str:
+        found = detect()
+        if found in supported:
+            return found
+        login = os.path.basename(os.environ.get("SHELL") or "")
+        return login if login in supported else "bash"
+
+    shared._get_shell_name = completion._get_shell_name = name
 
 
 def _flush() -> None:

@@ -1,6 +1,6 @@
 """`mur vm`: local Debian 12 VMs under qemu, prepared as mur deploy hosts by deploy/'s user-data.
 
-    mur vm create [--name N] [--kernel 6.1|6.12] [--deploy-user U] [--bare] [--json]
+    mur vm create [--name N] [--kernel 6.1|6.12] [--deploy-user U] [--bare | --user-data FILE [--ssh-key KEY]] [--json]
     mur vm image [--kernel 6.1|6.12]               build (or reuse) the cached image only
     mur vm ls [--json] | mur vm ssh NAME [--root] [-- CMD...] | mur vm destroy NAME
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import typer
 
@@ -19,11 +19,11 @@ from mur.cli.render import emit
 def _human_vm(m: dict) -> str:
     lines = [f"{m['name']}: kernel {m['extra'].get('kernel_release', m['kernel'])} (Landlock ABI {m['landlock_abi']}), "
              f"{m['accel'].upper()}, ssh on 127.0.0.1:{m['port']}, booted in {m['boot_seconds']}s",
-             f"  ssh     mur vm ssh {m['name']}",
-             f"  deploy  {m['deploy_command']}"]
-    if not m["deploy_user"]:
-        lines.append(f"  prepare mur host prepare --host 127.0.0.1 --ssh-port {m['port']} --ssh-user root "
-                     f"--ssh-key {m['key']} --known-hosts {m['known_hosts']}")
+             f"  ssh     mur vm ssh {m['name']}"]
+    if m["deploy_user"]:
+        lines.append(f"  deploy  {m['deploy_command']}")
+    else:  # root only: prepare makes the deploy user (with this VM's key), then deploy as it
+        lines.append(f"  prepare {m['prepare_command']}")
     return "\n".join(lines) + "\n"
 
 
@@ -37,6 +37,19 @@ def _human_ls(ms: list) -> str:
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
 
 
+def _read_user_data(path: Path) -> str:
+    from mur.errors import MurError
+
+    try:
+        text = path.expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MurError("E-IO-001", f"cannot read the user-data {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not text.startswith(("#cloud-config", "#!", "Content-Type:", "#include", "#cloud-boothook")):
+        raise MurError("E-VM-002", f"{path} is not cloud-init user-data (it starts with neither #cloud-config, #! "
+                       "nor a MIME header)", "give the rendered user-data, e.g. terraform output -raw user_data > FILE")
+    return text
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Local VMs (qemu) prepared as mur deploy hosts, for laptops and CI.", no_args_is_help=True)
 
@@ -47,6 +60,10 @@ def register(app: typer.Typer) -> None:
         deploy_user: str = typer.Option("mur", "--deploy-user", help="The non-root deploy user cloud-init creates."),
         authorized_key: List[str] = typer.Option([], "--authorized-key", help="Another public key (file or line) for it."),
         bare: bool = typer.Option(False, "--bare", help="Boot the unprepared image (root only), e.g. for mur host prepare."),
+        user_data: Optional[Path] = typer.Option(None, "--user-data", help="Boot this cloud-init user-data instead of "
+                                                 "mur's (e.g. the terraform module's output), unchanged."),
+        ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="With --user-data: the private key it "
+                                               "authorizes for --deploy-user (else the VM is root only)."),
         memory: int = typer.Option(2048, "--memory", help="MiB of guest memory."),
         cpus: int = typer.Option(2, "--cpus", help="Guest CPUs."),
         accel: str = typer.Option("auto", "--accel", help="auto | kvm | tcg (auto: KVM when it works here)."),
@@ -55,15 +72,25 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build the image once (debootstrap, cached), boot a VM, wait until it is a deploy host."""
         from mur.cli.host import reporter
+        from mur.errors import MurError
         from mur.provision import image, machines
 
         if kernel not in image.KERNELS:
             raise typer.BadParameter(f"'{kernel}' is not one of: {', '.join(image.KERNELS)}", param_hint="--kernel")
+        if user_data is not None and (bare or authorized_key):
+            raise typer.BadParameter("the user-data decides who logs in: not with --bare or --authorized-key",
+                                     param_hint="--user-data")
+        if ssh_key is not None and user_data is None:
+            raise typer.BadParameter("only with --user-data (mur's own user-data uses the VM's key)", param_hint="--ssh-key")
+        text = _read_user_data(user_data) if user_data is not None else None
+        if ssh_key is not None and not ssh_key.expanduser().is_file():
+            raise MurError("E-IO-001", f"--ssh-key not found: {ssh_key}")
         keys = tuple(Path(k).expanduser().read_text().strip() if Path(k).expanduser().is_file() else k
                      for k in authorized_key)
         m = machines.create(machines.CreateRequest(name=name, kernel=kernel, deploy_user=deploy_user,
                                                    authorized_keys=keys, prepare=not bare, memory_mb=memory, cpus=cpus,
-                                                   accel=accel, boot_timeout=boot_timeout), reporter())
+                                                   accel=accel, boot_timeout=boot_timeout, user_data=text,
+                                                   login_key=ssh_key), reporter())
         emit(m.to_dict(), json_out, _human_vm)
 
     @group.command("image")

@@ -3,8 +3,15 @@
 One pod shape for every form (Deployment, StatefulSet, agent-sandbox `Sandbox`): the image's user
 (10001), no privilege escalation, every capability dropped, a read-only root filesystem with
 writable /workdir and /tmp volumes, the Localhost seccomp profile that lets Landlock through
-(mur.export.seccomp), probes on the agent card, resources from the manifest's limits (for a capsule
-with shell tools the memory limit is exactly cgroup_memory_bytes: the pod's cgroup is their bound).
+(mur.export.seccomp) or the node's RuntimeDefault, probes that run the image's healthcheck (an
+authenticated A2A call), resources from the manifest's limits (for a capsule with shell tools the
+memory limit is exactly cgroup_memory_bytes: the pod's cgroup is their bound).
+
+The A2A token: the door listens on the pod's address, so it needs a bearer token (E-A2A-005). It is
+a Secret of its own, mounted into an init container that copies it into a memory-backed volume as
+a file of the capsule user's, mode 0600: a Secret volume's files are root's, and with fsGroup the
+kubelet makes them group-readable (mode | 0440), which the runtime refuses for a token (E-A2A-003).
+The capsule's container mounts that volume read-only and is pointed at the file.
 """
 
 from __future__ import annotations
@@ -21,6 +28,13 @@ ANNOTATION = "mur.dev/"
 SANDBOX_API = "agents.x-k8s.io/v1beta1"
 TMP_SIZE = 1 << 30
 GiB, MiB = 1 << 30, 1 << 20
+SECRET_KEY = "token"
+SECRET_MOUNT = "/run/secrets/mur-a2a"  # the Secret's files (root's, group 10001, 0440): read by the init container
+TOKEN_DIR = "/run/mur"  # a memory-backed volume: the token as the capsule user's own file, 0600
+TOKEN_FILE = f"{TOKEN_DIR}/a2a-token"
+COPY_TOKEN = (f"umask 077 && cat {SECRET_MOUNT}/{SECRET_KEY} > {TOKEN_DIR}/.a2a-token.new "
+              f"&& mv -f {TOKEN_DIR}/.a2a-token.new {TOKEN_FILE}")
+SECCOMP_CHOICES = ("localhost", "runtime-default")
 
 
 @dataclass(frozen=True)
@@ -66,31 +80,58 @@ def cpu(percent: int) -> str:
 
 
 def _probe(period: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": S.AGENT_CARD, "port": "a2a"}, "periodSeconds": period, "timeoutSeconds": 5,
+    """The image's healthcheck: an authenticated JSON-RPC call (the token's file is in the env), so a
+    pod whose door would refuse its callers is not ready."""
+    return {"exec": {"command": [S.HEALTHCHECK]}, "periodSeconds": period, "timeoutSeconds": 5,
             "failureThreshold": failures}
 
 
-def pod_spec(f: CapsuleFacts, image: str, secret: str, workdir_volume: bool) -> dict[str, Any]:
-    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": quantity(TMP_SIZE)}}]
+def _security() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": S.UID, "runAsGroup": S.GID, "privileged": False,
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+
+
+def _seccomp(choice: str) -> dict[str, Any]:
+    if choice == "runtime-default":
+        return {"type": "RuntimeDefault"}
+    return {"type": "Localhost", "localhostProfile": PROFILE_NAME}
+
+
+def pod_spec(f: CapsuleFacts, image: str, secret: str, token_secret: str, workdir_volume: bool,
+             seccomp: str = "localhost") -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "tmp", "emptyDir": {"sizeLimit": quantity(TMP_SIZE)}},
+        {"name": "a2a-token-secret", "secret": {"secretName": token_secret, "defaultMode": 0o440,
+                                                 "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]}},
+        {"name": "a2a-token", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+    ]
     if workdir_volume:
         volumes.insert(0, {"name": "workdir", "emptyDir": {"sizeLimit": quantity(f.workdir_bytes)}})
+    init = {
+        "name": "a2a-token",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", COPY_TOKEN],
+        "resources": {"limits": {"memory": "64Mi", "cpu": "100m"}, "requests": {"memory": "16Mi", "cpu": "10m"}},
+        "securityContext": _security(),
+        "volumeMounts": [{"name": "a2a-token-secret", "mountPath": SECRET_MOUNT, "readOnly": True},
+                         {"name": "a2a-token", "mountPath": TOKEN_DIR}],
+    }
     container = {
         "name": "capsule",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "ports": [{"name": "a2a", "containerPort": f.port, "protocol": "TCP"}],
         "env": [{"name": "MUR_BIND", "value": "0.0.0.0"}, {"name": "MUR_PORT", "value": str(f.port)},
-                {"name": "MUR_WORKDIR", "value": S.TOOLS_WORKDIR}],
+                {"name": "MUR_WORKDIR", "value": S.TOOLS_WORKDIR}, {"name": "MURMUR_A2A_TOKEN_FILE", "value": TOKEN_FILE}],
         "envFrom": [{"secretRef": {"name": secret}}],
         "resources": {
             "limits": {"memory": quantity(f.memory_bytes), "cpu": cpu(f.cpu_percent)},
             "requests": {"memory": quantity(min(f.memory_bytes, 256 * MiB)), "cpu": "100m"},
         },
-        "securityContext": {
-            "runAsNonRoot": True, "runAsUser": S.UID, "runAsGroup": S.GID, "privileged": False,
-            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
-        },
-        "volumeMounts": [{"name": "workdir", "mountPath": S.WORKDIR}, {"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": _security(),
+        "volumeMounts": [{"name": "workdir", "mountPath": S.WORKDIR}, {"name": "tmp", "mountPath": "/tmp"},
+                         {"name": "a2a-token", "mountPath": TOKEN_DIR, "readOnly": True}],
         "startupProbe": _probe(2, 90),
         "readinessProbe": _probe(10, 3),
         "livenessProbe": _probe(20, 3),
@@ -101,9 +142,9 @@ def pod_spec(f: CapsuleFacts, image: str, secret: str, workdir_volume: bool) -> 
         "terminationGracePeriodSeconds": 30,
         "securityContext": {
             "runAsNonRoot": True, "runAsUser": S.UID, "runAsGroup": S.GID, "fsGroup": S.GID,
-            "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "Localhost", "localhostProfile": PROFILE_NAME},
+            "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": _seccomp(seccomp),
         },
+        "initContainers": [init],
         "containers": [container],
         "volumes": volumes,
     }
@@ -121,15 +162,16 @@ class Export:
     notes: tuple[str, ...]
 
 
-def objects(f: CapsuleFacts, image: str, sandbox: bool = False) -> Export:
-    """Secret, NetworkPolicy, the workload, and (except for a Sandbox, whose controller makes one) a Service."""
+def objects(f: CapsuleFacts, image: str, token: str, sandbox: bool = False, namespace: str | None = None,
+            seccomp: str = "localhost") -> Export:
+    """Secrets, NetworkPolicy, the workload, and (except for a Sandbox, whose controller makes one) a Service."""
     name = dns_label(f.name)
     selector = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name}
     labels = {**selector, "app.kubernetes.io/version": label_value(f.version) or "unversioned",
               "app.kubernetes.io/component": "capsule", "app.kubernetes.io/managed-by": "mur"}
     annotations = {f"{ANNOTATION}capsule": f"{f.name} {f.version}", f"{ANNOTATION}capsule-digest": f.capsule_digest,
                    f"{ANNOTATION}image": image}
-    secret = f"{name}-env"
+    secret, token_secret = f"{name}-env", f"{name}-a2a-token"
     notes: list[str] = []
     out: dict[str, dict[str, Any]] = {}
     out["secret.yaml"] = {
@@ -139,6 +181,13 @@ def objects(f: CapsuleFacts, image: str, sandbox: bool = False) -> Export:
         "type": "Opaque",
         "stringData": dict(sorted(f.env.items())),
     }
+    out["a2a-token.yaml"] = {
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": token_secret, "labels": labels,
+                     "annotations": {f"{ANNOTATION}purpose": "the A2A bearer token callers must present"}},
+        "type": "Opaque",
+        "stringData": {SECRET_KEY: token},
+    }
     missing = [k for k in f.env_allow if k not in f.env]
     if missing:
         notes.append(f"secret.yaml has no value for {', '.join(missing)} (capabilities.env.allow): add them to "
@@ -147,7 +196,7 @@ def objects(f: CapsuleFacts, image: str, sandbox: bool = False) -> Export:
     out["networkpolicy.yaml"] = policy
     notes += net_notes
     template = {"metadata": {"labels": labels, "annotations": annotations},
-                "spec": pod_spec(f, image, secret, workdir_volume=not f.persistent)}
+                "spec": pod_spec(f, image, secret, token_secret, workdir_volume=not f.persistent, seccomp=seccomp)}
     if sandbox:
         spec: dict[str, Any] = {"podTemplate": template, "service": True}
         if f.persistent:
@@ -179,4 +228,12 @@ def objects(f: CapsuleFacts, image: str, sandbox: bool = False) -> Export:
                      "by the runtime and its tools) is their aggregate bound; a pod carries no pids limit, so their "
                      f"tasks are bounded by RLIMIT_NPROC (at most cgroup_pids_max = {f.pids_max}); the kubelet's "
                      "podPidsLimit bounds the whole pod as well")
+    if seccomp == "runtime-default":
+        notes.append("seccomp: the node's RuntimeDefault profile; mur's Landlock rules hold where it allows Landlock's "
+                     "three syscalls (the default profiles of containerd, CRI-O and Docker have since 2022); "
+                     "`kubectl exec POD -- mur probe` says what is enforced")
+    if namespace:
+        for obj in out.values():
+            obj["metadata"] = {"name": obj["metadata"]["name"], "namespace": namespace,
+                               **{k: v for k, v in obj["metadata"].items() if k != "name"}}
     return Export(out, kind, tuple(notes))

@@ -55,7 +55,9 @@ class BuildResult:
                             "lock_digest": self.labels[f"{S.LABEL_PREFIX}lock.digest"]},
                 "layer": {"diff_id": f"sha256:{self.layer_diff_id}", "size": self.layer_size},
                 "runtime": self.runtime, "base": self.base, "precompiled": self.precompiled,
-                "port": int(self.labels[f"{S.LABEL_PREFIX}port"]), "labels": self.labels, "notes": list(self.notes)}
+                "port": int(self.labels[f"{S.LABEL_PREFIX}port"]), "labels": self.labels, "notes": list(self.notes),
+                "docker_run": S.run_lines(self.labels[f"{S.LABEL_PREFIX}capsule.name"], self.image.tag,
+                                          int(self.labels[f"{S.LABEL_PREFIX}port"]))}
 
 
 @dataclass

@@ -113,10 +113,7 @@ class Engine:
                     out.append(member.read().decode("utf-8", "replace") if member else "")
             return tuple(out)
         finally:
-            try:
-                c.remove(force=True)
-            except Exception:  # noqa: BLE001 - best-effort cleanup of a never-started container
-                pass
+            _discard(c)
 
     def load(self, archive: BinaryIO) -> list[str]:
         """`docker load` an archive; returns what the engine reports loading."""
@@ -207,10 +204,16 @@ class Engine:
         except Exception as exc:  # noqa: BLE001
             raise self._fail(f"run {image}", exc) from exc
         finally:
-            try:
-                c.remove(force=True)
-            except Exception:  # noqa: BLE001
-                pass
+            _discard(c)
+
+
+def _discard(container: Any) -> None:
+    """Remove a throwaway container with its anonymous volumes: a capsule image declares /workdir a
+    volume, and without v=True every build's runtime check left one behind."""
+    try:
+        container.remove(force=True, v=True)
+    except Exception:  # noqa: BLE001 - best-effort cleanup
+        pass
 
 
 def split_ref(ref: str) -> tuple[str, str]:

@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,10 +157,62 @@ def extract_runtime(bundle: Path, dest: Path) -> str:
         with open(bundle, "rb") as fh:
             fh.seek(offset)
             with tarfile.open(fileobj=fh, mode="r|gz") as tar:
-                tar.extractall(dest, filter="data")
+                _unpack(tar, dest)
     except (OSError, tarfile.TarError, EOFError) as exc:
         raise MurError("E-DEPLOY-006", f"cannot unpack the runtime {bundle}: {exc}",
                        "the file is damaged; rebuild or refetch it") from exc
     if not (dest / "mur").is_file():
         raise MurError("E-DEPLOY-006", f"the runtime {bundle} holds no `mur` executable")
     return ident
+
+
+def _unpack(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract with the checks of tarfile's "data" filter, written out: that filter (and the
+    `filter=` argument) arrived in Python 3.11.4, and Debian 12's python3 is 3.11.2.
+
+    Only directories, regular files, symlinks and hard links; every name and link target stays
+    inside `dest` (also through links unpacked earlier); files are 0755 or 0644, never setuid.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    root = os.path.realpath(dest)
+
+    def inside(path: str) -> bool:
+        return path == root or path.startswith(root + os.sep)
+
+    def place(name: str) -> str:
+        parts = [p for p in name.split("/") if p not in ("", ".")]
+        if not parts or name.startswith("/") or ".." in parts:
+            raise tarfile.TarError(f"refusing the member {name!r}: outside the destination")
+        path = os.path.join(root, *parts)
+        if not inside(os.path.realpath(os.path.dirname(path))):
+            raise tarfile.TarError(f"refusing the member {name!r}: its directory leads outside the destination")
+        return path
+
+    for member in tar:
+        path = place(member.name)
+        if member.isdir():
+            os.makedirs(path, 0o755, exist_ok=True)
+            continue
+        os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+        if member.issym():
+            if os.path.isabs(member.linkname) or not inside(
+                    os.path.realpath(os.path.join(os.path.dirname(path), member.linkname))):
+                raise tarfile.TarError(f"refusing the symlink {member.name!r} -> {member.linkname!r}: outside the destination")
+            os.symlink(member.linkname, path)
+        elif member.isfile() or member.islnk():
+            mode = 0o755 if member.mode & 0o111 else 0o644
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+            with os.fdopen(fd, "wb") as out:
+                if member.isfile():
+                    src = tar.extractfile(member)
+                    assert src is not None
+                    shutil.copyfileobj(src, out, 1 << 20)
+                else:  # a hard link to a file unpacked before: a copy (links never leave `dest`)
+                    source = os.path.realpath(place(member.linkname))
+                    if not inside(source):
+                        raise tarfile.TarError(f"refusing the hard link {member.name!r}: outside the destination")
+                    with open(source, "rb") as src_fh:
+                        shutil.copyfileobj(src_fh, out, 1 << 20)
+            os.chmod(path, mode)
+        else:
+            raise tarfile.TarError(f"refusing the member {member.name!r}: not a file, directory or link")

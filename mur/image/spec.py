@@ -25,6 +25,8 @@ SESSIONS_DIR = f"{WORKDIR}/sessions"
 # The staged wasm payloads of a session (mur.session.staging: `<cache root>/payloads`, private to the
 # runtime) go to /tmp, which the root filesystem's read-only cache cannot hold; tools cannot reach /tmp.
 PAYLOADS_DIR = "/tmp/mur-payloads"
+# MURMUR_A2A_TOKEN given to the container (docker run --env-file) becomes a file here, 0600, before mur run.
+TOKEN_TMP_DIR = "/tmp/mur-a2a"
 RUNTIME_DIR = "/opt/mur/runtime"
 DEFAULT_PORT = 8080
 AGENT_CARD = "/.well-known/agent-card.json"
@@ -134,7 +136,8 @@ def canonical_json(obj: Any) -> bytes:
 
 def serve_script(run_args: tuple[str, ...]) -> bytes:
     """The entrypoint: `mur run` serving A2A until stopped (MUR_BIND / MUR_PORT / MUR_WORKDIR override;
-    MUR_ENV_FILE names an env file loaded first, since mur run is given --no-env-file)."""
+    MUR_ENV_FILE names an env file loaded first, since mur run is given --no-env-file; MURMUR_A2A_TOKEN,
+    e.g. from `docker run --env-file`, becomes a private token file)."""
     extra = "".join(f" {a}" for a in run_args)
     return (
         "#!/bin/sh\n"
@@ -145,20 +148,50 @@ def serve_script(run_args: tuple[str, ...]) -> bytes:
         "# MUR_ENV_FILE: KEY=\"value\" lines (as `mur deploy` renders them; sh syntax) exported to mur run, so\n"
         "# secrets reach the capsule from a file copied into the container, never from the image or its config.\n"
         'if [ -n "${MUR_ENV_FILE:-}" ]; then set -a; . "$MUR_ENV_FILE" || exit 1; set +a; fi\n'
+        "# MURMUR_A2A_TOKEN (docker run --env-file): the door's bearer token, handed to mur run as a file only\n"
+        "# this user can read, and taken out of the environment the runtime and its tools inherit.\n"
+        'if [ -n "${MURMUR_A2A_TOKEN:-}" ]; then\n'
+        '  if [ -z "${MURMUR_A2A_TOKEN_FILE:-}" ]; then\n'
+        f"    mkdir -p -m 0700 {TOKEN_TMP_DIR} && (umask 077 && printf '%s\\n' \"$MURMUR_A2A_TOKEN\" > {TOKEN_TMP_DIR}/token) || exit 1\n"
+        f"    MURMUR_A2A_TOKEN_FILE={TOKEN_TMP_DIR}/token; export MURMUR_A2A_TOKEN_FILE\n"
+        "  fi\n"
+        "  unset MURMUR_A2A_TOKEN\n"
+        "fi\n"
         f'exec /usr/local/bin/mur run --manifest {CAPSULE_DIR}/murmur.yaml --workdir "${{MUR_WORKDIR:-{TOOLS_WORKDIR}}}" \\\n'
         f'  --json --no-env-file --bind "${{MUR_BIND:-0.0.0.0}}" --port "${{MUR_PORT:-{DEFAULT_PORT}}}"{extra} "$@"\n'
     ).encode()
 
 
+HEALTH_CALL = '{"jsonrpc":"2.0","id":"mur-healthcheck","method":"tasks/get","params":{"id":"mur-healthcheck"}}'
+
+
 def healthcheck_script() -> bytes:
-    """HEALTHCHECK: the agent card answers 200 (bash's /dev/tcp: the base image has no HTTP client)."""
+    """HEALTHCHECK (and the exported pod's probes): an authenticated JSON-RPC call answers 200.
+
+    With a token (MURMUR_A2A_TOKEN_FILE, or MURMUR_A2A_TOKEN: Docker runs a healthcheck with the
+    container's configured env, not the entrypoint's) it is presented, so a door that would refuse
+    its callers (401) is unhealthy; `tasks/get` of a task that does not exist changes nothing. Over
+    TLS (MURMUR_A2A_TLS_CERT) bash cannot speak, so there only the port is checked. bash's /dev/tcp:
+    the base image has no HTTP client.
+    """
     return (
         "#!/bin/bash\n"
-        "# Healthy when the A2A agent card answers 200 on the serving port.\n"
+        "# Healthy when the A2A door answers an authenticated JSON-RPC call with 200 on the serving port.\n"
         'host="${MUR_BIND:-0.0.0.0}"\n'
         'case "$host" in 0.0.0.0|"::"|"") host=127.0.0.1 ;; esac\n'
         f'exec 3<>"/dev/tcp/$host/${{MUR_PORT:-{DEFAULT_PORT}}}" || exit 1\n'
-        f"printf 'GET {AGENT_CARD} HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' \"$host\" >&3\n"
+        '[ -n "${MURMUR_A2A_TLS_CERT:-}" ] && exit 0\n'
+        'token="${MURMUR_A2A_TOKEN:-}"\n'
+        "# (read fails at a missing final newline, as in a Secret's file, yet sets the token)\n"
+        'if [ -z "$token" ] && [ -n "${MURMUR_A2A_TOKEN_FILE:-}" ]; then\n'
+        '  read -r token < "$MURMUR_A2A_TOKEN_FILE" || [ -n "$token" ] || exit 1\n'
+        "fi\n"
+        f"body='{HEALTH_CALL}'\n"
+        "{\n"
+        "  printf 'POST / HTTP/1.0\\r\\nHost: %s\\r\\nContent-Type: application/json\\r\\nContent-Length: %d\\r\\n' \"$host\" \"${#body}\"\n"
+        "  [ -n \"$token\" ] && printf 'Authorization: Bearer %s\\r\\n' \"$token\"\n"
+        "  printf '\\r\\n%s' \"$body\"\n"
+        "} >&3\n"
         "read -r -t 5 status <&3 || exit 1\n"
         'case "$status" in "HTTP/1."?" 200"*) exit 0 ;; esac\n'
         "exit 1\n"
@@ -178,3 +211,22 @@ def with_user(passwd: str, group: str) -> tuple[bytes, bytes]:
 
     return (add(passwd, f"{USER}:x:{UID}:{GID}:mur capsule:{HOME}:/usr/sbin/nologin"),
             add(group, f"{USER}:x:{GID}:"))
+
+
+def run_lines(name: str, tag: str, port: int) -> dict[str, str]:
+    """Shell lines that serve the image under a plain `docker run` and reach it (what `mur image build`
+    prints). The door listens off loopback inside the container, so it needs a bearer token
+    (E-A2A-005): `--env-file` carries it (the entrypoint turns MURMUR_A2A_TOKEN into a private file),
+    so the host file can stay the operator's, mode 0600, and the token is on no command line."""
+    import re
+    import shlex
+
+    base = re.sub(r"[^a-z0-9_.-]+", "-", name.lower()).strip("-._") or "capsule"
+    env_file, container = f"{base}.a2a.env", f"mur-{base}"
+    return {
+        "token": f'(umask 077; echo "MURMUR_A2A_TOKEN=$(openssl rand -hex 32)" > {env_file})',
+        "serve": (f"docker run -d --rm --name {container} -p 127.0.0.1:{port}:{port} --env-file {env_file} "
+                  f"{shlex.quote(tag)}"),
+        "send": f"(. ./{env_file} && export MURMUR_A2A_TOKEN && mur send 127.0.0.1:{port} hello)",
+        "stop": f"docker stop {container}",
+    }

@@ -5,6 +5,12 @@ Each VM lives in ``machines_dir()/<name>/``: machine.json (the record), disk.qco
 id_ed25519 (the client key, authorized for the deploy user and root), host_ed25519 (its host
 key, installed by cloud-init), known_hosts, serial.log, qemu.pid. `prepare=False` boots the bare
 image instead (cloud-init disabled, image's host key, root only): a host for `mur host prepare`.
+
+`user_data=` boots the operator's own user-data instead of deploy/'s (say, what the terraform
+module rendered), unchanged. mur adds only NoCloud *vendor-data* holding the VM's host key (the
+user-data wins over it: when it sets `ssh_keys` itself, that host key is the one pinned), waits
+as root with the image's key (which cloud-init leaves alone), and logs in as the deploy user with
+`login_key`, the key the user-data authorizes, when one is given.
 """
 
 from __future__ import annotations
@@ -23,10 +29,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur.errors import MurError
-from mur.provision import qemu
+from mur.provision import console, qemu
 from mur.provision.image import Image, ImageSpec, ensure_image
 from mur.provision.reporter import QUIET, Reporter
-from mur.provision.userdata import UserDataInputs, render
+from mur.provision.userdata import UserDataInputs, render, tf_json
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 
@@ -56,7 +62,8 @@ class Machine:
 
     @property
     def key(self) -> Path:
-        return self.dir / "id_ed25519"
+        """The deploy user's client key (the VM's own, or --ssh-key for a VM booted from --user-data)."""
+        return Path(self.extra.get("login_key") or self.dir / "id_ed25519")
 
     @property
     def known_hosts(self) -> Path:
@@ -104,11 +111,20 @@ class Machine:
     def deploy_command(self) -> str:
         return "mur deploy " + " ".join(self.deploy_args())
 
+    def prepare_command(self) -> str | None:
+        """For a VM without a deploy user: the `mur host prepare` that makes one, logging in as root
+        and authorizing this VM's key for the new user (its final check logs in with that key)."""
+        if self.deploy_user:
+            return None
+        pub = Path(str(self.root_key) + ".pub")
+        return (f"mur host prepare --host 127.0.0.1 --ssh-port {self.port} --ssh-user root --ssh-key {self.root_key} "
+                f"--known-hosts {self.known_hosts} --authorized-key {pub}")
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update({"dir": str(self.dir), "running": self.running(), "key": str(self.key),
                   "known_hosts": str(self.known_hosts), "deploy_command": self.deploy_command(),
-                  "ssh_command": " ".join(self.ssh_argv())})
+                  "prepare_command": self.prepare_command(), "ssh_command": " ".join(self.ssh_argv())})
         return d
 
 
@@ -124,8 +140,10 @@ class CreateRequest:
     accel: str = "auto"
     boot_timeout: float = 600.0
     # How the user-data is rendered (default mur.provision.userdata.render; the terraform module is
-    # the other renderer of the same template, and a test boots its output through this seam).
+    # the other renderer of the same template).
     render_user_data: Callable[[UserDataInputs], str] | None = None
+    user_data: str | None = None  # the operator's own user-data (--user-data FILE), booted unchanged
+    login_key: Path | None = None  # with user_data: the private key it authorizes for deploy_user
 
 
 def _check_name(name: str) -> str:
@@ -166,7 +184,13 @@ def create(req: CreateRequest, reporter: Reporter = QUIET, root: Path | None = N
 
 def _boot(req: CreateRequest, name: str, vdir: Path, image: Image, reporter: Reporter) -> Machine:
     seed = None
-    if req.prepare:
+    extra: dict[str, Any] = {}
+    if req.user_data is not None:
+        host_pub = _own_user_data(req, name, vdir, image)
+        seed = vdir / "seed.iso"
+        if req.login_key is not None:
+            extra["login_key"] = str(Path(req.login_key).expanduser().resolve())
+    elif req.prepare:
         client = _keygen(vdir / "id_ed25519", f"mur-vm-{name}")
         host_pub = _keygen(vdir / "host_ed25519", name)
         inputs = UserDataInputs(ssh_authorized_keys=(client, *req.authorized_keys), deploy_user=req.deploy_user,
@@ -181,6 +205,7 @@ def _boot(req: CreateRequest, name: str, vdir: Path, image: Image, reporter: Rep
     else:
         shutil.copyfile(image.root_key, vdir / "id_ed25519")
         os.chmod(vdir / "id_ed25519", 0o600)
+        shutil.copyfile(Path(str(image.root_key) + ".pub"), vdir / "id_ed25519.pub")
         host_pub = image.host_key_pub
     disk = qemu.overlay(image.disk, vdir / "disk.qcow2")
     accel = qemu.choose_accel(req.accel)
@@ -193,21 +218,67 @@ def _boot(req: CreateRequest, name: str, vdir: Path, image: Image, reporter: Rep
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=vdir)
     (vdir / "qemu.pid").write_text(f"{proc.pid}\n")
-    m = Machine(name, vdir, port, proc.pid, req.kernel, req.deploy_user if req.prepare else "", accel,
+    own = req.user_data is not None
+    deploy_user = req.deploy_user if (req.prepare and not own) or (own and req.login_key is not None) else ""
+    m = Machine(name, vdir, port, proc.pid, req.kernel, deploy_user, accel,
                 image.spec.key(), image.landlock_abi, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 extra={"kernel_release": image.kernel_release, "memory_mb": req.memory_mb, "cpus": req.cpus,
-                       "root_key": str(image.root_key)})
+                       "root_key": str(image.root_key), **({"user_data": "own"} if own else {}), **extra})
     _save(m)
     start = time.monotonic()
+    # Waiting is done as root with the image's key where the user-data is the operator's: it may
+    # create any user with any key, but it leaves root's key alone.
+    wait_as = "root" if own else None
     with reporter.step(f"boot {name} (kernel {image.kernel_release}, {accel.upper()}"
                        + (", about a minute under emulation)" if accel == "tcg" else ")")):
-        _wait_ssh(m, proc, start, req.boot_timeout, reporter)
-    if req.prepare:
-        with reporter.step("cloud-init: prepare the deploy host"):
-            _wait_cloud_init(m, start, req.boot_timeout)
+        _wait_ssh(m, proc, start, req.boot_timeout, reporter, user=wait_as)
+    if req.prepare or own:
+        with reporter.step("cloud-init: " + ("run the given user-data" if own else "prepare the deploy host")):
+            _wait_cloud_init(m, start, req.boot_timeout, user=wait_as)
+    if own and deploy_user:
+        res = m.ssh("true", timeout=120)
+        if res.returncode != 0:
+            raise MurError("E-VM-002", f"{deploy_user} cannot log in to {name} with {m.key}: "
+                           f"{console.plain(res.stderr).strip()[-300:]}",
+                           "the user-data must create that user and authorize the public half of --ssh-key "
+                           "(or pass --deploy-user with the user it creates)")
     m.boot_seconds = round(time.monotonic() - start, 1)
     _save(m)
     return m
+
+
+def user_data_host_key(text: str) -> str | None:
+    """The ed25519 host public key a #cloud-config sets (`ssh_keys.ed25519_public`), else None."""
+    import yaml
+
+    if not text.startswith("#cloud-config"):
+        return None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise MurError("E-VM-002", f"the user-data is not valid YAML: {exc}",
+                       "check it with `cloud-init schema --config-file FILE`") from exc
+    keys = data.get("ssh_keys") if isinstance(data, dict) else None
+    public = keys.get("ed25519_public") if isinstance(keys, dict) else None
+    return public.strip() if isinstance(public, str) and public.startswith("ssh-ed25519 ") else None
+
+
+def _own_user_data(req: CreateRequest, name: str, vdir: Path, image: Image) -> str:
+    """Write the seed for the operator's user-data; returns the host public key to pin."""
+    text = req.user_data or ""
+    pinned = user_data_host_key(text) or ""
+    vendor = ""
+    if not pinned:
+        pinned = _keygen(vdir / "host_ed25519", name)
+        vendor = "#cloud-config\n" + tf_json({"ssh_keys": {"ed25519_private": (vdir / "host_ed25519").read_text(),
+                                                            "ed25519_public": pinned}}) + "\n"
+    shutil.copyfile(image.root_key, vdir / "id_ed25519")
+    os.chmod(vdir / "id_ed25519", 0o600)
+    (vdir / "user-data").write_text(text)
+    os.chmod(vdir / "user-data", 0o600)
+    meta = f"instance-id: mur-{name}-{secrets.token_hex(4)}\nlocal-hostname: {name}\n"
+    qemu.seed_iso(vdir / "seed.iso", text, meta, vendor_data=vendor or None)
+    return pinned
 
 
 def _banner(port: int) -> bool:
@@ -219,38 +290,42 @@ def _banner(port: int) -> bool:
         return False
 
 
-def _wait_ssh(m: Machine, proc: subprocess.Popen, start: float, timeout: float, reporter: Reporter) -> None:
+def _wait_ssh(m: Machine, proc: subprocess.Popen, start: float, timeout: float, reporter: Reporter,
+              user: str | None = None) -> None:
     next_note = 20.0
     while time.monotonic() - start < timeout:
         if proc.poll() is not None:
-            out = (m.dir / "qemu.out").read_text(errors="replace")[-1500:]
+            out = console.plain((m.dir / "qemu.out").read_text(errors="replace"))[-1500:]
             raise MurError("E-VM-002", f"qemu exited ({proc.returncode}): {out}")
         # sshd answers before the login user exists on a cold boot: wait for a real command
-        if _banner(m.port) and m.ssh("true", timeout=30).returncode == 0:
+        if _banner(m.port) and m.ssh("true", user=user, timeout=30).returncode == 0:
             return
         elapsed = time.monotonic() - start
         if elapsed >= next_note:
             reporter.note(f"waiting for SSH ({elapsed:.0f}s): {_serial_tail(m)}")
             next_note += 20.0
         time.sleep(1)
-    tail = m.serial_log.read_text(errors="replace")[-2000:] if m.serial_log.exists() else "(no console output)"
+    tail = (console.tail(m.serial_log.read_text(errors="replace"), chars=2000) if m.serial_log.exists()
+            else "(no console output)")
     raise MurError("E-VM-002", f"{m.name} did not answer SSH within {timeout:.0f}s; serial log tail:\n{tail}")
 
 
 def _serial_tail(m: Machine) -> str:
+    """The console's last line, as plain text (its escape sequences would act on the operator's terminal)."""
     try:
-        lines = [ln.strip() for ln in m.serial_log.read_text(errors="replace").splitlines() if ln.strip()]
+        last = console.tail(m.serial_log.read_text(errors="replace"), lines=1).strip()
     except OSError:
         return "no console output yet"
-    return (lines[-1][:100] if lines else "no console output yet")
+    return last[:100] or "no console output yet"
 
 
-def _wait_cloud_init(m: Machine, start: float, timeout: float) -> None:
+def _wait_cloud_init(m: Machine, start: float, timeout: float, user: str | None = None) -> None:
     left = max(30.0, timeout - (time.monotonic() - start))
-    res = m.ssh("cloud-init status --wait --long", timeout=left)
+    res = m.ssh("cloud-init status --wait --long", user=user, timeout=left)
     if res.returncode != 0 or "status: done" not in res.stdout:
-        raise MurError("E-VM-002", f"cloud-init did not finish cleanly on {m.name}: {(res.stdout + res.stderr).strip()[-1500:]}",
-                       f"see {m.serial_log} and `mur vm ssh {m.name} -- sudo cat /var/log/cloud-init-output.log`")
+        out = console.plain(res.stdout + res.stderr).strip()[-1500:]
+        raise MurError("E-VM-002", f"cloud-init did not finish cleanly on {m.name}: {out}",
+                       f"see {m.serial_log} and `mur vm ssh {m.name} --root -- cat /var/log/cloud-init-output.log`")
 
 
 def _save(m: Machine) -> None:

@@ -80,18 +80,22 @@ def overlay(base: Path, path: Path) -> Path:
     return path
 
 
-def seed_iso(path: Path, user_data: str, meta_data: str) -> Path:
-    """A NoCloud seed: an ISO 9660 volume labelled cidata with user-data and meta-data."""
+def seed_iso(path: Path, user_data: str, meta_data: str, vendor_data: str | None = None) -> Path:
+    """A NoCloud seed: an ISO 9660 volume labelled cidata with user-data, meta-data and, when given,
+    vendor-data (cloud-config merged under the user-data's: the user-data wins)."""
     tool = next((t for t in ISO_TOOLS if shutil.which(t)), None)
     if tool is None:
         raise MurError("E-VM-002", "making the cloud-init seed needs genisoimage (or xorriso)",
                        "apt-get install genisoimage")
     with tempfile.TemporaryDirectory(prefix="mur-seed-") as d:
-        (Path(d) / "user-data").write_text(user_data)
-        (Path(d) / "meta-data").write_text(meta_data)
+        files = {"user-data": user_data, "meta-data": meta_data}
+        if vendor_data is not None:
+            files["vendor-data"] = vendor_data
+        for name, text in files.items():
+            (Path(d) / name).write_text(text)
         tmp = path.with_suffix(".tmp")
         proc = subprocess.run([tool, "-quiet", "-output", str(tmp), "-volid", "cidata", "-joliet", "-rock",
-                               str(Path(d) / "user-data"), str(Path(d) / "meta-data")], capture_output=True, text=True)
+                               *(str(Path(d) / name) for name in files)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise MurError("E-VM-002", f"{tool} failed: {proc.stderr.strip()[-500:]}")
         os.chmod(tmp, 0o600)  # it may carry the VM's host private key

@@ -99,10 +99,12 @@ def reboot_and_wait(coords: SSHCoords, target, *, timeout: float, note: Callable
             last = exc.message
             continue
         now = boot_id(t)
-        if now and now != before:
+        # A host still booting may answer SSH before a login gets its full session (seen under emulation:
+        # an empty $HOME), which the checks that follow need: wait for one too.
+        if now and now != before and t.run('printf %s "$HOME"', check=False).stdout.startswith("/"):
             return t
         t.close()
-        last = "still the old boot"
+        last = "still the old boot" if now == before else "the new boot's login is not ready yet"
     raise MurError("E-PROV-002", f"{coords.host} did not come back within {timeout:.0f}s after the reboot: {last}",
                    "check the host's console; rerun mur host prepare once it is up")
 

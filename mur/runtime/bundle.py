@@ -269,6 +269,38 @@ def assemble(onedir: Path, out: Path, version: str, plat: str) -> Path:
     return out
 
 
+def build_env(shim: Path) -> dict[str, str]:
+    """PyInstaller's environment: PATH starts with mur's objdump/objcopy (mur.runtime.elfshim), so
+    the build never needs binutils (a fresh Debian 12 has none) and never runs them where they exist."""
+    from mur.runtime.elfshim import shim_dir
+
+    env = dict(os.environ)
+    env["PATH"] = f"{shim_dir(shim)}{os.pathsep}{env.get('PATH') or os.defpath}"
+    return env
+
+
+def missing_libpython() -> str | None:
+    """The shared libpython this interpreter was built with, when it is not installed (else None).
+
+    PyInstaller puts it into the bundle (the bootloader loads it). Debian's python3 is linked
+    statically and ships the library apart, in libpython3.X, which a fresh Debian 12 lacks.
+    """
+    import ctypes.util
+    import sysconfig
+
+    name = str(sysconfig.get_config_var("INSTSONAME") or "")
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED") or ".so" not in name:
+        return None  # a static build: PyInstaller's own message is the better one
+    libdir = str(sysconfig.get_config_var("LIBDIR") or "")
+    multiarch = str(sysconfig.get_config_var("MULTIARCH") or "")
+    dirs = [libdir, os.path.join(libdir, multiarch), os.path.join(sys.base_prefix, "lib"),
+            f"/usr/lib/{multiarch}", f"/lib/{multiarch}", "/usr/lib", "/lib"]
+    if any(d and os.path.exists(os.path.join(d, name)) for d in dirs):
+        return None
+    stem = name[3:].split(".so", 1)[0]  # libpython3.11.so.1.0 -> python3.11
+    return None if ctypes.util.find_library(stem) else name
+
+
 def build_bundle(dest_dir: Path, progress: Progress = _quiet) -> Path:
     """Run PyInstaller on the installed package; returns the single-file runtime."""
     try:
@@ -276,6 +308,13 @@ def build_bundle(dest_dir: Path, progress: Progress = _quiet) -> Path:
     except ImportError as exc:
         raise MurError("E-DEPLOY-006", "cannot build the mur runtime bundle: PyInstaller is not installed",
                        "pip install pyinstaller, or pass --release-source with a prebuilt mur-<version>-<platform>") from exc
+    lib = missing_libpython()
+    if lib is not None:
+        pkg = lib.split(".so", 1)[0]  # libpython3.11
+        raise MurError("E-DEPLOY-006", f"cannot build the mur runtime bundle: this Python's shared library {lib} "
+                       "is not installed, and the bundle carries it",
+                       f"apt-get install {pkg} (Debian ships it apart from python3), or pass --release-source "
+                       "with a prebuilt mur-<version>-<platform>")
     plat = current_platform()
     name = bundle_filename(__version__, plat)
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -285,7 +324,7 @@ def build_bundle(dest_dir: Path, progress: Progress = _quiet) -> Path:
         entry.write_text(_ENTRY)
         progress(f"building the mur {__version__} runtime bundle with PyInstaller (once per source change, ~1 min)")
         proc = subprocess.run(pyinstaller_command(entry, "mur", work / "dist", work),
-                              capture_output=True, text=True, cwd=work)
+                              capture_output=True, text=True, cwd=work, env=build_env(work / "shim"))
         built = work / "dist" / "mur"
         if proc.returncode != 0 or not (built / "mur").is_file():
             tail = (proc.stderr or proc.stdout or "")[-1500:]

@@ -70,3 +70,28 @@ def test_completing_imports_nothing_heavy(tmp_path):
     run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert "--manifest" in run.stdout
     assert json.loads(run.stderr.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("login, script", [(None, "complete_bash"), ("/usr/bin/zsh", "complete_zsh"),
+                                           ("/bin/dash", "complete_bash")])
+def test_show_completion_without_a_shell_in_the_process_tree(cli, monkeypatch, login, script):
+    """Under a container's init, cron or CI no ancestor is a shell: $SHELL decides, else bash."""
+    import shellingham
+    from typer import _completion_shared as shared
+    from typer import completion
+
+    # main() wraps typer's detection for the run; restore it afterwards
+    monkeypatch.setattr(shared, "_get_shell_name", shared._get_shell_name)
+    monkeypatch.setattr(completion, "_get_shell_name", completion._get_shell_name)
+
+    def nothing(*_a, **_k):
+        raise shellingham.ShellDetectionFailure()
+
+    monkeypatch.setattr(shellingham, "detect_shell", nothing)
+    if login is None:
+        monkeypatch.delenv("SHELL", raising=False)
+    else:
+        monkeypatch.setenv("SHELL", login)
+    code, out, err = cli("--show-completion")
+    assert (code, err) == (0, "")
+    assert f"_MUR_COMPLETE={script}" in out

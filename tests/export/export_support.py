@@ -53,3 +53,32 @@ def unknown_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str
         for i, item in enumerate(obj):
             out += unknown_fields(item, schema["items"], f"{path}[{i}]")
     return out
+
+
+class FakeEngine:
+    """The seam mur.export.image reads the image through (`inspect`): what a Docker engine would answer."""
+
+    def __init__(self, images: dict[str, dict[str, Any]]):
+        self.images = images
+
+    def inspect(self, ref: str) -> dict[str, Any] | None:
+        return self.images.get(ref)
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def image_of(inputs: Any, ref: str, digest: str | None = DIGEST, **labels: str) -> FakeEngine:
+    """An engine holding `ref` as the capsule's image (labels overridable), pushed with `digest` unless None."""
+    from mur import __version__
+
+    repo = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+    have = {"dev.mur.capsule.name": inputs.name, "dev.mur.capsule.version": inputs.version,
+            "dev.mur.capsule.digest": inputs.digest, "dev.mur.mur_version": inputs.mur_version or __version__}
+    have.update({f"dev.mur.{k.replace('_', '.', 1) if k.startswith('capsule_') else k}": v for k, v in labels.items()})
+    attrs = {"Id": "sha256:" + "cd" * 32, "Config": {"Labels": have},
+             "RepoDigests": [f"{repo}@{digest}"] if digest else []}
+    images = {ref: attrs}
+    if digest:
+        images[f"{repo}@{digest}"] = attrs
+    return FakeEngine(images)

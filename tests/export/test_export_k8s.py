@@ -7,18 +7,20 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
-from export_support import capsule, sandbox_schema, unknown_fields, validate_k8s
+from export_support import DIGEST, capsule, image_of, sandbox_schema, unknown_fields, validate_k8s
 from mur.deploy.capsule import gather
 from mur.errors import MurError
 from mur.export import export_k8s
 from mur.export.k8s import cpu, dns_label, quantity
 
 IMAGE = "127.0.0.1:5000/cap:1.2.3"
+PINNED = f"127.0.0.1:5000/cap@{DIGEST}"
 HELLO = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hello", "murmur.yaml")
 
 LIMITS = """capabilities:
@@ -39,10 +41,10 @@ network:
 """
 
 
-def exported(tmp_path, body=LIMITS, sandbox=False, env=()):
+def exported(tmp_path, body=LIMITS, sandbox=False, env=(), **options):
     inputs = gather(capsule(tmp_path, body), env_args=list(env))
     out = tmp_path / "k8s"
-    result = export_k8s(inputs, IMAGE, out, sandbox=sandbox)
+    result = export_k8s(inputs, IMAGE, out, sandbox=sandbox, engine=image_of(inputs, IMAGE), **options)
     docs = {}
     for name in result.files:
         if name.endswith(".yaml"):
@@ -58,7 +60,7 @@ def pod(docs):
 def test_every_manifest_passes_strict_validation(tmp_path):
     result, docs, _ = exported(tmp_path, env=["API_TOKEN=t0k"])
     assert result.kind == "Deployment"
-    assert sorted(docs) == ["deployment.yaml", "networkpolicy.yaml", "secret.yaml", "service.yaml"]
+    assert sorted(docs) == ["a2a-token.yaml", "deployment.yaml", "networkpolicy.yaml", "secret.yaml", "service.yaml"]
     for doc in docs.values():
         validate_k8s(doc)
 
@@ -84,17 +86,17 @@ def test_pod_keeps_mur_sandbox_working(tmp_path):
     allowed = [s for s in profile["syscalls"] if s["action"] == "SCMP_ACT_ALLOW"][0]["names"]
     assert {"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"} <= set(allowed)
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
-    assert mounts == {"/workdir": "workdir", "/tmp": "tmp"}
+    assert mounts == {"/workdir": "workdir", "/tmp": "tmp", "/run/mur": "a2a-token"}
     vols = {v["name"]: v for v in spec["volumes"]}
     assert vols["workdir"]["emptyDir"]["sizeLimit"] == "2Gi"  # capabilities.resources.workdir_max_bytes
     assert spec["automountServiceAccountToken"] is False
 
 
-def test_probes_on_the_agent_card_and_resources_from_the_limits(tmp_path):
+def test_probes_run_the_authenticated_healthcheck_and_resources_from_the_limits(tmp_path):
     _, docs, _ = exported(tmp_path)
     c = pod(docs)["containers"][0]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/.well-known/agent-card.json", "port": "a2a"}
+        assert c[probe]["exec"] == {"command": ["/usr/local/bin/mur-healthcheck"]}  # it presents the token
     assert c["ports"] == [{"name": "a2a", "containerPort": 9090, "protocol": "TCP"}]  # network.internal_port
     # the runtime plus the tools' cgroup_memory_bytes (what mur deploy gives its service), and cgroup_cpu_percent
     assert c["resources"]["limits"] == {"memory": "2Gi", "cpu": "1500m"}
@@ -185,17 +187,19 @@ def test_crd_check_would_catch_a_stray_field(tmp_path):
 def test_a_second_export_removes_files_the_first_wrote(tmp_path):
     inputs = gather(capsule(tmp_path, ""))
     out = tmp_path / "k8s"
-    export_k8s(inputs, IMAGE, out)
+    export_k8s(inputs, IMAGE, out, engine=image_of(inputs, IMAGE))
     (out / "notes.txt").write_text("mine")
-    export_k8s(inputs, IMAGE, out, sandbox=True)
-    assert sorted(p.name for p in out.iterdir()) == ["networkpolicy.yaml", "notes.txt", "sandbox.yaml", "seccomp",
-                                                     "secret.yaml"]
+    export_k8s(inputs, IMAGE, out, sandbox=True, engine=image_of(inputs, IMAGE))
+    assert sorted(p.name for p in out.iterdir()) == ["a2a-token", "a2a-token.yaml", "networkpolicy.yaml", "notes.txt",
+                                                     "sandbox.yaml", "seccomp", "secret.yaml"]
+    export_k8s(inputs, IMAGE, out, sandbox=True, seccomp="runtime-default", engine=image_of(inputs, IMAGE))
+    assert not (out / "seccomp" / "mur-landlock.json").exists()
 
 
 def test_a_shell_capsule_gets_a_pod_whose_memory_limit_is_its_tools_bound(tmp_path):
     inputs = gather(capsule(tmp_path, "capabilities:\n  shell:\n    allow: [bash]\n  resources:\n"
                                       "    cgroup_memory_bytes: 536870912\n    cgroup_pids_max: 96\n"))
-    result = export_k8s(inputs, IMAGE, tmp_path / "k8s")
+    result = export_k8s(inputs, IMAGE, tmp_path / "k8s", engine=image_of(inputs, IMAGE))
     pod = yaml.safe_load((tmp_path / "k8s" / "deployment.yaml").read_text())["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["resources"]["limits"]["memory"] == "512Mi"  # not + 1 GiB: the runtime shares the bound
@@ -211,7 +215,7 @@ def test_bad_image_and_output_are_refused(tmp_path):
     assert err.value.code == "E-EXP-001" and err.value.message.startswith("--image: invalid image reference")
     (tmp_path / "file").write_text("x")
     with pytest.raises(MurError) as err:
-        export_k8s(inputs, IMAGE, tmp_path / "file")
+        export_k8s(inputs, IMAGE, tmp_path / "file", engine=image_of(inputs, IMAGE))
     assert err.value.code == "E-EXP-001"
 
 
@@ -221,14 +225,118 @@ def test_quantities():
     assert dns_label("My_Capsule.v2") == "my-capsule-v2" and dns_label("---") == "capsule"
 
 
-def test_cli_writes_the_example_and_reports_json(tmp_path):
+def test_cli_writes_the_example_and_reports_json(tmp_path, cli, monkeypatch):
+    import mur.image.engine
+
+    inputs = gather(Path(HELLO))
+    engine = image_of(inputs, IMAGE)
+    monkeypatch.setattr(mur.image.engine, "Engine", lambda: engine)  # the engine export would ask
     out = tmp_path / "k8s"
-    proc = subprocess.run([sys.executable, "-m", "mur", "export", "k8s", "-m", HELLO, "--image", IMAGE, "-o", str(out),
-                           "--json"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
+    code, stdout, stderr = cli("export", "k8s", "-m", HELLO, "--image", IMAGE, "-o", str(out), "-n", "agents", "--json")
+    assert code == 0, stderr
+    report = json.loads(stdout)
     assert report["kind"] == "Deployment" and "seccomp/mur-landlock.json" in report["files"]
+    assert report["image"] == f"127.0.0.1:5000/cap@{DIGEST}" and report["namespace"] == "agents"
+    assert report["token_file"] == str(out / "a2a-token")
+    code, stdout, stderr = cli("export", "k8s", "-m", HELLO, "--image", IMAGE, "-o", str(out))
+    assert code == 0 and f"mur send 127.0.0.1:8080 'hello' --token-file {out / 'a2a-token'}" in stdout
+    assert "kubectl port-forward svc/hello 8080:8080" in stdout
+
+
+def test_cli_refuses_a_bad_image_and_an_absent_engine_with_a_code(tmp_path, monkeypatch):
+    out = tmp_path / "k8s"
     proc = subprocess.run([sys.executable, "-m", "mur", "export", "k8s", "-m", HELLO, "--image", "BAD IMAGE", "-o",
                            str(out)], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.startswith("error[E-EXP-001]: --image: invalid image reference")
     assert "Traceback" not in proc.stderr
+    # no engine to read the labels from: refused, never exported unchecked
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
+    proc = subprocess.run([sys.executable, "-m", "mur", "export", "k8s", "-m", HELLO, "--image", IMAGE, "-o", str(out)],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"error[E-EXP-001]: cannot check the image {IMAGE}")
+    assert not out.exists()
+
+
+def test_the_image_is_named_by_digest_and_must_be_this_capsules(tmp_path):
+    inputs = gather(capsule(tmp_path, ""))
+    out = tmp_path / "k8s"
+    result = export_k8s(inputs, IMAGE, out, engine=image_of(inputs, IMAGE))
+    spec = yaml.safe_load((out / "deployment.yaml").read_text())["spec"]["template"]["spec"]
+    assert result.image == PINNED
+    assert spec["containers"][0]["image"] == PINNED and spec["initContainers"][0]["image"] == PINNED
+    # the digest form is accepted when the engine's copy carries that digest
+    assert export_k8s(inputs, PINNED, out, engine=image_of(inputs, IMAGE)).image == PINNED
+
+    def refused(engine, ref=IMAGE) -> str:
+        with pytest.raises(MurError) as err:
+            export_k8s(inputs, ref, tmp_path / "refused", engine=engine)
+        assert err.value.code == "E-EXP-001" and not (tmp_path / "refused").exists()
+        return err.value.message + " | " + (err.value.hint or "")
+
+    assert "was not built from" in refused(image_of(inputs, IMAGE, capsule_name="other"))
+    assert "capsule.digest is sha256:" in refused(image_of(inputs, IMAGE, capsule_digest="sha256:" + "0" * 64))
+    assert "not a mur capsule image" in refused(image_of(inputs, IMAGE, capsule_digest=""))
+    assert "not in the Docker engine" in refused(image_of(inputs, "127.0.0.1:5000/other:1"))
+    assert "mur image push 127.0.0.1:5000/cap:1.2.3" in refused(image_of(inputs, IMAGE, digest=None))
+    assert "not in the Docker engine" in refused(image_of(inputs, IMAGE), ref=f"127.0.0.1:5000/cap@sha256:{'ef' * 32}")
+    assert "not sha256:<64 hex digits>" in refused(image_of(inputs, IMAGE), ref="127.0.0.1:5000/cap@sha256:abc")
+
+
+def test_the_a2a_token_is_a_secret_copied_into_a_private_file_of_the_capsule_user(tmp_path):
+    result, docs, out = exported(tmp_path)
+    token = (out / "a2a-token").read_text().strip()
+    assert len(token) >= 43 and stat.S_IMODE(os.stat(out / "a2a-token").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(out / "a2a-token.yaml").st_mode) == 0o600
+    secret = docs["a2a-token.yaml"]
+    assert secret["kind"] == "Secret" and secret["stringData"] == {"token": token}
+    spec = pod(docs)
+    assert token not in (out / "deployment.yaml").read_text()
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols["a2a-token-secret"]["secret"] == {"secretName": "cap-a2a-token", "defaultMode": 0o440,
+                                                  "items": [{"key": "token", "path": "token"}]}
+    assert vols["a2a-token"]["emptyDir"]["medium"] == "Memory"  # never on the node's disk
+    (init,) = spec["initContainers"]
+    assert init["securityContext"] == spec["containers"][0]["securityContext"]
+    assert init["command"][:2] == ["/bin/sh", "-c"] and "umask 077" in init["command"][2]
+    c = spec["containers"][0]
+    assert {"name": "MURMUR_A2A_TOKEN_FILE", "value": "/run/mur/a2a-token"} in c["env"]
+    assert {"name": "MUR_BIND", "value": "0.0.0.0"} in c["env"]  # off loopback: the token is what allows it
+    assert {"name": "a2a-token", "mountPath": "/run/mur", "readOnly": True} in c["volumeMounts"]
+    assert any(str(out / "a2a-token") in n for n in result.notes)
+    # exporting again keeps the token callers already have
+    again, docs, _ = exported_again(tmp_path, out)
+    assert docs["a2a-token.yaml"]["stringData"]["token"] == token
+
+
+def exported_again(tmp_path, out, **options):
+    inputs = gather(tmp_path / "cap" / "murmur.yaml")
+    result = export_k8s(inputs, IMAGE, out, engine=image_of(inputs, IMAGE), **options)
+    docs = {n: yaml.safe_load((out / n).read_text()) for n in result.files if n.endswith(".yaml")}
+    return result, docs, out
+
+
+def test_a_given_token_file_is_used_and_not_copied(tmp_path):
+    mine = tmp_path / "my-token"
+    mine.write_text("t0ken-of-mine\n")
+    mine.chmod(0o600)
+    result, docs, out = exported(tmp_path, token_file=mine)
+    assert docs["a2a-token.yaml"]["stringData"] == {"token": "t0ken-of-mine"}
+    assert result.token_file == mine and not (out / "a2a-token").exists()
+    mine.chmod(0o644)
+    with pytest.raises(MurError) as err:
+        exported_again(tmp_path, out, token_file=mine)
+    assert err.value.code == "E-A2A-003" and "chmod 600" in err.value.hint
+
+
+def test_namespace_on_every_object_and_seccomp_runtime_default(tmp_path):
+    result, docs, out = exported(tmp_path, namespace="agents", seccomp="runtime-default")
+    assert {d["metadata"]["namespace"] for d in docs.values()} == {"agents"}
+    for doc in docs.values():
+        validate_k8s(doc)
+    assert pod(docs)["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "seccomp/mur-landlock.json" not in result.files and not (out / "seccomp").exists()
+    assert any("RuntimeDefault" in n for n in result.notes)
+    for bad, option in (("Agents", "namespace"), ("a" * 64, "namespace"), ("unconfined", "seccomp")):
+        with pytest.raises(MurError) as err:
+            exported_again(tmp_path, out, **{option: bad})
+        assert err.value.code == "E-EXP-001" and f"--{option}" in err.value.message

@@ -103,3 +103,60 @@ def test_a_file_that_is_not_a_bundle_is_refused(tmp_path):
     with pytest.raises(MurError) as err:
         runtime_ident(fake)
     assert err.value.code == "E-DEPLOY-006" and "self-extracting" in err.value.message
+
+
+def _bundle_with(tmp_path: Path, members) -> Path:
+    """A runtime file whose payload holds `members` [(TarInfo, bytes | None)] (a crafted, hostile tar)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    head = b"#!/bin/sh\nid=mur-9-x\ntail -c +%010d \"$0\"\n"
+    header = head % (len(head % 0) + 1)
+    path = tmp_path / "mur-crafted"
+    path.write_bytes(header + buf.getvalue())
+    return path
+
+
+def _member(name: str, kind=tarfile.REGTYPE, linkname: str = "", mode: int = 0o644) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, linkname, mode
+    return info
+
+
+@pytest.mark.parametrize("members", [
+    [(_member("../escape"), b"x")],
+    [(_member("/etc/escape"), b"x")],
+    [(_member("up", tarfile.SYMTYPE, ".."), None), (_member("up/escape"), b"x")],
+    [(_member("abs", tarfile.SYMTYPE, "/etc"), None)],
+    [(_member("d", tarfile.DIRTYPE, mode=0o755), None), (_member("d/up", tarfile.SYMTYPE, "../.."), None)],
+    [(_member("hard", tarfile.LNKTYPE, "../outside"), None)],
+    [(_member("dev", tarfile.CHRTYPE), None)],
+], ids=["dotdot", "absolute", "through-a-symlink", "absolute-symlink", "symlink-up", "hardlink-out", "device"])
+def test_a_payload_leaving_its_directory_is_refused(tmp_path, members):
+    (tmp_path / "outside").write_text("keep\n")
+    bundle = _bundle_with(tmp_path, members)
+    dest = tmp_path / "box" / "dest"
+    with pytest.raises(MurError) as err:
+        extract_runtime(bundle, dest)
+    assert err.value.code == "E-DEPLOY-006" and "refusing" in err.value.message
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "box" / "escape").exists()
+    assert (tmp_path / "outside").read_text() == "keep\n"
+
+
+def test_a_payload_with_links_inside_unpacks_with_plain_modes(tmp_path):
+    bundle = _bundle_with(tmp_path, [
+        (_member("mur", mode=0o4755), b"#!/bin/sh\n"),
+        (_member("_internal", tarfile.DIRTYPE, mode=0o777), None),
+        (_member("_internal/lib.so.1", mode=0o600), b"ELF"),
+        (_member("_internal/lib.so", tarfile.SYMTYPE, "lib.so.1"), None),
+        (_member("_internal/copy.so", tarfile.LNKTYPE, "_internal/lib.so.1"), None),
+    ])
+    dest = tmp_path / "dest"
+    assert extract_runtime(bundle, dest) == "mur-9-x"
+    assert (dest / "mur").stat().st_mode & 0o7777 == 0o755  # no setuid
+    assert (dest / "_internal" / "lib.so.1").stat().st_mode & 0o777 == 0o644
+    assert os.readlink(dest / "_internal" / "lib.so") == "lib.so.1"
+    assert (dest / "_internal" / "copy.so").read_bytes() == b"ELF"

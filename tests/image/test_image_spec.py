@@ -87,34 +87,6 @@ def test_healthcheck_fails_when_nothing_answers(tmp_path):
     assert subprocess.run(["bash", str(p)], env=env, capture_output=True).returncode == 1
 
 
-def test_healthcheck_passes_on_an_agent_card(tmp_path):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    seen = []
-
-    class Card(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            seen.append(self.path)
-            self.send_response(200 if self.path == S.AGENT_CARD else 404)
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *a):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Card)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        p = tmp_path / "health"
-        p.write_bytes(S.healthcheck_script())
-        env = {"PATH": "/usr/bin:/bin", "MUR_PORT": str(server.server_address[1])}
-        assert subprocess.run(["bash", str(p)], env=env, capture_output=True).returncode == 0
-        assert seen == [S.AGENT_CARD]
-    finally:
-        server.shutdown()
-
-
 def test_user_is_added_once_to_the_base_files():
     passwd, group = S.with_user("root:x:0:0:root:/root:/bin/bash\nmur:x:5:5::/x:/bin/sh\n", "root:x:0:\n")
     assert passwd.decode().splitlines() == ["root:x:0:0:root:/root:/bin/bash",

@@ -119,23 +119,6 @@ def explain_in_process(case: Case, monkeypatch) -> tuple[dict | None, str]:
     return report, "".join(f"{line}\n" for line in lines)
 
 
-def _explain_here(case: Case, proj: Path, monkeypatch) -> dict:
-    """The report `mur run --explain-scope` computes in this process from this host's real probe."""
-    from mur.session import prechecks
-    from mur.session.options import RunOptions
-
-    monkeypatch.chdir(proj)
-    for var, val in case.env.items():
-        monkeypatch.setenv(var, val)
-    opts = RunOptions(manifest=Path("murmur.yaml"), containment=_containment_arg(case.args), explain_scope=True,
-                      json=True)
-    previous = set_warning_sink(lambda code, message: None)
-    try:
-        return prechecks.explain(opts)
-    finally:
-        set_warning_sink(previous)
-
-
 def _regen(case: Case, report: dict | None, stderr: str) -> None:
     if report is not None:
         case.path(".json").write_text(json.dumps(report, indent=2) + "\n")
@@ -178,37 +161,43 @@ CLI_CASES = [n for n in CASE_NAMES if load_case(n).cli]
 @pytest.mark.requires_landlock
 @pytest.mark.parametrize("name", CLI_CASES)
 def test_case_through_the_cli(name, project, monkeypatch):
-    """The same case through the real `mur` binary and the real kernel probe: the report the
-    in-process path computes from this host's probe, one JSON line in the golden's key order."""
+    """The same case through the real `mur` binary and the real kernel probe: the report and the
+    warnings or error the in-process path computes from this host's probe (so any host checks the
+    CLI, a container without namespaces as well as a host that reaches sealed), one JSON line in
+    the golden's key order, and the golden's host-independent values."""
+    from mur.sandbox.probe import probe_host
+
     case = load_case(name)
     home, proj = project
     _setup(case, home, proj)
     run = run_mur("run", "--manifest", "murmur.yaml", "--explain-scope", "--json", *case.args,
                   cwd=proj, home=home, env=case.env)
+    monkeypatch.chdir(proj)
+    here, here_err = explain_in_process(case, monkeypatch, host=probe_host())
     expected_json = case.expected(".json")
-    assert run.err == (case.expected(".err") or "")
+    assert run.err == here_err
     assert "Traceback" not in run.err
-    if expected_json is None:
+    if here is None:
         assert (run.code, run.out) == (1, "")
     else:
         assert run.code == 0
         assert run.out.count("\n") == 1 and run.out.endswith("\n"), "exactly one JSON line"
         got = json.loads(run.out)
-        here = _explain_here(case, proj, monkeypatch)
         assert got == here
-        # the key order is part of the contract (issue 2 item 7, issue 28 item 10: the flat
-        # session_start.effective_grants shape), and so is every host-independent value
-        order = [k for k in json.loads(expected_json) if k != "shortfall_reason"]  # present only when unmet
-        assert [k for k in got if k != "shortfall_reason"] == order
-        host_keys = {"achieved_containment", "floor_met", "shortfall_reason", "enforcement_tier", "sealed_blocker",
-                     "network_isolation", "process_isolation", "host_view", "host_view_reason", "disk_ceiling",
-                     "disk_ceiling_inodes", "disk_ceiling_reason"}
-        assert {k: v for k, v in got.items() if k not in host_keys} == \
-            {k: v for k, v in json.loads(expected_json).items() if k not in host_keys}
+        if expected_json is not None:
+            # the key order is part of the contract (issue 2 item 7, issue 28 item 10: the flat
+            # session_start.effective_grants shape), and so is every host-independent value
+            order = [k for k in json.loads(expected_json) if k != "shortfall_reason"]  # present only when unmet
+            assert [k for k in got if k != "shortfall_reason"] == order
+            host_keys = {"achieved_containment", "floor_met", "shortfall_reason", "enforcement_tier",
+                         "sealed_blocker", "network_isolation", "process_isolation", "host_view",
+                         "host_view_reason", "disk_ceiling", "disk_ceiling_inodes", "disk_ceiling_reason"}
+            assert {k: v for k, v in got.items() if k not in host_keys} == \
+                {k: v for k, v in json.loads(expected_json).items() if k not in host_keys}
         if case.human:
             human = run_mur("run", "--manifest", "murmur.yaml", "--explain-scope", *case.args,
                             cwd=proj, home=home, env=case.env)
-            assert (human.code, human.err) == (0, case.expected(".err") or "")
+            assert (human.code, human.err) == (0, here_err)
             assert human.out == render_scope_report(here)
     # nothing created: no workdir, no lock, no store
     assert sorted(p.name for p in proj.iterdir()) == sorted(["murmur.yaml"] + ([".murmur"] if case.project_config else []))

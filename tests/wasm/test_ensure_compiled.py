@@ -195,19 +195,26 @@ CHILD = SLOW_COMPONENT + textwrap.dedent("""
 
 
 def test_ctrl_c_mid_compile_leaves_no_temp_file_and_no_entry(tmp_path):
-    cache = tmp_path / "cache"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(cache)], stdout=subprocess.PIPE, text=True,
-                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert child.stdout.readline() == "started\n"
-        child.send_signal(signal.SIGINT)
-        out, _ = child.communicate(timeout=180)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    report = json.loads(out)
-    assert report == {"interrupted": True, "mid_compile": True, "still": False, "files": []}
-    assert list(cache.iterdir()) == []
+    # On a loaded machine the SIGINT can land just after the compile ended: nothing may be left then
+    # either, but the case under test is the interrupted compile, so that run is tried again.
+    for attempt in range(3):
+        cache = tmp_path / f"cache{attempt}"
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(cache)], stdout=subprocess.PIPE, text=True,
+                                 cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        try:
+            assert child.stdout.readline() == "started\n"
+            child.send_signal(signal.SIGINT)
+            out, _ = child.communicate(timeout=180)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        report = json.loads(out)
+        assert {k: report.get(k) for k in ("interrupted", "still", "files")} == {"interrupted": True, "still": False,
+                                                                                  "files": []}
+        assert list(cache.iterdir()) == []
+        if report["mid_compile"]:
+            break
+    assert report["mid_compile"], "the SIGINT never landed mid-compile in 3 runs"
 
 
 def test_two_processes_compiling_one_digest_leave_one_whole_entry(tmp_path):

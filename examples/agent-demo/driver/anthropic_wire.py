@@ -1,0 +1,1 @@
+../../murmur-driver-anthropic/anthropic_wire.py
