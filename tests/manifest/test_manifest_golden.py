@@ -96,14 +96,14 @@ def _containment_arg(args: list[str]) -> str | None:
     return None
 
 
-def explain_in_process(case: Case, monkeypatch) -> tuple[dict | None, str]:
-    """(report or None, stderr text) of `mur run --explain-scope` run in this process."""
+def explain_in_process(case: Case, monkeypatch, host=SCOPED_HOST) -> tuple[dict | None, str]:
+    """(report or None, stderr text) of `mur run --explain-scope` run in this process, on `host`."""
     from mur.session import prechecks
     from mur.session.options import RunOptions
 
     for var, val in case.env.items():
         monkeypatch.setenv(var, val)
-    monkeypatch.setattr(prechecks, "probe", lambda: SCOPED_HOST)
+    monkeypatch.setattr(prechecks, "probe", lambda: host)
     lines: list[str] = []
     previous = set_warning_sink(lambda code, message: lines.append(f"warning[{code}]: {message}"))
     report = None
