@@ -43,7 +43,8 @@ def nothing_left(vm, dep_id: str, home: str = "/root") -> None:
     """destroy left nothing of the deployment on the target: files, processes, cgroups, crontab."""
     assert vm.sh(f"find / -xdev -name '*{dep_id}*' 2>/dev/null")[1].strip() == ""
     assert vm.sh(f"find /sys/fs/cgroup -name '{dep_id}' 2>/dev/null")[1].strip() == ""
-    assert vm.sh(f"ls -A {home}/.murmur 2>/dev/null")[1].strip() == ""  # the last deployment: no ~/.murmur at all
+    left = vm.sh(f"find {home}/.murmur 2>/dev/null | head -20")[1].strip()
+    assert left == "", left  # the last deployment: no ~/.murmur at all
     assert vm.sh("ls -d /tmp/mur-payloads-* 2>/dev/null")[1].strip() == ""
     assert dep_id not in vm.sh("crontab -l -u root 2>/dev/null; crontab -l -u deployer 2>/dev/null")[1]
     assert not [p for p in vm.procs() if "mur" in p], vm.procs()

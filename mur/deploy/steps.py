@@ -153,6 +153,11 @@ class Layout:
         return f"{self.murmur}/cache/probe"
 
     @property
+    def digest_cache(self) -> str:
+        """The runtime's remembered file digests (mur.wasm.sources), written by every `mur run` there."""
+        return f"{self.murmur}/cache/wasm-digests"
+
+    @property
     def root(self) -> str:
         return f"{self.murmur}/deployments/{self.dep_id}"
 

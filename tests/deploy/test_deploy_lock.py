@@ -130,3 +130,23 @@ def test_holder_lines_parse():
     h = Holder.parse('100 {"host": "laptop", "user": "ann", "pid": 7, "command": "mur deploy", "started": "S", "token": "x"}')
     assert h is not None and h.describe(130) == "`mur deploy` (pid 7 on laptop, user ann, started S, for 30s)"
     assert Holder.parse("garbage") is None
+
+
+def test_the_last_collection_removes_every_cache_the_runtime_writes(target, tmp_path, monkeypatch):
+    """A target's last deployment gone, nothing of ~/.murmur stays: the caches a `mur run` there
+    writes (the probe's answer, remembered digests, compiled components) are written here by the
+    real code under that home, then collected by the real command."""
+    from mur import privatecache
+    from mur.deploy.cleanup import gc_shared_command
+    from mur.deploy.steps import Layout
+    from mur.sandbox import probecache
+    from mur.wasm import sources
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MUR_CACHE_DIR", raising=False)
+    for name in (probecache.DIR_NAME, sources.DIGESTS_DIR):
+        assert privatecache.write(name, "entry", b"{}")
+    (tmp_path / ".murmur" / "cache" / "wasm").mkdir()
+    lay = Layout(str(tmp_path), "dep_x")
+    target.run(gc_shared_command(lay))
+    assert not (tmp_path / ".murmur").exists(), sorted(p.name for p in (tmp_path / ".murmur").rglob("*"))
