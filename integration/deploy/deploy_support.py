@@ -172,6 +172,12 @@ FORK_40 = "i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); done; echo starte
 READ_OUTSIDE = "read x < /etc/hostname && echo read-ok"
 
 
+def refused_outside(data: str) -> bool:
+    """READ_OUTSIDE was stopped: Landlock refused the read (scoped) or, in a session root (sealed),
+    the host's /etc/hostname does not exist for the tool at all."""
+    return "read-ok" not in data and ("Permission denied" in data or "No such file" in data)
+
+
 # --- faults: a deploy driven step by step, and what the target holds ----------------------------
 
 FAST = {  # short deadlines (docs/deploy.md, "Deadlines"): a silent link is dead after 3 s

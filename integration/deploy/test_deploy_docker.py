@@ -13,7 +13,7 @@ import pytest
 
 from pathlib import Path
 
-from deploy_support import FORK_40, READ_OUTSIDE, ROOT, a2a_send, mur, mur_json, shell_task
+from deploy_support import FORK_40, READ_OUTSIDE, ROOT, a2a_send, refused_outside, mur, mur_json, shell_task
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.slow]
 GiB = 1 << 30
@@ -230,7 +230,7 @@ def test_shell_tools_get_aggregate_limits_in_the_container(docker_client, base_i
         # cgroup_pids_max: 12 for the whole tool tree: forks fail long before 40 sleeps
         assert "Cannot fork" in forks["data"] and "started" not in forks["data"], forks
         # and Landlock is in force: the tool cannot read files outside its grants
-        assert "Permission denied" in outside["data"] and "read-ok" not in outside["data"], outside
+        assert refused_outside(outside["data"]), outside
         boot = c.exec_run(["sh", "-c", "cat /workdir/sessions/ses_*/logs/bootstrap.log"]).output.decode()
         assert "the aggregate bound is the cgroup mur runs in" in boot, boot[-3000:]
     finally:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_support import FORK_40, READ_OUTSIDE, a2a_send, mur, mur_json, shell_task
+from deploy_support import FORK_40, READ_OUTSIDE, a2a_send, refused_outside, mur, mur_json, shell_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vm"))
 from vmboot import boot_vm, build_vm  # noqa: E402
@@ -75,7 +75,7 @@ def test_systemd_root_deploy_with_a_shell_tool_under_aggregate_limits(vm, home, 
     assert res["boot"] == "systemd"
     forks, outside = json.loads(tunnel_send(vm, home, res, shell_task(FORK_40, READ_OUTSIDE)))
     assert "cgroup_pids_max" in forks["summary"] and "Cannot fork" in forks["data"], forks  # pids_max: 12
-    assert "Permission denied" in outside["data"] and "read-ok" not in outside["data"], outside  # Landlock ABI 2
+    assert refused_outside(outside["data"]), outside  # Landlock ABI 2
     mur("deploy", "destroy", dep, home=home, timeout=600)
     assert vm.ssh(f"systemctl cat {unit}").returncode != 0
     assert vm.ssh(f"test -e /root/.murmur/deployments/{dep}").returncode != 0
@@ -131,7 +131,7 @@ def _supervisor_deploy(vm, home: Path, cmd: list[str]) -> None:
     forks, outside = json.loads(tunnel_send(vm, home, res, shell_task(FORK_40, READ_OUTSIDE),
                                             user="deployer"))
     assert "cgroup_pids_max" in forks["summary"] and "Cannot fork" in forks["data"], forks
-    assert "Permission denied" in outside["data"], outside
+    assert refused_outside(outside["data"]), outside
     mur("deploy", "destroy", dep, home=home, timeout=600)
     assert vm.ssh(f"test -e /sys/fs/cgroup/mur/{dep}").returncode != 0
     assert vm.ssh("pgrep -f '[m]ur (run|supervise)' || true").stdout.strip() == ""

@@ -250,3 +250,22 @@ def test_no_import_cycle_in_mur_deploy():
     assert "mur.deploy.providers.docker" not in graph["mur.deploy.providers.host"]
     assert "mur.deploy.apply" not in graph["mur.deploy.plan"]
     assert not {n for n in graph["mur.deploy.steps"] if n.startswith("mur.deploy")}
+
+
+def test_a_channel_open_the_host_never_answers_is_a_silent_link():
+    """paramiko's 'Timeout opening channel.' (the connect deadline can come before the watchdog's)
+    reads as the silence it is, naming the step; other failures keep their own text."""
+    import paramiko
+
+    from mur.deploy.targets.ssh import SSHTarget
+
+    from mur.deploy.deadlines import current as current_deadlines
+
+    target = SSHTarget.__new__(SSHTarget)  # no connection: only the translation of its failures
+    target.host, target.ssh_user, target.port = "host.invalid", "root", 22
+    target.deadlines, target.dead, target.doing = current_deadlines(), None, "upload release 1"
+    silent = target._lost("SSH command", paramiko.SSHException("Timeout opening channel."))
+    assert silent.code == "E-DEPLOY-003"
+    assert "the link went silent during upload release 1 (SSH command)" in silent.message
+    refused = target._lost("SSH command", paramiko.SSHException("Administratively prohibited"))
+    assert "went silent" not in refused.message and "Administratively prohibited" in refused.message

@@ -363,16 +363,20 @@ class SSHTarget(Target):
 
     def _lost(self, what: str, exc: BaseException | None = None) -> MurError:
         during = f" during {self.doing}" if self.doing else ""
-        if self.dead is not None:
-            return MurError("E-DEPLOY-003", f"{self.label}: the link went silent{during} ({what}): {self.dead}",
-                            f"the link is checked every {self.deadlines.keepalive:g}s and called dead after "
-                            f"{self.deadlines.dead_after:g}s of silence (docs/deploy.md, Deadlines)")
         text = ""
         if exc is not None:
             try:
                 text = str(exc)
             except Exception:  # noqa: BLE001
                 text = ""
+        # paramiko's "Timeout opening channel.": the host let a channel open go unanswered for the
+        # connect deadline, which can come before the watchdog's DEAD_AFTER: the same silence
+        silent = self.dead or ("no answer to a channel open within the connect deadline"
+                               if "Timeout opening channel" in text else None)
+        if silent is not None:
+            return MurError("E-DEPLOY-003", f"{self.label}: the link went silent{during} ({what}): {silent}",
+                            f"the link is checked every {self.deadlines.keepalive:g}s and called dead after "
+                            f"{self.deadlines.dead_after:g}s of silence (docs/deploy.md, Deadlines)")
         return MurError("E-DEPLOY-003", f"{self.label}: {what} failed{during}: "
                         f"{text or 'the connection was closed (by the host or the network)'}",
                         "`mur deploy status ID` shows what is true on the target; the next deploy repairs what a "
