@@ -126,7 +126,7 @@ def _supervisor_deploy(vm, home: Path, cmd: list[str]) -> None:
     dep = res["deployment_id"]
     assert res["init"] == "supervisor"
     state = json.loads(vm.ssh(f"cat /home/deployer/.murmur/deployments/{dep}/run/state.json").stdout)
-    assert state["cgroup"] == {"unified": f"/sys/fs/cgroup/mur/{dep}"}
+    assert state["cgroup"] == {"unified": f"/sys/fs/cgroup/mur/{dep}"}, json.dumps(state["cgroup"])
     assert vm.ssh(f"stat -c %U /sys/fs/cgroup/mur/{dep}").stdout.strip() == "deployer"
     forks, outside = json.loads(tunnel_send(vm, home, res, shell_task(FORK_40, READ_OUTSIDE),
                                             user="deployer"))
