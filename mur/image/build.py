@@ -24,7 +24,7 @@ from typing import Any
 
 from mur import __version__
 from mur.errors import MurError
-from mur.image import spec as S
+import mur.image.spec as S
 from mur.image.archive import Blob, read_saved, write_archive
 from mur.image.engine import BaseImage, Engine
 from mur.image.layer import Layer, extract_runtime

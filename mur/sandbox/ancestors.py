@@ -27,6 +27,7 @@ import stat
 from typing import Callable, Iterable
 
 from mur.fsutil import atomic_write_bytes, locked
+from mur.sandbox import acl
 
 STATE_DIR = "/run/mur/ancestors"
 
@@ -75,8 +76,6 @@ class Ancestors:
 
     def grant(self, candidates: Iterable[str], notes: list[str]) -> None:
         """Add ``user:<uid>:--x`` on each of ``candidates`` the uid cannot search yet."""
-        from mur.sandbox import access as acl
-
         with _locked(self.state_dir):
             for path in candidates:
                 try:
@@ -105,8 +104,6 @@ class Ancestors:
 
     def revoke(self) -> None:
         """Remove this uid's entries; the last session on an ancestor restores it exactly (idempotent)."""
-        from mur.sandbox import access as acl
-
         if not self.paths:
             return
         with _locked(self.state_dir):

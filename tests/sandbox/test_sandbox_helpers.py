@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mur.sandbox import access, landlock, seccomp, watcher
+from mur.sandbox import access, acl, landlock, seccomp, watcher
 from mur.sandbox.policy import seccomp_table, socket_grant
 from mur.sandbox.probe import HostProbe, probe_host
 
@@ -19,19 +19,19 @@ from mur.sandbox.probe import HostProbe, probe_host
 
 
 def test_acl_entries_roundtrip_and_mask():
-    base = access.from_mode(0o750)
-    granted = access.with_user(base, 65534, 6)
-    assert (access.USER, 6, 65534) in granted and (access.MASK, 6 | 5, access.UNDEFINED_ID) in granted
-    assert access.decode(access.encode(granted)) == sorted(granted, key=lambda e: (e[0], e[2]))
-    assert access.without_user(granted, 65534) is None  # back to a plain mode
-    other = access.with_user(granted, 1000, 4)
-    kept = access.without_user(other, 65534)
-    assert (access.USER, 4, 1000) in kept and (access.MASK, 5, access.UNDEFINED_ID) in kept
+    base = acl.from_mode(0o750)
+    granted = acl.with_user(base, 65534, 6)
+    assert (acl.USER, 6, 65534) in granted and (acl.MASK, 6 | 5, acl.UNDEFINED_ID) in granted
+    assert acl.decode(acl.encode(granted)) == sorted(granted, key=lambda e: (e[0], e[2]))
+    assert acl.without_user(granted, 65534) is None  # back to a plain mode
+    other = acl.with_user(granted, 1000, 4)
+    kept = acl.without_user(other, 65534)
+    assert (acl.USER, 4, 1000) in kept and (acl.MASK, 5, acl.UNDEFINED_ID) in kept
 
 
 def _acl_supported(path) -> bool:
     try:
-        os.setxattr(path, access.ACCESS, access.encode(access.from_mode(0o700)))
+        os.setxattr(path, acl.ACCESS, acl.encode(acl.from_mode(0o700)))
         return True
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.ENOTSUP):
@@ -47,22 +47,22 @@ def test_grant_and_revoke_restore_the_tree(tmp_path):
     os.chmod(tmp_path / "a", 0o700)
     if not _acl_supported(str(tmp_path / "a")):
         pytest.skip("filesystem without POSIX ACLs")
-    os.removexattr(tmp_path / "a", access.ACCESS)
+    os.removexattr(tmp_path / "a", acl.ACCESS)
     before = {p: os.stat(p).st_mode for p in (tmp_path / "a", work, work / "sub" / "f.txt")}
     grant = access.WorkdirAccess(str(work), 65534, 65534, state_dir=str(tmp_path / "state"))
     grant.grant()
     assert grant.mode == "acl"
-    assert (access.USER, 6, 65534) in access.decode(os.getxattr(work / "sub" / "f.txt", access.ACCESS))
-    assert (access.USER, 7, 65534) in access.decode(os.getxattr(work / "sub", access.DEFAULT))
-    anc = access.decode(os.getxattr(tmp_path / "a", access.ACCESS))
-    assert (access.USER, 1, 65534) in anc  # search only on the 0700 ancestor
+    assert (acl.USER, 6, 65534) in acl.decode(os.getxattr(work / "sub" / "f.txt", acl.ACCESS))
+    assert (acl.USER, 7, 65534) in acl.decode(os.getxattr(work / "sub", acl.DEFAULT))
+    anc = acl.decode(os.getxattr(tmp_path / "a", acl.ACCESS))
+    assert (acl.USER, 1, 65534) in anc  # search only on the 0700 ancestor
     (work / "later.txt").write_text("created during the session")  # inherits the default entry
-    assert (access.USER, 7, 65534) in access.decode(os.getxattr(work / "later.txt", access.ACCESS))
+    assert (acl.USER, 7, 65534) in acl.decode(os.getxattr(work / "later.txt", acl.ACCESS))
     grant.revoke()
     after = {p: os.stat(p).st_mode for p in before}
     assert after == before
     for p in (tmp_path / "a", work, work / "sub", work / "sub" / "f.txt", work / "later.txt"):
-        assert access.ACCESS not in os.listxattr(p) and access.DEFAULT not in os.listxattr(p)
+        assert acl.ACCESS not in os.listxattr(p) and acl.DEFAULT not in os.listxattr(p)
 
 
 def test_concurrent_sessions_share_an_ancestor_and_never_strip_each_others_entry(tmp_path):
@@ -75,7 +75,7 @@ def test_concurrent_sessions_share_an_ancestor_and_never_strip_each_others_entry
     os.chmod(top, 0o700)
     if not _acl_supported(str(top)):
         pytest.skip("filesystem without POSIX ACLs")
-    os.removexattr(top, access.ACCESS)
+    os.removexattr(top, acl.ACCESS)
     before = os.stat(top).st_mode
     state = str(tmp_path / "state")
     live = {65534, 65533}
@@ -83,23 +83,23 @@ def test_concurrent_sessions_share_an_ancestor_and_never_strip_each_others_entry
     notes: list[str] = []
     first.grant([str(top)], notes)
     second.grant([str(top)], notes)
-    entries = access.decode(os.getxattr(top, access.ACCESS))
-    assert {(access.USER, 1, 65534), (access.USER, 1, 65533)} <= set(entries) and notes == []
+    entries = acl.decode(os.getxattr(top, acl.ACCESS))
+    assert {(acl.USER, 1, 65534), (acl.USER, 1, 65533)} <= set(entries) and notes == []
     first.revoke()
-    entries = access.decode(os.getxattr(top, access.ACCESS))
-    assert (access.USER, 1, 65533) in entries and not any(e[2] == 65534 for e in entries if e[0] == access.USER)
-    assert next(p for t, p, _ in entries if t == access.MASK) & 1  # the survivor can still search it
+    entries = acl.decode(os.getxattr(top, acl.ACCESS))
+    assert (acl.USER, 1, 65533) in entries and not any(e[2] == 65534 for e in entries if e[0] == acl.USER)
+    assert next(p for t, p, _ in entries if t == acl.MASK) & 1  # the survivor can still search it
     second.revoke()
-    assert access.ACCESS not in os.listxattr(top) and os.stat(top).st_mode == before
+    assert acl.ACCESS not in os.listxattr(top) and os.stat(top).st_mode == before
     # a session killed without revoking: the next one to touch the ancestor prunes its entry
     dead = Ancestors(65532, state_dir=state, alive=lambda u: u in live)
     dead.grant([str(top)], notes)
     live.discard(65532)
     survivor = Ancestors(65534, state_dir=state, alive=lambda u: u in live)
     survivor.grant([str(top)], notes)
-    assert not any(e[0] == access.USER and e[2] == 65532 for e in access.decode(os.getxattr(top, access.ACCESS)))
+    assert not any(e[0] == acl.USER and e[2] == 65532 for e in acl.decode(os.getxattr(top, acl.ACCESS)))
     survivor.revoke()
-    assert access.ACCESS not in os.listxattr(top) and os.stat(top).st_mode == before
+    assert acl.ACCESS not in os.listxattr(top) and os.stat(top).st_mode == before
 
 
 # --- the workdir ceiling's guard (watcher.py) ---
