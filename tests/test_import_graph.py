@@ -114,6 +114,14 @@ def test_nothing_below_the_cli_imports_it():
     assert sorted(p for p, targets in package_graph().items() if "mur.cli" in targets and p != "mur.__main__") == []
 
 
+def test_images_and_exports_take_the_shipped_capsule_not_deploy():
+    """`mur image` and `mur export` package what mur.resolve.shipped makes; nothing of theirs imports
+    mur.deploy (issue 30: one shipped capsule for deploy, image and export)."""
+    graph = package_graph()
+    assert "mur.deploy" not in graph["mur.image"] and "mur.deploy" not in graph["mur.export"]
+    assert "mur.resolve" in graph["mur.image"] and "mur.resolve" in graph["mur.export"]
+
+
 def test_no_product_module_imports_mur_testing():
     offenders = []
     for path in sorted(MUR.rglob("*.py")):

@@ -56,13 +56,13 @@ def test_rebuild_from_nothing_gives_the_same_id_and_one_byte_another(docker_clie
 def test_the_fallback_archive_with_every_layer_gives_the_same_image(docker_client, hello_image, mur_env, hello,
                                                                       monkeypatch):
     """Engines that need every blob (containerd's image store) get the base layers too: same ID."""
-    from mur.deploy.capsule import gather
+    from mur.resolve.shipped import ship
     from mur.image import BuildOptions, build_image
 
     for key in ("HOME", "MUR_BUNDLE_CACHE", "MUR_CACHE_DIR"):
         monkeypatch.setenv(key, mur_env[key])
     docker_client.images.remove(hello_image["id"], force=True)
-    res = build_image(gather(hello / "murmur.yaml"), hello_image["tag"], options=BuildOptions(full_archive=True))
+    res = build_image(ship(hello / "murmur.yaml"), hello_image["tag"], options=BuildOptions(full_archive=True))
     assert res.image.id == hello_image["id"] and not res.unchanged
 
 

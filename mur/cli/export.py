@@ -48,11 +48,11 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
     ) -> None:
         """Write a Deployment (or StatefulSet / Sandbox), Service, NetworkPolicy, Secrets and seccomp profile."""
-        from mur.deploy.capsule import gather
+        from mur.resolve.shipped import ship
         from mur.export import export_k8s
         from mur.export.k8s import dns_label
 
-        inputs = gather(manifest, env_args=list(env), env_file=env_file)
+        inputs = ship(manifest, env_args=list(env), env_file=env_file)
         out = output or Path.cwd() / f"{dns_label(inputs.name)}-k8s"
         result = export_k8s(inputs, image, out, sandbox=sandbox, namespace=namespace, seccomp=seccomp,
                             token_file=token_file)

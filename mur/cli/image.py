@@ -59,11 +59,11 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
     ) -> None:
         """Build the capsule's image (base + pinned runtime + capsule + precompiled components)."""
-        from mur.deploy.capsule import gather
+        from mur.resolve.shipped import ship
         from mur.image import BuildOptions, build_image
         from mur.image.reference import default_tag
 
-        inputs = gather(manifest)
+        inputs = ship(manifest)
         opts = BuildOptions(base_image=base_image, mur_binary=mur_binary.resolve() if mur_binary else None,
                             release_source=release_source, precompile=not no_precompile)
         result = build_image(inputs, tag or default_tag(inputs.name, inputs.version), _progress(), opts)

@@ -3,12 +3,11 @@
 Progress goes to an injected mur.progress.Reporter (library code never prints); the pinned runtime
 and precompiled components come from mur.runtime.
 
-Data flows one way: manifest -> resolve (mur.resolve) -> capsule.py (what deploy ships) ->
+Data flows one way: manifest -> resolve (mur.resolve; what ships: mur.resolve.shipped) ->
 provider -> plan -> apply -> target.
 
     operations.py        one function per `mur deploy` command; picks the provider
     request.py           DeployRequest: what the user asked for
-    capsule.py           DeployCapsule: the resolved capsule + env, workdir seed, floor, service settings
     providers/base.py    the Provider protocol, Context (injected reporter, store, connect), shared pieces
     providers/host.py    SSH hosts and this machine (release directories, an init system)
     providers/docker.py  the Docker engine (a capsule image, one container per deployment)
@@ -23,6 +22,6 @@ provider -> plan -> apply -> target.
     health.py            agent card + token check (stdlib only: also runs on the target)
     supervisor.py        `mur supervise run|smoke`: the on-target supervisor process
     procid.py            process identity (pid + start time + boot id) for pid files
-    env.py               --env / .env parsing, the env file on the target
+    env.py               the env file on the target (its values: mur.resolve.env)
     hostprobe.py         `mur probe --json`: what this host can enforce
 """

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable
 
 from mur.deploy import auth
-from mur.deploy.capsule import DeployCapsule, gather
+from mur.resolve.shipped import ShippedCapsule, ship
 from mur.deploy.preflight import Report
 from mur.progress import QUIET, Reporter
 from mur.deploy.providers import provider_for
@@ -24,7 +24,7 @@ from mur.errors import MurError
 
 def _job(req: DeployRequest, ctx: Context, reserve: bool = True) -> DeployJob:
     with ctx.reporter.step("read capsule"):
-        cap: DeployCapsule = gather(req.manifest, workdir=req.workdir, env_args=list(req.env_args),
+        cap: ShippedCapsule = ship(req.manifest, workdir=req.workdir, env_args=list(req.env_args),
                                     env_file=req.env_file, containment=req.containment,
                                     keep_lifecycle=req.keep_lifecycle)
     for note in cap.notes():

@@ -28,7 +28,7 @@ import hashlib
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from mur.deploy.env import render_env_file
 from mur.deploy.init import init_for
@@ -40,6 +40,7 @@ from mur.deploy.steps import (
     ArtifactRef, BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Step, Symlink, Tls, Upload, WriteFile,
 )
 from mur.errors import MurError
+from mur.resolve.shipped import capsule_digest, digest_of
 
 KEEP_RELEASES = 5
 # below Linux's ephemeral range (ip_local_port_range 32768-60999): a derived port is never taken by
@@ -131,43 +132,21 @@ def choose_port(dep_id: str, internal_port: int | None, recorded: int | None, bu
 # --- the release ------------------------------------------------------------------------------
 
 
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-class CapsuleContent(Protocol):
-    manifest: FileRef
-    files: tuple[FileRef, ...]
-    artifacts: tuple[ArtifactRef, ...]
-
-
-def capsule_digest(content: CapsuleContent) -> str:
-    """What the capsule is: manifest, referenced files, artifacts (a ReleaseInputs or a DeployCapsule).
-
-    The same value `mur image build` labels an image with (dev.mur.capsule.digest), so a prebuilt
-    image can be matched against a manifest."""
-    return _digest({
-        "manifest": content.manifest.sha256,
-        "files": sorted((f.rel, f.sha256) for f in content.files),
-        "artifacts": sorted((a.name, a.version, a.sha256) for a in content.artifacts),
-    })
-
-
 def workdir_digest(seed: tuple[FileRef, ...]) -> str:
-    return _digest(sorted((f.rel, f.sha256, f.mode) for f in seed))
+    return digest_of(sorted((f.rel, f.sha256, f.mode) for f in seed))
 
 
 def config_digest(inp: ReleaseInputs) -> str:
     """How it runs: service settings and the environment (values hashed, never stored)."""
     s = inp.service
     token = hashlib.sha256(inp.token).hexdigest() if inp.token else ""  # a new token is a new release
-    return _digest({"token": token, "port": s.port, "bind": s.bind, "restart": s.restart, "init": s.init, "user": s.user,
+    return digest_of({"token": token, "port": s.port, "bind": s.bind, "restart": s.restart, "init": s.init, "user": s.user,
                     "memory": s.memory_bytes, "tasks": s.tasks_max, "env": sorted(s.env), "args": list(s.run_args),
                     "sessions": s.keep_sessions, "boot": s.boot, "tls": s.tls_pin})
 
 
 def release_digest(inp: ReleaseInputs) -> str:
-    return _digest({"bundle": inp.bundle.sha256, "capsule": capsule_digest(inp), "workdir": workdir_digest(inp.workdir),
+    return digest_of({"bundle": inp.bundle.sha256, "capsule": capsule_digest(inp), "workdir": workdir_digest(inp.workdir),
                     "config": config_digest(inp)})
 
 

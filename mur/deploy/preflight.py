@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from mur.runtime.bundle import Bundle
-from mur.deploy.capsule import DeployCapsule
+from mur.resolve.shipped import ShippedCapsule
 from mur.deploy.steps import Layout, Mkdir, Upload
 from mur.deploy.targets.base import DISK_FULL_TEXT, HELPER, Target
 from mur.errors import MurError
@@ -138,7 +138,7 @@ def probe_command(runtime: str, sha256: str, uid: int) -> str:
             f"printf '%s\\n' \"$out\"; fi")
 
 
-def containment_check(report: Report, inp: DeployCapsule, probe: dict[str, Any]) -> None:
+def containment_check(report: Report, inp: ShippedCapsule, probe: dict[str, Any]) -> None:
     """Compare the floor with what the probe achieved (shared by host and Docker preflight).
 
     The probe runs as the user the service runs as, so its `netns` says whether the capsule's shell
@@ -208,7 +208,7 @@ def boot_check(report: Report, target: Target, init: str, no_boot_hook: bool) ->
     report.add("boot", True, detail, fatal=False)
 
 
-def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id: str, init_pref: str = "auto",
+def preflight_host(target: Target, bundle: Bundle, inp: ShippedCapsule, *, dep_id: str, init_pref: str = "auto",
                    no_boot_hook: bool = False, progress: Callable[[str], None] | None = None,
                    scratch: str | None = None) -> Report:
     """Probe an SSH or local target; uploads (only) the verified runtime into its cache (through
@@ -300,7 +300,7 @@ def preflight_host(target: Target, bundle: Bundle, inp: DeployCapsule, *, dep_id
     return report
 
 
-def _cgroup_checks(report: Report, inp: DeployCapsule, probe: dict[str, Any], init: str, root: bool,
+def _cgroup_checks(report: Report, inp: ShippedCapsule, probe: dict[str, Any], init: str, root: bool,
                    privileged: bool) -> None:
     mode = str(probe.get("cgroup_mode") or "none")
     if init == "systemd":

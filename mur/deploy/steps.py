@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from mur.resolve.files import FileRef
+from mur.resolve.shipped import ArtifactRef  # noqa: F401  (plan steps name the artifacts they upload)
 
 __all__ = ["Mkdir", "Upload", "WriteFile", "Symlink", "Run", "Step", "FileRef", "ArtifactRef", "BundleRef",
            "Layout", "ServiceConfig", "ServiceState", "Tls"]
@@ -78,17 +79,6 @@ class Run:
 
 
 Step = Union[Mkdir, Upload, WriteFile, Symlink, Run]
-
-
-@dataclass(frozen=True)
-class ArtifactRef:
-    """A store artifact as the target's global store holds it."""
-
-    name: str
-    version: str
-    files: tuple[FileRef, ...]  # zip (+ .sha256, .meta.json), rel = file name
-    zip_name: str
-    sha256: str
 
 
 @dataclass(frozen=True)

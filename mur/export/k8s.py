@@ -39,7 +39,7 @@ SECCOMP_CHOICES = ("localhost", "runtime-default")
 
 @dataclass(frozen=True)
 class CapsuleFacts:
-    """What the objects are made of, taken from the gathered capsule (mur.deploy.capsule.gather)."""
+    """What the objects are made of, taken from the shipped capsule (mur.resolve.shipped.ship)."""
 
     name: str
     version: str

@@ -17,7 +17,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -27,6 +27,9 @@ from mur.export.k8s import SECCOMP_CHOICES, CapsuleFacts, dns_label, objects
 from mur.export.seccomp import PROFILE_NAME, profile_bytes
 from mur.fsutil import atomic_write_bytes
 from mur.image import spec as S
+
+if TYPE_CHECKING:
+    from mur.resolve.shipped import ShippedCapsule
 
 TOKEN_NAME = "a2a-token"
 OWN_FILES = ("secret.yaml", "a2a-token.yaml", "networkpolicy.yaml", "service.yaml", "deployment.yaml",
@@ -55,7 +58,7 @@ class ExportResult:
                 "seccomp": self.seccomp, "token_file": str(self.token_file), "notes": list(self.notes)}
 
 
-def facts(inputs: Any) -> CapsuleFacts:
+def facts(inputs: ShippedCapsule) -> CapsuleFacts:
     """What the manifests need from a gathered capsule."""
     from mur.manifest.network import parse_allow_list
 
@@ -96,7 +99,7 @@ def a2a_token(out_dir: Path, token_file: Path | None) -> tuple[str, Path, bool]:
     return secrets.token_urlsafe(32), mine, True
 
 
-def export_k8s(inputs: Any, image: str, out_dir: Path, sandbox: bool = False, namespace: str | None = None,
+def export_k8s(inputs: ShippedCapsule, image: str, out_dir: Path, sandbox: bool = False, namespace: str | None = None,
                seccomp: str = "localhost", token_file: Path | None = None, engine: Any = None) -> ExportResult:
     """Write the manifests for `inputs` running `image` (checked to be its image, named by digest) into `out_dir`."""
     if namespace is not None and not _NAMESPACE.match(namespace):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mur.deploy.env import parse_env_args, parse_env_text
+from mur.resolve.env import parse_env_args, parse_env_text
 from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
 from mur.fleet.config import Fleet, Settings, Smoke, Target

@@ -17,10 +17,9 @@ import hashlib
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mur import __version__
 from mur.errors import MurError
@@ -31,6 +30,9 @@ from mur.image.layer import Layer, extract_runtime
 from mur.image.reference import parse_ref
 from mur.image.types import QUIET, ImageRef, Reporter
 from mur.platform import platform_tag
+
+if TYPE_CHECKING:
+    from mur.resolve.shipped import ShippedCapsule
 
 BASE_IMAGE = "mur-base:bookworm"
 
@@ -74,9 +76,9 @@ class BuildOptions:
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
-def build_image(inputs: Any, tag: str, reporter: Reporter = QUIET, options: BuildOptions | None = None,
+def build_image(inputs: ShippedCapsule, tag: str, reporter: Reporter = QUIET, options: BuildOptions | None = None,
                 engine: Engine | None = None) -> BuildResult:
-    """Build (or find) the image of a gathered capsule (mur.deploy.capsule.DeployCapsule, from gather) and tag it."""
+    """Build (or find) the image of a shipped capsule (mur.resolve.shipped.ship) and tag it."""
     opts = options or BuildOptions()
     tag = str(parse_ref(tag))
     engine = engine or Engine()
@@ -141,18 +143,20 @@ def _scratch_root() -> str:
     return str(root)
 
 
-def _runtime(inputs: Any, plat: str, opts: BuildOptions, reporter: Reporter):
+def _runtime(inputs: ShippedCapsule, plat: str, opts: BuildOptions, reporter: Reporter):
     from mur.runtime import bundle as bundles
 
     pin = inputs.mur_version or __version__
     with reporter.step(f"mur {pin} runtime for {plat}"):
         if opts.mur_binary:
             return bundles.use_explicit_bundle(Path(opts.mur_binary), pin)
-        source = opts.release_source or bundles.configured_release_source()
+        # as `mur deploy` reads it: the flag, else the capsule project's merged config (ship), which
+        # resolve_bundle falls back from to the global one
+        source = opts.release_source or inputs.release_source
         return bundles.resolve_bundle(pin, plat, source, reporter.note)
 
 
-def _lock(inputs: Any, notes: list[str]) -> bytes:
+def _lock(inputs: ShippedCapsule, notes: list[str]) -> bytes:
     """The murmur.lock the image carries: the project's (verified), or one pinned now when absent.
 
     `mur run` writes a missing lock beside the manifest; the image's /capsule is read-only, so the
@@ -178,7 +182,7 @@ def _lock(inputs: Any, notes: list[str]) -> bytes:
     return fresh.to_yaml().encode()
 
 
-def _precompiled(inputs: Any, plat: str, opts: BuildOptions, reporter: Reporter) -> list[Any]:
+def _precompiled(inputs: ShippedCapsule, plat: str, opts: BuildOptions, reporter: Reporter) -> list[Any]:
     from mur.runtime import precompile as pc
 
     if not opts.precompile:
@@ -201,7 +205,7 @@ def _add_runtime(layer: Layer, bundle: Path, scratch: Path) -> str:
     return ident
 
 
-def _add_capsule(layer: Layer, inputs: Any, lock: bytes, compiled: list[Any], base: BaseImage,
+def _add_capsule(layer: Layer, inputs: ShippedCapsule, lock: bytes, compiled: list[Any], base: BaseImage,
                  user: tuple[int, int]) -> None:
     passwd, group = S.with_user(base.passwd, base.group)
     layer.file("etc/passwd", data=passwd)

@@ -7,6 +7,9 @@ command (E-RUN-008: a declared artifact is not installed locally).
 
     files.py      FileRef (a local file with its digest) and the walk/inside helpers
     artifacts.py  ResolvedArtifact and resolve_artifacts (store first, local sources from disk)
-    capsule.py    ResolvedCapsule, resolve_loaded (run) and resolve_capsule (deploy)
-    env.py        the one `.env` grammar (run, deploy, image, export; docs/run.md)
+    capsule.py    ResolvedCapsule, resolve_loaded (run) and resolve_capsule (what ships)
+    shipped.py    ShippedCapsule and ship(): what deploy, image and export package (files, artifacts,
+                  env, floor, release source, the capsule digest)
+    env.py        the one `.env` grammar (run, deploy, image, export; docs/run.md) and where a
+                  command's env comes from (--env, --env-file, .env)
 """

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from mur.errors import MurError
 
@@ -121,3 +122,47 @@ def render(env: Mapping[str, str] | Iterable[tuple[str, str]]) -> bytes:
         escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
         lines.append(f'{key}="{escaped}"\n')
     return "".join(lines).encode()
+
+
+# --- where a command's environment comes from ---------------------------------------------------
+# Upstream's precedence for deploy, image and export: `--env` flags, else `--env-file`, else `.env`
+# next to the manifest (alternatives, not merged).
+
+def parse_env_args(entries: list[str]) -> dict[str, str]:
+    """`--env KEY=VALUE` entries (split on the first `=`, empty value allowed)."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key:
+            raise MurError("E-DEPLOY-001", f'--env value "{entry}" must be KEY=VALUE')
+        _check_env(key, value, "--env")
+        out[key] = value
+    return out
+
+
+def parse_env_text(text: str, origin: str) -> dict[str, str]:
+    """A .env file, in the one grammar every command reads (mur.resolve.env)."""
+    return parse(text, origin)
+
+
+def _check_env(key: str, value: str, where: str) -> None:
+    try:
+        check_key(key)
+        check_value(key, value)
+    except EnvSyntaxError as exc:
+        raise MurError("E-DEPLOY-001", f"{where}: {exc}") from None
+
+
+def resolve_env(env_args: list[str], env_file: Path | None, manifest_dir: Path) -> tuple[dict[str, str], str]:
+    """(env, where it came from): --env flags, else --env-file, else .env beside the manifest."""
+    if env_args:
+        return parse_env_args(env_args), "--env"
+    path = env_file if env_file is not None else manifest_dir / ".env"
+    if env_file is None and not path.is_file():
+        return {}, "none"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise MurError("E-IO-001", f"cannot read env file {path}: {reason}") from exc
+    return parse_env_text(text, str(path)), str(path)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mur.deploy.apply import apply_steps, run_step
-from mur.deploy.capsule import gather
+from mur.resolve.shipped import ship
 from mur.deploy.init import init_for
 from mur.deploy.cleanup import destroy_steps
 from mur.deploy.preflight import preflight_host
@@ -81,7 +81,7 @@ def test_preflight_prefers_the_helper(tmp_path, monkeypatch, helper_rc, shell_rc
     bundle = Bundle(path=runtime, version="0.1.0", platform="linux-x86_64", sha256="b" * 64, size=1, origin="build")
     t = RecordingTarget()
     _host(t, helper_rc, systemd, shell_rc)
-    rep = preflight_host(t, bundle, gather(tmp_path / "cap" / "murmur.yaml"), dep_id=DEP, init_pref=init_pref)
+    rep = preflight_host(t, bundle, ship(tmp_path / "cap" / "murmur.yaml"), dep_id=DEP, init_pref=init_pref)
     assert (rep.facts["sudo"], rep.facts["init"]) == (sudo, init)
     # a supervisor run as the user on cgroup v2 without delegation gets no service cgroup
     assert rep.facts["cgroup_sessions"] is cgroup_privileged

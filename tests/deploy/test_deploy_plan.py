@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from mur.deploy.env import parse_env_args, parse_env_text, read_env_file, render_env_file
+from mur.deploy.env import read_env_file, render_env_file
+from mur.resolve.env import parse_env_args, parse_env_text
 from mur.deploy.init import init_for, run_argv
 from mur.deploy.cleanup import destroy_steps, gc_shared_command, prune_command, sweep_command
 from mur.deploy.plan import (

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mur.runtime.bundle import installed_runtime
-from mur.deploy.capsule import gather
+from mur.resolve.shipped import ship
 from mur.deploy.preflight import (
     Report, choose_init, containment_check, parse_df, parse_probe, parse_version, preflight_host, probe_command,
 )
@@ -52,7 +52,7 @@ def test_probe_is_cached_per_runtime_boot_and_user():
 
 def test_unmet_floor_is_cap_003_with_the_target_named(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    inp = gather(capsule(tmp_path, "capabilities:\n  containment: scoped\n"))
+    inp = ship(capsule(tmp_path, "capabilities:\n  containment: scoped\n"))
     rep = Report("root@vm", "ssh")
     containment_check(rep, inp, ADVISORY)
     with pytest.raises(MurError) as err:
@@ -68,7 +68,7 @@ def test_unmet_floor_is_cap_003_with_the_target_named(tmp_path, monkeypatch):
 
 def test_sealed_is_never_met_and_other_failures_are_deploy_007(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    inp = gather(capsule(tmp_path, "capabilities:\n  containment: sealed\n"))
+    inp = ship(capsule(tmp_path, "capabilities:\n  containment: sealed\n"))
     rep = Report("t", "ssh")
     rep.add("disk", False, "1 MiB free, 100 MiB needed")
     containment_check(rep, inp, SCOPED)
@@ -86,7 +86,7 @@ def test_scoped_shell_tools_with_network_allow_need_a_netns_on_the_target(tmp_pa
     """A target whose probe could not make a network namespace is refused at preflight (E-CAP-003
     naming the namespace), not at the first session; able targets and old probes pass."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    inp = gather(capsule(tmp_path, SHELL_NET))
+    inp = ship(capsule(tmp_path, SHELL_NET))
     rep = Report("deploy@vm", "ssh")
     containment_check(rep, inp, {**SCOPED, "netns": False, "userns": False})
     with pytest.raises(MurError) as err:
@@ -100,7 +100,7 @@ def test_scoped_shell_tools_with_network_allow_need_a_netns_on_the_target(tmp_pa
     # without shell tools, or without network.allow, no namespace is needed
     for extra in ("capabilities:\n  containment: scoped\n  network:\n    allow: [\"api.example.com:443\"]\n",
                   "capabilities:\n  containment: scoped\n  shell:\n    allow: [bash]\n"):
-        other = gather(capsule(tmp_path, extra))
+        other = ship(capsule(tmp_path, extra))
         fine = Report("deploy@vm", "ssh")
         containment_check(fine, other, {**SCOPED, "netns": False})
         fine.raise_if_failed()
@@ -108,14 +108,14 @@ def test_scoped_shell_tools_with_network_allow_need_a_netns_on_the_target(tmp_pa
 
 def test_cli_flag_raises_the_floor(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    inp = gather(capsule(tmp_path), containment="scoped")
+    inp = ship(capsule(tmp_path), containment="scoped")
     assert (inp.floor, inp.floor_source) == ("scoped", "cli")
 
 
 def test_preflight_of_this_machine_with_the_installed_runtime(tmp_path, monkeypatch):
     """A real run: the runtime probes the real kernel through the same code path as on a VM."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    inp = gather(capsule(tmp_path))
+    inp = ship(capsule(tmp_path))
     runtime = installed_runtime()
     rep = preflight_host(LocalTarget(), runtime, inp, dep_id="dep_" + "0" * 32, no_boot_hook=True)
     checks = {c.name: c for c in rep.checks}

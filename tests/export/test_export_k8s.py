@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from export_support import DIGEST, capsule, image_of, sandbox_schema, unknown_fields, validate_k8s
-from mur.deploy.capsule import gather
+from mur.resolve.shipped import ship
 from mur.errors import MurError
 from mur.export import export_k8s
 from mur.export.k8s import cpu, dns_label, quantity
@@ -42,7 +42,7 @@ network:
 
 
 def exported(tmp_path, body=LIMITS, sandbox=False, env=(), **options):
-    inputs = gather(capsule(tmp_path, body), env_args=list(env))
+    inputs = ship(capsule(tmp_path, body), env_args=list(env))
     out = tmp_path / "k8s"
     result = export_k8s(inputs, IMAGE, out, sandbox=sandbox, engine=image_of(inputs, IMAGE), **options)
     docs = {}
@@ -185,7 +185,7 @@ def test_crd_check_would_catch_a_stray_field(tmp_path):
 
 
 def test_a_second_export_removes_files_the_first_wrote(tmp_path):
-    inputs = gather(capsule(tmp_path, ""))
+    inputs = ship(capsule(tmp_path, ""))
     out = tmp_path / "k8s"
     export_k8s(inputs, IMAGE, out, engine=image_of(inputs, IMAGE))
     (out / "notes.txt").write_text("mine")
@@ -197,7 +197,7 @@ def test_a_second_export_removes_files_the_first_wrote(tmp_path):
 
 
 def test_a_shell_capsule_gets_a_pod_whose_memory_limit_is_its_tools_bound(tmp_path):
-    inputs = gather(capsule(tmp_path, "capabilities:\n  shell:\n    allow: [bash]\n  resources:\n"
+    inputs = ship(capsule(tmp_path, "capabilities:\n  shell:\n    allow: [bash]\n  resources:\n"
                                       "    cgroup_memory_bytes: 536870912\n    cgroup_pids_max: 96\n"))
     result = export_k8s(inputs, IMAGE, tmp_path / "k8s", engine=image_of(inputs, IMAGE))
     pod = yaml.safe_load((tmp_path / "k8s" / "deployment.yaml").read_text())["spec"]["template"]["spec"]
@@ -209,7 +209,7 @@ def test_a_shell_capsule_gets_a_pod_whose_memory_limit_is_its_tools_bound(tmp_pa
 
 
 def test_bad_image_and_output_are_refused(tmp_path):
-    inputs = gather(capsule(tmp_path, ""))
+    inputs = ship(capsule(tmp_path, ""))
     with pytest.raises(MurError) as err:
         export_k8s(inputs, "Not An Image", tmp_path / "k8s")
     assert err.value.code == "E-EXP-001" and err.value.message.startswith("--image: invalid image reference")
@@ -228,7 +228,7 @@ def test_quantities():
 def test_cli_writes_the_example_and_reports_json(tmp_path, cli, monkeypatch):
     import mur.image.engine
 
-    inputs = gather(Path(HELLO))
+    inputs = ship(Path(HELLO))
     engine = image_of(inputs, IMAGE)
     monkeypatch.setattr(mur.image.engine, "Engine", lambda: engine)  # the engine export would ask
     out = tmp_path / "k8s"
@@ -258,7 +258,7 @@ def test_cli_refuses_a_bad_image_and_an_absent_engine_with_a_code(tmp_path, monk
 
 
 def test_the_image_is_named_by_digest_and_must_be_this_capsules(tmp_path):
-    inputs = gather(capsule(tmp_path, ""))
+    inputs = ship(capsule(tmp_path, ""))
     out = tmp_path / "k8s"
     result = export_k8s(inputs, IMAGE, out, engine=image_of(inputs, IMAGE))
     spec = yaml.safe_load((out / "deployment.yaml").read_text())["spec"]["template"]["spec"]
@@ -309,7 +309,7 @@ def test_the_a2a_token_is_a_secret_copied_into_a_private_file_of_the_capsule_use
 
 
 def exported_again(tmp_path, out, **options):
-    inputs = gather(tmp_path / "cap" / "murmur.yaml")
+    inputs = ship(tmp_path / "cap" / "murmur.yaml")
     result = export_k8s(inputs, IMAGE, out, engine=image_of(inputs, IMAGE), **options)
     docs = {n: yaml.safe_load((out / n).read_text()) for n in result.files if n.endswith(".yaml")}
     return result, docs, out

@@ -104,7 +104,8 @@ SPACED = x y
 
 
 def test_run_deploy_and_the_rendered_service_file_see_the_same_values(tmp_path, monkeypatch):
-    from mur.deploy.env import read_env_file, render_env_file, resolve_env
+    from mur.deploy.env import read_env_file, render_env_file
+    from mur.resolve.env import resolve_env
     from mur.session.prechecks import load_env_file
 
     (tmp_path / ".env").write_text(TRICKY)
@@ -122,7 +123,7 @@ def test_run_deploy_and_the_rendered_service_file_see_the_same_values(tmp_path, 
 
 
 def test_a_malformed_line_is_the_same_error_for_run_and_deploy(tmp_path, monkeypatch):
-    from mur.deploy.env import resolve_env
+    from mur.resolve.env import resolve_env
     from mur.session.prechecks import load_env_file
 
     (tmp_path / ".env").write_text("GOOD=1\n1BAD=x\n")

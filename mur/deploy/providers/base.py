@@ -22,7 +22,7 @@ from mur import __version__
 from mur.deploy import auth
 from mur.runtime.bundle import Bundle
 from mur.deploy.apply import run_step
-from mur.deploy.capsule import DeployCapsule
+from mur.resolve.shipped import ShippedCapsule
 from mur.deploy.deadlines import Deadlines, current as current_deadlines
 from mur.deploy.preflight import Report
 from mur.progress import QUIET, Reporter
@@ -36,7 +36,7 @@ from mur.deploy.targets.base import Target, full_line, quoted
 from mur.errors import MurError
 
 
-def resolve_runtime(req: DeployRequest, cap: DeployCapsule, plat: str, note: Callable[[str], None]) -> Bundle:
+def resolve_runtime(req: DeployRequest, cap: ShippedCapsule, plat: str, note: Callable[[str], None]) -> Bundle:
     """The runtime for the capsule's pin (this mur's version when unpinned), for `plat`."""
     from mur.runtime import bundle
 
@@ -48,7 +48,7 @@ def resolve_runtime(req: DeployRequest, cap: DeployCapsule, plat: str, note: Cal
     return bundle.resolve_bundle(pin, plat, req.release_source or cap.release_source, note)
 
 
-def precompiled_components(req: DeployRequest, cap: DeployCapsule, plat: str, reporter: Reporter) -> tuple[FileRef, ...]:
+def precompiled_components(req: DeployRequest, cap: ShippedCapsule, plat: str, reporter: Reporter) -> tuple[FileRef, ...]:
     """Components compiled here for the target's engine cache (this machine caches its own)."""
     from mur.runtime import precompile as pc
 
@@ -76,8 +76,8 @@ class Context:
     reporter: Reporter = QUIET
     store: DeploymentStore = field(default_factory=DeploymentStore)
     connect: Callable[..., Target] = connect
-    runtime: Callable[[DeployRequest, DeployCapsule, str, Callable[[str], None]], Bundle] = resolve_runtime
-    precompile: Callable[[DeployRequest, DeployCapsule, str, Reporter], tuple[FileRef, ...]] = precompiled_components
+    runtime: Callable[[DeployRequest, ShippedCapsule, str, Callable[[str], None]], Bundle] = resolve_runtime
+    precompile: Callable[[DeployRequest, ShippedCapsule, str, Reporter], tuple[FileRef, ...]] = precompiled_components
     timeout: float = 180.0
     lock_wait: float = 0.0  # --lock-wait: how long to wait for another command's lock on the deployment
     deadlines: Deadlines = field(default_factory=current_deadlines)
@@ -126,7 +126,7 @@ class Outcome:
 @dataclass
 class DeployJob:
     req: DeployRequest
-    capsule: DeployCapsule
+    capsule: ShippedCapsule
     dep_id: str
     existing: Deployment | None  # the record as it was before this command (None: a new deployment)
     ctx: Context

@@ -1,23 +1,61 @@
-"""What deploy ships: the resolved capsule (mur.resolve) plus what a deployment adds to it.
+"""What a capsule ships as: the resolved capsule (mur.resolve.capsule) plus what a release adds to it.
 
-Gathered and hashed on this machine before any target is touched: the files to upload (each
-below the manifest directory: a target has no place for anything else, E-DEPLOY-001), the store
-artifacts, an optional workdir seed, the service environment (upstream's precedence, and it must
-satisfy the manifest's `${VAR}` references: the target sees only it), the containment floor, and
-the service settings the capsule's lifecycle implies.
+`ship` gathers and hashes it on this machine before any target, engine or cluster is touched: the
+files to upload (each below the manifest directory: a target has no place for anything else,
+E-DEPLOY-001), the store artifacts, an optional workdir seed, the environment (upstream's
+precedence, and it must satisfy the manifest's `${VAR}` references: the service sees only it), the
+containment floor, and the service settings the capsule's lifecycle implies. `mur deploy`,
+`mur image build` and `mur export k8s` take the one `ShippedCapsule` it makes; its `digest` is what
+deploy records and image labels carry, so a prebuilt image is matched against a manifest.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from mur.deploy.env import resolve_env
-from mur.deploy.steps import ArtifactRef, FileRef
 from mur.errors import MurError
 from mur.resolve.capsule import ResolvedCapsule, resolve_capsule
-from mur.resolve.files import file_ref, walk_files
+from mur.resolve.env import resolve_env
+from mur.resolve.files import FileRef, file_ref, walk_files
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """A store artifact as the target's global store holds it."""
+
+    name: str
+    version: str
+    files: tuple[FileRef, ...]  # zip (+ .sha256, .meta.json), rel = file name
+    zip_name: str
+    sha256: str
+
+
+class CapsuleContent(Protocol):
+    manifest: FileRef
+    files: tuple[FileRef, ...]
+    artifacts: tuple[ArtifactRef, ...]
+
+
+def digest_of(obj: Any) -> str:
+    """sha256 of canonical JSON: the digests deploy and images compare."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def capsule_digest(content: CapsuleContent) -> str:
+    """What the capsule is: manifest, referenced files, artifacts (a ShippedCapsule or a release's inputs).
+
+    The same value `mur image build` labels an image with (dev.mur.capsule.digest), so a prebuilt
+    image can be matched against a manifest."""
+    return digest_of({
+        "manifest": content.manifest.sha256,
+        "files": sorted((f.rel, f.sha256) for f in content.files),
+        "artifacts": sorted((a.name, a.version, a.sha256) for a in content.artifacts),
+    })
+
 
 GiB = 1 << 30
 ENV_HINT = ("the service sees only the deployment's environment: pass --env {var}=... (or put it in --env-file "
@@ -25,7 +63,10 @@ ENV_HINT = ("the service sees only the deployment's environment: pass --env {var
 
 
 @dataclass(frozen=True)
-class DeployCapsule:
+class ShippedCapsule:
+    """The resolved capsule as it ships: what deploy uploads, `mur image build` layers and `mur export k8s`
+    describes (made by `ship`, one function for the three)."""
+
     resolved: ResolvedCapsule
     manifest: FileRef
     files: tuple[FileRef, ...] = ()
@@ -98,8 +139,6 @@ class DeployCapsule:
     @property
     def digest(self) -> str:
         """The capsule digest (manifest, files, artifacts): deploy's records and image labels share it."""
-        from mur.deploy.plan import capsule_digest
-
         return capsule_digest(self)
 
     @property
@@ -142,8 +181,8 @@ def _artifact_ref(art: Any) -> ArtifactRef:
     return ArtifactRef(art.name, str(art.decl.version), art.files, str(zip_ref.rel), str(art.sha256))
 
 
-def gather(manifest: Path, *, workdir: Path | None = None, env_args: list[str] | None = None,
-           env_file: Path | None = None, containment: str | None = None, keep_lifecycle: bool = False) -> DeployCapsule:
+def ship(manifest: Path, *, workdir: Path | None = None, env_args: list[str] | None = None,
+         env_file: Path | None = None, containment: str | None = None, keep_lifecycle: bool = False) -> ShippedCapsule:
     """Read and hash everything the release needs; raises before any target is contacted."""
     from mur.manifest.config import load_config
     from mur.manifest.containment import effective_floor
@@ -167,7 +206,7 @@ def gather(manifest: Path, *, workdir: Path | None = None, env_args: list[str] |
         seed = tuple(walk_files(workdir, "")) if workdir else ()
     except OSError as exc:
         raise MurError("E-IO-001", f"cannot read the workdir seed {workdir}: {exc.strerror or exc}") from exc
-    return DeployCapsule(
+    return ShippedCapsule(
         resolved=resolved, manifest=file_ref(manifest.resolve(), "murmur.yaml", "murmur.yaml"),
         files=tuple(files.values()), workdir=seed, artifacts=tuple(arts.values()),
         env=env, env_origin=origin, floor=floor.declared, floor_source=floor.source, keep_lifecycle=keep_lifecycle,
