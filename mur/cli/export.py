@@ -30,32 +30,32 @@ def _human(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def k8s(
+    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest."),
+    image: str = typer.Option(..., "--image", help="The capsule's image, pushed (mur image build + push): "
+                              "NAME[:TAG] or NAME@sha256:DIGEST; the manifests name it by digest."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory (default ./<name>-k8s)."),
+    namespace: Optional[str] = typer.Option(None, "--namespace", "-n", help="Namespace of every object (default: kubectl's)."),
+    token_file: Optional[Path] = typer.Option(None, "--token-file", help="The A2A bearer token (mode 0600); default: generated into DIR/a2a-token."),
+    seccomp: str = typer.Option("localhost", "--seccomp", help="localhost (the shipped mur-landlock.json, copied to every node) or runtime-default."),
+    sandbox: bool = typer.Option(False, "--sandbox", help="A kubernetes-sigs/agent-sandbox Sandbox instead of a Deployment."),
+    env: List[str] = typer.Option([], "--env", help="KEY=VALUE for the Secret (repeatable)."),
+    env_file: Optional[Path] = typer.Option(None, "--env-file", help="KEY=VALUE file (default: .env next to the manifest)."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
+) -> None:
+    """Write a Deployment (or StatefulSet / Sandbox), Service, NetworkPolicy, Secrets and seccomp profile."""
+    from mur.resolve.shipped import ship
+    from mur.export import export_k8s
+    from mur.export.k8s import dns_label
+
+    inputs = ship(manifest, env_args=list(env), env_file=env_file)
+    out = output or Path.cwd() / f"{dns_label(inputs.name)}-k8s"
+    result = export_k8s(inputs, image, out, sandbox=sandbox, namespace=namespace, seccomp=seccomp,
+                        token_file=token_file)
+    emit(result.to_json(), json_out, _human)
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Export a capsule for an orchestrator (Kubernetes).", no_args_is_help=True)
-
-    @group.command("k8s")
-    def k8s(
-        manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest."),
-        image: str = typer.Option(..., "--image", help="The capsule's image, pushed (mur image build + push): "
-                                  "NAME[:TAG] or NAME@sha256:DIGEST; the manifests name it by digest."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory (default ./<name>-k8s)."),
-        namespace: Optional[str] = typer.Option(None, "--namespace", "-n", help="Namespace of every object (default: kubectl's)."),
-        token_file: Optional[Path] = typer.Option(None, "--token-file", help="The A2A bearer token (mode 0600); default: generated into DIR/a2a-token."),
-        seccomp: str = typer.Option("localhost", "--seccomp", help="localhost (the shipped mur-landlock.json, copied to every node) or runtime-default."),
-        sandbox: bool = typer.Option(False, "--sandbox", help="A kubernetes-sigs/agent-sandbox Sandbox instead of a Deployment."),
-        env: List[str] = typer.Option([], "--env", help="KEY=VALUE for the Secret (repeatable)."),
-        env_file: Optional[Path] = typer.Option(None, "--env-file", help="KEY=VALUE file (default: .env next to the manifest)."),
-        json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
-    ) -> None:
-        """Write a Deployment (or StatefulSet / Sandbox), Service, NetworkPolicy, Secrets and seccomp profile."""
-        from mur.resolve.shipped import ship
-        from mur.export import export_k8s
-        from mur.export.k8s import dns_label
-
-        inputs = ship(manifest, env_args=list(env), env_file=env_file)
-        out = output or Path.cwd() / f"{dns_label(inputs.name)}-k8s"
-        result = export_k8s(inputs, image, out, sandbox=sandbox, namespace=namespace, seccomp=seccomp,
-                            token_file=token_file)
-        emit(result.to_json(), json_out, _human)
-
+    group.command("k8s")(k8s)
     app.add_typer(group, name="export")

@@ -68,46 +68,46 @@ def _human(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def prepare(
+    host: str = typer.Option(..., "--host", help="The host to prepare (IP or hostname)."),
+    ssh_user: str = typer.Option("root", "--ssh-user", help="Who connects: root, or a user with passwordless sudo."),
+    ssh_port: int = typer.Option(22, "--ssh-port", help="SSH port."),
+    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key (default: agent, ~/.ssh/id_*)."),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
+    trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Record an unknown host key (trust on first use)."),
+    deploy_user: str = typer.Option("mur", "--deploy-user", help="The non-root user mur deploy will log in as."),
+    authorized_key: List[str] = typer.Option([], "--authorized-key",
+                                             help="Public key (file or line) for the deploy user; default: --ssh-key's .pub."),
+    kernel: str = typer.Option("keep", "--kernel", help="keep | 6.1 | 6.12 (Landlock ABI 2 / 6)."),
+    manifest: Optional[Path] = typer.Option(None, "--manifest", "-m",
+                                            help="Capsule to run the final preflight for (default: a shell-tool capsule)."),
+    no_preflight: bool = typer.Option(False, "--no-preflight", help="Skip the final deploy preflight."),
+    reboot_timeout: float = typer.Option(600.0, "--reboot-timeout", help="Seconds to wait for the host after a reboot."),
+    check: bool = typer.Option(False, "--check", help="Only show what would change (exit 3 when something would)."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
+) -> None:
+    """Plan, apply (idempotent), reboot if a kernel change needs it, then run the deploy preflight."""
+    from mur.provision.prepare import PrepareRequest, prepare as run
+    from mur.provision.remote import SSHCoords
+    from mur.provision.userdata import KERNELS, UserDataInputs
+
+    if kernel not in KERNELS:
+        raise typer.BadParameter(f"'{kernel}' is not one of: {', '.join(KERNELS)}", param_hint="--kernel")
+    coords = SSHCoords(host, ssh_user, ssh_port, str(ssh_key.expanduser().resolve()) if ssh_key else None,
+                       str(known_hosts.expanduser().resolve()) if known_hosts else None)
+    inputs = UserDataInputs(ssh_authorized_keys=_public_keys(authorized_key, ssh_key), deploy_user=deploy_user,
+                            kernel=kernel)
+    req = PrepareRequest(coords, inputs, check_only=check, trust_new_host=trust_new_host,
+                         manifest=manifest.resolve() if manifest else None, reboot_timeout=reboot_timeout,
+                         preflight=not (no_preflight or check))
+    result = run(req, reporter())
+    emit(result.to_dict(), json_out, _human)
+    if check and result.plan.changes:
+        raise typer.Exit(3)
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Prepare hosts for mur deploy (deploy user, sudoers, cgroup delegation, kernel).",
                         no_args_is_help=True)
-
-    @group.command("prepare")
-    def prepare(
-        host: str = typer.Option(..., "--host", help="The host to prepare (IP or hostname)."),
-        ssh_user: str = typer.Option("root", "--ssh-user", help="Who connects: root, or a user with passwordless sudo."),
-        ssh_port: int = typer.Option(22, "--ssh-port", help="SSH port."),
-        ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key (default: agent, ~/.ssh/id_*)."),
-        known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
-        trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Record an unknown host key (trust on first use)."),
-        deploy_user: str = typer.Option("mur", "--deploy-user", help="The non-root user mur deploy will log in as."),
-        authorized_key: List[str] = typer.Option([], "--authorized-key",
-                                                 help="Public key (file or line) for the deploy user; default: --ssh-key's .pub."),
-        kernel: str = typer.Option("keep", "--kernel", help="keep | 6.1 | 6.12 (Landlock ABI 2 / 6)."),
-        manifest: Optional[Path] = typer.Option(None, "--manifest", "-m",
-                                                help="Capsule to run the final preflight for (default: a shell-tool capsule)."),
-        no_preflight: bool = typer.Option(False, "--no-preflight", help="Skip the final deploy preflight."),
-        reboot_timeout: float = typer.Option(600.0, "--reboot-timeout", help="Seconds to wait for the host after a reboot."),
-        check: bool = typer.Option(False, "--check", help="Only show what would change (exit 3 when something would)."),
-        json_out: bool = typer.Option(False, "--json", help="One JSON line on stdout."),
-    ) -> None:
-        """Plan, apply (idempotent), reboot if a kernel change needs it, then run the deploy preflight."""
-        from mur.provision.prepare import PrepareRequest, prepare as run
-        from mur.provision.remote import SSHCoords
-        from mur.provision.userdata import KERNELS, UserDataInputs
-
-        if kernel not in KERNELS:
-            raise typer.BadParameter(f"'{kernel}' is not one of: {', '.join(KERNELS)}", param_hint="--kernel")
-        coords = SSHCoords(host, ssh_user, ssh_port, str(ssh_key.expanduser().resolve()) if ssh_key else None,
-                           str(known_hosts.expanduser().resolve()) if known_hosts else None)
-        inputs = UserDataInputs(ssh_authorized_keys=_public_keys(authorized_key, ssh_key), deploy_user=deploy_user,
-                                kernel=kernel)
-        req = PrepareRequest(coords, inputs, check_only=check, trust_new_host=trust_new_host,
-                             manifest=manifest.resolve() if manifest else None, reboot_timeout=reboot_timeout,
-                             preflight=not (no_preflight or check))
-        result = run(req, reporter())
-        emit(result.to_dict(), json_out, _human)
-        if check and result.plan.changes:
-            raise typer.Exit(3)
-
+    group.command("prepare")(prepare)
     app.add_typer(group, name="host")
