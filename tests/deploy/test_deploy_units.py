@@ -117,6 +117,9 @@ def test_upstream_aliases_ps_and_destroy(tmp_path):
     assert r.returncode == 0 and r.stdout.splitlines()[0].startswith("DEPLOYMENT_ID") and DEP in r.stdout
     r = mur("destroy", "dep_nope", home=tmp_path)
     assert r.returncode == 1 and r.stderr.startswith("error[E-DEPLOY-008]: no deployment found with id 'dep_nope'")
+    r = mur("destroy", DEP, "--json", home=tmp_path)  # the alias is `mur deploy destroy ID`, --json included
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"deployment_id": DEP, "status": "destroyed", "provider": "local", "target": "local"}
 
 
 def test_rollback_without_history_is_deploy_011(tmp_path):
