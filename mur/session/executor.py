@@ -36,8 +36,13 @@ class TaskExecutor:
     def __init__(
         self, checked: CheckedRun, session_id: str, wd: Workdir, tools: SessionTools, trace: TraceWriter,
         capsule_url: str, hooks: HookSet | None = None, reporter: SessionReporter | None = None,
+        process_cwd: Path | None = None,
     ):
         self.checked = checked
+        # where the claude CLI (transport: process) starts: it runs on the host, outside a session
+        # root, so it takes the host's workdir (a /proc/<pid>/root path is no cwd it can keep); it runs
+        # with no tools of its own (--tools ""), so it never reads or writes the tools' tree
+        self.process_cwd = process_cwd or wd.accessible
         self.hooks = hooks
         self.reporter = reporter  # a SessionReporter: provider retries show on a terminal
         self.session_id = session_id
@@ -211,7 +216,7 @@ class TaskExecutor:
                 max_turns=inf.max_turns,
                 system_prompt=build_process_system_prompt(checked.prompts.system),
                 workdir=self.wd.session,
-                cwd=self.wd.accessible,
+                cwd=self.process_cwd,
                 env=_process_env(),
                 trace=self.trace.write,
                 should_stop=getattr(context, "stop_reason", None),

@@ -188,7 +188,7 @@ class Session:
             self.hooks.on_stage(checked.capsule.capabilities.shell_allow)
             self.trace.listeners.append(self.hooks.on_event)
         self.tasks = TaskExecutor(checked, self.id, wd, tools, self.trace, self.url, hooks=self.hooks,
-                                  reporter=self.reporter)
+                                  reporter=self.reporter, process_cwd=self.wd.accessible)
         if checked.prompts.bound_skill is not None:
             tools.hidden.add(checked.prompts.bound_skill)  # the prompt itself: not separately callable
         murmur_md.write(wd, facts.inventory(checked, self.id, self.url, tools, self.hooks))
