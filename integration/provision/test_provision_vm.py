@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_support import FORK_40, READ_OUTSIDE, a2a_send, mur, mur_json, shell_task
+from deploy_support import FORK_40, READ_OUTSIDE, a2a_send, mur, mur_json, refused_outside, shell_task
 from vm_suite import expected_failures, record, run_escape_suite
 from vmboot import DEPLOY_USER
 
@@ -75,7 +75,7 @@ def _shell_deploy_answers(machine, home, shell_capsule, user: str) -> dict:
     forks, outside = json.loads(_tunnel_send(machine, home, res["service_port"], shell_task(FORK_40, READ_OUTSIDE),
                                              user, Path(res["token_file"]).read_text().strip()))
     assert "cgroup_pids_max" in forks["summary"] and "Cannot fork" in forks["data"], forks
-    assert "Permission denied" in outside["data"] and "read-ok" not in outside["data"], outside
+    assert refused_outside(outside["data"]), outside
     mur("deploy", "destroy", res["deployment_id"], home=home, timeout=600)
     return report
 
