@@ -132,6 +132,7 @@ def test_symlinks_are_never_followed(world, tmp_path):
 def test_both_tiers_entries_are_current_and_unused_kept_sources_go(home, cli, tmp_path, monkeypatch):
     from mur.wasm.engine import FAST
 
+    monkeypatch.delenv("MUR_CACHE_DIR", raising=False)  # (integration/deploy's conftest sets it when collected too)
     monkeypatch.chdir(tmp_path)
     wasm = home / ".murmur" / "cache" / "wasm"
     fast = f"{'a' * 64}.{engine_fingerprint(FAST)}.cwasm"
