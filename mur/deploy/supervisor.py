@@ -237,11 +237,31 @@ class Supervisor:
         if res.returncode != 0:
             self.log(f"prestart exited {res.returncode}: {(res.stderr or res.stdout).decode(errors='replace')[-300:]}")
 
+    def _exclusive(self) -> bool:
+        """One supervisor per deployment, whatever starts them: an flock on run/supervisor.lock held
+        for this process's life (the kernel drops it with the process). A start whose link was cut
+        before the supervisor wrote its pid file is invisible to the next stop, and a second start
+        then found no pid file: two supervisors fought over one port. The later one now leaves at
+        once, before it touches the pid file, the state or the first one's service."""
+        import fcntl
+
+        fd = os.open(self.run_dir / "supervisor.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            self.log("another supervisor of this deployment runs (run/supervisor.lock): this one exits")
+            return False
+        self._lock_fd = fd  # kept open (not inherited: O_CLOEXEC) until the process ends
+        return True
+
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         signal.signal(signal.SIGHUP, lambda *_: self._terminate_child())
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self._exclusive():
+            return 0
         self._reap_previous()
         procid.write_pidfile(self.run_dir / "supervisor.pid", os.getpid())
         user = _service_user(self.spec)

@@ -227,6 +227,23 @@ def test_a_supervisor_killed_with_sigkill_is_replaced_and_its_service_reaped(dep
     stop(lay)
 
 
+def test_a_second_supervisor_of_one_deployment_leaves_at_once(deployment):
+    """A start the next stop could not see (its link cut before the supervisor wrote its pid file)
+    and a later start: the second supervisor exits without touching the first one or its service."""
+    d = deployment()
+    lay = d["lay"]
+    start(lay)
+    wait_for(lambda: state(lay).ready)
+    sup, kid = procid.recorded_pid(lay.supervisor_pid), child_pid(lay)
+    second = subprocess.run([sys.executable, "-m", "mur", "supervise", "run", "--spec", f"{lay.current}/service.json"],
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0, second.stderr
+    assert "another supervisor of this deployment runs" in Path(lay.log_file).read_text()
+    assert procid.recorded_pid(lay.supervisor_pid) == sup and child_pid(lay) == kid and alive(kid)
+    assert state(lay).ready and len(launches(d["log"])) == 1
+    stop(lay)
+
+
 def test_a_crashing_service_backs_off(deployment):
     d = deployment("crash")
     lay = d["lay"]
