@@ -54,7 +54,7 @@ PRELOAD = (
     "mur.sandbox.scope", "mur.sandbox.probe", "mur.sandbox.shell", "mur.a2a.lifecycle", "mur.a2a.listen",
     "mur.a2a.server", "mur.a2a.guard", "mur.wasm.host", "mur.wasm.engine", "mur.wasm.linker", "mur.wasm.callcontext",
     "mur.wasm.compile", "mur.wasm.cachekey", "mur.wasm.tierup", "mur.inference.driver", "mur.inference.loop", "mur.hooks.launch",
-    "wasmtime", "wasmtime.component", "dotenv", "yaml",
+    "mur.resolve.env", "wasmtime", "wasmtime.component", "yaml",
 )
 
 
