@@ -68,9 +68,12 @@ def test_rolling_under_traffic_gate_stop_preflight_and_views(three_vms, home, ru
                for n in ("web-1", "web-2")}
     args = ["--env", "RELEASE=2", "--batch", "2"]
     rolling = operator(cap, home, *args)
+    # the holder file stays after a release (it names who last held the lock): wait for this operator's pid
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and vms[0].sh("ls /root/.murmur/locks/fleet-hello.holder")[0] != 0:
+    while time.monotonic() < deadline and f'"pid": {rolling.pid},' not in vms[0].sh(
+            "cat /root/.murmur/locks/fleet-hello.holder")[1]:
         time.sleep(0.2)
+    assert rolling.poll() is None, rolling.communicate()
     other = tmp_path / "other-home"
     other.mkdir()
     b = operator(cap, other, *args).communicate(timeout=300)
