@@ -82,3 +82,31 @@ def test_scripts_build_examples_is_idempotent(hello):
     assert "up to date: examples/hello/capsule.wasm" in second
     assert "up to date: examples/hello/greet/greet.wasm" in second
     assert "built:" not in second
+
+
+# What a plain `mur run -t` of a capsule without inference must never import (issue 31: start-up is
+# mostly imports): the A2A server stack, the model stack, deploy, the remote and Docker SDKs, OTel's
+# exporter, syntax highlighting.
+NOT_FOR_A_PLAIN_RUN = ("starlette", "uvicorn", "h11", "sse_starlette", "httpx", "paramiko", "docker",
+                       "pygments", "opentelemetry", "mur.inference", "mur.a2a.server", "mur.deploy", "mur.fleet",
+                       "mur.image", "mur.export")
+
+_LOADED_AT_EXIT = (
+    "import atexit, json, sys\n"
+    "atexit.register(lambda: print('LOADED=' + json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+    "sys.argv = ['mur', 'run', '-t', 'Ada']\n"
+    "from mur.cli.main import main\n"
+    "main()\n"
+)
+
+
+def test_a_plain_run_loads_only_what_its_path_needs(hello, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MUR_", "OTEL_"))}
+    proc = subprocess.run([sys.executable, "-c", _LOADED_AT_EXIT], cwd=HELLO, capture_output=True, text=True,
+                          env={**env, "HOME": str(home)}, timeout=600)
+    assert proc.returncode == 0 and proc.stdout == "Hello, Ada!\n", proc.stderr
+    loaded = json.loads(proc.stderr.rsplit("LOADED=", 1)[1])
+    assert "mur.session.runner" in loaded and "wasmtime" in loaded  # it did run a session
+    assert [m for m in loaded if m.startswith(NOT_FOR_A_PLAIN_RUN)] == []
