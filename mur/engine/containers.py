@@ -76,6 +76,11 @@ class ContainerOps(Connection):
             tags = self.call(container_error, f"inspect the image of {name}", lambda: tuple(c.image.tags))
         except MurError:  # the image may be gone (removed under a stopped container)
             tags = ()
+        # the name it was created from comes first: a reproducible build gives other deployments' (or an
+        # image build's) tags to the same image, and "the release it runs" must not read one of those
+        created = str((attrs.get("Config") or {}).get("Image") or "")
+        if created in tags:
+            tags = (created, *(t for t in tags if t != created))
         state = attrs.get("State") or {}
         return ContainerInfo(name, c.status, dict(c.labels or {}), tags, int(attrs.get("RestartCount") or 0),
                              str((host.get("RestartPolicy") or {}).get("Name") or ""),

@@ -43,3 +43,19 @@ def test_push_reports_the_manifest_digest():
     notes = []
     assert engine.push("127.0.0.1:5000/x", "0.1", notes.append) == digest
     assert notes == [f"0.1: digest: {digest} size: 1"]  # per-layer progress is not repeated
+
+
+def test_a_container_names_first_the_image_it_was_created_from():
+    """A reproducible build gives one image several repositories' tags (another deployment's, an image
+    build's): what a container runs is the name it was created from, whichever tag the engine lists first."""
+    from types import SimpleNamespace
+
+    from mur.engine.docker import DockerEngine
+
+    own = "mur-capsule-0123456789ab:feedfacefeedface"
+    container = SimpleNamespace(status="running", labels={}, image=SimpleNamespace(tags=["hello:0.1.0", own]),
+                                attrs={"Config": {"Image": own}, "State": {}, "HostConfig": {}})
+    client = SimpleNamespace(containers=SimpleNamespace(get=lambda name: container))
+    assert DockerEngine(client).container("mur-x").image_tags == (own, "hello:0.1.0")
+    container.attrs["Config"]["Image"] = "sha256:" + "a" * 64  # created by id: the engine's order stands
+    assert DockerEngine(client).container("mur-x").image_tags == ("hello:0.1.0", own)
