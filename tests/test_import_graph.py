@@ -122,6 +122,14 @@ def test_images_and_exports_take_the_shipped_capsule_not_deploy():
     assert "mur.resolve" in graph["mur.image"] and "mur.resolve" in graph["mur.export"]
 
 
+def test_the_docker_engine_sits_below_image_export_and_deploy():
+    """mur.engine (the one docker SDK adapter) is used by mur.image, mur.export and mur.deploy and
+    imports none of them: each side's error codes are chosen inside it, from one classification."""
+    graph = package_graph()
+    assert graph["mur.engine"] <= {"mur.errors"}
+    assert all("mur.engine" in graph[p] for p in ("mur.image", "mur.export", "mur.deploy"))
+
+
 def test_no_product_module_imports_mur_testing():
     offenders = []
     for path in sorted(MUR.rglob("*.py")):

@@ -37,10 +37,10 @@ def pin_image(given: str, cap: Any, engine: Any = None) -> PinnedImage:
     if at and not (digest.startswith("sha256:") and len(digest) == 71):
         raise _refused(f"--image: {given!r} has a digest that is not sha256:<64 hex digits>")
     if engine is None:
-        from mur.image.engine import Engine
+        from mur.engine.docker import DockerEngine
 
         try:
-            engine = Engine()
+            engine = DockerEngine.for_images()
         except MurError as exc:
             raise _refused(f"cannot check the image {given}: {exc.message}",
                            "export reads the image's labels and registry digest from the Docker engine "

@@ -25,7 +25,8 @@ from mur import __version__
 from mur.errors import MurError
 import mur.image.spec as S
 from mur.image.archive import Blob, read_saved, write_archive
-from mur.image.engine import BaseImage, Engine
+from mur.engine.docker import DockerEngine
+from mur.engine.images import BaseImage
 from mur.image.layer import Layer, extract_runtime
 from mur.image.reference import parse_ref
 from mur.image.types import QUIET, ImageRef, Reporter
@@ -77,11 +78,12 @@ class BuildOptions:
 
 
 def build_image(inputs: ShippedCapsule, tag: str, reporter: Reporter = QUIET, options: BuildOptions | None = None,
-                engine: Engine | None = None) -> BuildResult:
+                engine: DockerEngine | None = None) -> BuildResult:
     """Build (or find) the image of a shipped capsule (mur.resolve.shipped.ship) and tag it."""
     opts = options or BuildOptions()
-    tag = str(parse_ref(tag))
-    engine = engine or Engine()
+    ref = parse_ref(tag)
+    tag = str(ref)
+    engine = engine or DockerEngine.for_images()
     notes: list[str] = []
     with reporter.step(f"base image {opts.base_image}"):
         base = engine.base(opts.base_image)
@@ -119,10 +121,10 @@ def build_image(inputs: ShippedCapsule, tag: str, reporter: Reporter = QUIET, op
             if opts.verify and not unchanged:
                 with reporter.step("runtime check inside the image"):
                     _verify(engine, image_id, runtime.version, opts.user)
-            engine.tag(image_id, tag)
+            engine.tag(image_id, ref.repository, ref.tag)
         except BaseException:
             if not unchanged:  # an image that failed its check (or was interrupted) is not left behind
-                engine.remove(image_id)
+                engine.remove_image(image_id)
             raise
         return BuildResult(
             image=ImageRef(tag, image_id), unchanged=unchanged, labels=spec.labels(), layer_diff_id=diff_id,
@@ -234,7 +236,7 @@ def _add_capsule(layer: Layer, inputs: ShippedCapsule, lock: bytes, compiled: li
     layer.symlink(f"{cap}/workdir", S.SESSIONS_DIR)  # the session records: on the volume, beside the tools' workdir
 
 
-def _load(engine: Engine, config: bytes, base: BaseImage, layer_path: Path, diff_id: str, mtime: int,
+def _load(engine: DockerEngine, config: bytes, base: BaseImage, layer_path: Path, diff_id: str, mtime: int,
           scratch: Path, full: bool, reporter: Reporter) -> None:
     """Hand the image to the engine untagged (it is tagged once it has passed the runtime check)."""
     mine = Blob(diff_id, layer_path.stat().st_size, path=layer_path)
@@ -256,7 +258,8 @@ def _load(engine: Engine, config: bytes, base: BaseImage, layer_path: Path, diff
         saved.close()
 
 
-def _load_archive(engine: Engine, config: bytes, layers: list[Blob], mtime: int, scratch: Path, lean: bool) -> None:
+def _load_archive(engine: DockerEngine, config: bytes, layers: list[Blob], mtime: int, scratch: Path,
+                  lean: bool) -> None:
     path = scratch / ("lean.tar" if lean else "full.tar")
     with open(path, "wb") as fh:
         write_archive(fh, config, layers, [], mtime=mtime, lean=lean)
@@ -267,7 +270,7 @@ def _load_archive(engine: Engine, config: bytes, layers: list[Blob], mtime: int,
         path.unlink(missing_ok=True)
 
 
-def _verify(engine: Engine, image_id: str, version: str, user: tuple[int, int]) -> None:
+def _verify(engine: DockerEngine, image_id: str, version: str, user: tuple[int, int]) -> None:
     status, out = engine.run(image_id, ["--version"], entrypoint=["/usr/local/bin/mur"], network_mode="none",
                              read_only=True, user=f"{user[0]}:{user[1]}")
     if status != 0 or version not in out:

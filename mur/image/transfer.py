@@ -13,7 +13,7 @@ from typing import Any
 
 from mur.errors import MurError
 from mur.image.archive import read_saved, write_archive
-from mur.image.engine import Engine
+from mur.engine.docker import DockerEngine
 from mur.image.reference import parse_ref
 from mur.image.types import QUIET, ImageRef, Reporter
 
@@ -30,7 +30,7 @@ class SavedArchive:
                 "manifest_digest": self.manifest_digest, "size": self.size}
 
 
-def _present(engine: Engine, tag: str) -> dict[str, Any]:
+def _present(engine: DockerEngine, tag: str) -> dict[str, Any]:
     attrs = engine.inspect(tag)
     if attrs is None:
         raise MurError("E-IMG-003", f"image {tag} is not in the engine",
@@ -38,10 +38,11 @@ def _present(engine: Engine, tag: str) -> dict[str, Any]:
     return attrs
 
 
-def save_image(tag: str, out: Path, reporter: Reporter = QUIET, engine: Engine | None = None) -> SavedArchive:
+def save_image(tag: str, out: Path, reporter: Reporter = QUIET,
+               engine: DockerEngine | None = None) -> SavedArchive:
     """Write the image as one OCI archive (also `docker load`-able), atomically."""
     ref = parse_ref(tag)
-    engine = engine or Engine()
+    engine = engine or DockerEngine.for_images()
     attrs = _present(engine, tag)
     out = Path(out)
     if out.is_dir():
@@ -73,7 +74,7 @@ def save_image(tag: str, out: Path, reporter: Reporter = QUIET, engine: Engine |
     return SavedArchive(out, ImageRef(str(ref), attrs["Id"]), digest, out.stat().st_size)
 
 
-def load_image(path: Path, reporter: Reporter = QUIET, engine: Engine | None = None) -> ImageRef:
+def load_image(path: Path, reporter: Reporter = QUIET, engine: DockerEngine | None = None) -> ImageRef:
     """`docker load` an archive after checking it (one image, layers matching their digests)."""
     path = Path(path)
     if not path.is_file():
@@ -83,7 +84,7 @@ def load_image(path: Path, reporter: Reporter = QUIET, engine: Engine | None = N
         image_id, tags = saved.image_id, saved.tags
     finally:
         saved.close()
-    engine = engine or Engine()
+    engine = engine or DockerEngine.for_images()
     with reporter.step(f"load {path.name} into the engine"), open(path, "rb") as fh:
         engine.load(fh)
     if engine.inspect(image_id) is None:
@@ -91,26 +92,26 @@ def load_image(path: Path, reporter: Reporter = QUIET, engine: Engine | None = N
     return ImageRef(tags[0] if tags else image_id, image_id)
 
 
-def push_image(tag: str, reporter: Reporter = QUIET, engine: Engine | None = None) -> ImageRef:
+def push_image(tag: str, reporter: Reporter = QUIET, engine: DockerEngine | None = None) -> ImageRef:
     """Push to the registry the tag names; the result carries the manifest digest the registry stored."""
     ref = parse_ref(tag)
     if not ref.registry:
         raise MurError("E-IMG-004", f"{tag} names no registry, so Docker would push it to Docker Hub",
                        f"tag it for your registry first, e.g. mur image build -t 127.0.0.1:5000/{ref.repository}:{ref.tag}")
-    engine = engine or Engine()
+    engine = engine or DockerEngine.for_images()
     attrs = _present(engine, tag)
     with reporter.step(f"push {ref} to {ref.registry}"):
-        digest = engine.push(str(ref), reporter.note)
+        digest = engine.push(ref.repository, ref.tag, reporter.note)
     if not digest:
         raise MurError("E-IMG-002", f"the registry at {ref.registry} did not report a digest for {ref}")
     return ImageRef(str(ref), attrs["Id"], (f"{ref.repository}@{digest}",))
 
 
-def pull_image(tag: str, reporter: Reporter = QUIET, engine: Engine | None = None) -> ImageRef:
+def pull_image(tag: str, reporter: Reporter = QUIET, engine: DockerEngine | None = None) -> ImageRef:
     """Pull from the registry the tag names; the result carries the image ID and its registry digests."""
     ref = parse_ref(tag)
-    engine = engine or Engine()
+    engine = engine or DockerEngine.for_images()
     with reporter.step(f"pull {ref}"):
-        engine.pull(str(ref), reporter.note)
+        engine.pull(ref.repository, ref.tag, reporter.note)
     attrs = _present(engine, str(ref))
     return ImageRef(str(ref), attrs["Id"], tuple(attrs.get("RepoDigests") or ()))

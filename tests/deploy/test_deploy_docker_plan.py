@@ -14,7 +14,8 @@ from mur import __version__
 from mur.deploy.providers.docker import ImageFacts, container_plan, image_user, label_mismatch, limits
 from mur.deploy.request import DeployRequest
 from mur.deploy.targets import TargetSpec
-from mur.deploy.targets.docker import Secret, _secrets_tar, container_options
+from mur.deploy.targets.docker import container_options
+from mur.engine.containers import Secret, _secrets_tar
 from mur.errors import MurError
 
 IMAGE = ImageFacts("mur-capsule-0123456789ab:feed", "sha256:" + "ab" * 32, 10001, 10001,

@@ -1,131 +1,22 @@
-"""Foreign errors are translated once, at their adapter, and the mapping is total: every docker SDK
-and transport error from every engine operation is E-DEPLOY-010, every paramiko/socket error from
-every SSH primitive is E-DEPLOY-003 (never E-INTERNAL); no SDK is used outside its adapter; and
-mur/deploy has no import cycle."""
+"""Foreign errors are translated once, at their adapter, and the mapping is total: every paramiko/socket
+error from every SSH primitive is E-DEPLOY-003 (never E-INTERNAL; the docker SDK's mapping, E-DEPLOY-010
+for container operations, is tests/engine/test_engine_errors.py's); no SDK is used outside its adapter;
+and mur/deploy has no import cycle."""
 
 from __future__ import annotations
 
 import ast
-import inspect
 import re
 import socket
 from pathlib import Path
 
 import pytest
+from error_classes import instances
 
 from mur.errors import MurError
 
-DEPLOY = Path(__file__).resolve().parents[2] / "mur" / "deploy"
-
-
-def instances(module, base=Exception) -> list[BaseException]:
-    """One instance of every exception class a module defines (dummy constructor arguments)."""
-    out = []
-    for _name, cls in inspect.getmembers(module, inspect.isclass):
-        if not issubclass(cls, base) or cls.__module__ != module.__name__:
-            continue
-        params = [p for p in inspect.signature(cls.__init__).parameters.values()
-                  if p.name != "self" and p.default is p.empty and p.kind == p.POSITIONAL_OR_KEYWORD]
-        try:
-            out.append(cls(*["x"] * len(params)))
-        except Exception:  # noqa: BLE001 - some want typed arguments
-            out.append(cls.__new__(cls))
-    return out
-
-
-class Raiser:
-    """Every attribute is another Raiser; calling one raises `exc` (an SDK whose calls all fail)."""
-
-    def __init__(self, exc: BaseException, found: bool = False):
-        self.exc, self.found = exc, found
-
-    def __getattr__(self, name):
-        if self.found and name == "containers":
-            return _Found(self.exc)
-        return Raiser(self.exc)
-
-    def __call__(self, *a, **k):
-        raise self.exc
-
-    def __iter__(self):  # a lazy SDK property (container.image.tags) fails when read
-        raise self.exc
-
-
-class _Found:
-    """containers.get finds a container whose every operation fails."""
-
-    def __init__(self, exc):
-        self.exc = exc
-
-    def get(self, name):
-        c = Raiser(self.exc)
-        c.__dict__.update(status="running", labels={}, attrs={})
-        return c
-
-    def __getattr__(self, name):
-        return Raiser(self.exc)
-
-
-def docker_errors() -> list[BaseException]:
-    import docker.errors
-    import requests.exceptions
-
-    return [*instances(docker.errors), requests.exceptions.ConnectionError("refused"),
-            requests.exceptions.ReadTimeout("slow"), OSError(2, "gone")]
-
-
-def engine_calls(tmp_path):
-    from mur.deploy.targets.docker import Secret
-
-    ctx = tmp_path / "ctx"
-    ctx.mkdir(exist_ok=True)
-    return {
-        "info": lambda e: e.info(), "run_once": lambda e: e.run_once("i", ["true"], {}),
-        "container": lambda e: e.container("c"),
-        "create": lambda e: e.create("i", "c", {}, {}, {}, {"/a/b": Secret(b"x", 10001, 10001)}),
-        "start": lambda e: e.start("c"),
-        "stop": lambda e: e.stop("c"), "remove": lambda e: e.remove("c"), "rename": lambda e: e.rename("c", "d"),
-        "exec": lambda e: e.exec("c", ["true"]), "stdout_since": lambda e: e.stdout_since("c", 0),
-        "put_file": lambda e: e.put_file("c", "/a/b", b"x", 0o600), "images": lambda e: e.images("r"),
-        "untag": lambda e: e.untag("r"), "logs": lambda e: e.logs("c"), "labelled": lambda e: e.labelled("l"),
-    }
-
-
-def test_every_engine_operation_translates_every_docker_error(tmp_path):
-    from docker.errors import ImageNotFound, NotFound
-
-    from mur.deploy.targets.docker import DockerEngine
-
-    public = {n for n, v in inspect.getmembers(DockerEngine, inspect.isfunction) if not n.startswith("_")}
-    calls = engine_calls(tmp_path)
-    assert public == set(calls), "a new engine operation needs a line here"
-    for exc in docker_errors():
-        for found in (False, True):
-            engine = DockerEngine(client=Raiser(exc, found))
-            for name, call in calls.items():
-                try:
-                    result = call(engine)
-                except MurError as err:
-                    assert err.code == "E-DEPLOY-010", (name, exc)
-                    continue
-                # only "not there" may come back as a value (and a container whose image is gone), never a raw error
-                gone_image = name == "container" and found and result.image_tags == ()
-                assert gone_image or (isinstance(exc, (NotFound, ImageNotFound)) and result in (None, False, (1, ""), "")), \
-                    (name, exc, result)
-
-
-def test_the_engine_connection_is_translated(monkeypatch):
-    import docker
-
-    from mur.deploy.targets.docker import DockerEngine
-
-    def refuse(**kw):
-        raise docker.errors.DockerException("Error while fetching server API version: connection refused")
-
-    monkeypatch.setattr(docker, "from_env", refuse)
-    with pytest.raises(MurError) as err:
-        DockerEngine()
-    assert err.value.code == "E-DEPLOY-010" and "connection refused" in err.value.message
+MUR = Path(__file__).resolve().parents[2] / "mur"
+DEPLOY = MUR / "deploy"
 
 
 class FakeSSHClient:
@@ -212,14 +103,16 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_sdks_are_used_only_by_their_adapters():
-    adapters = {"docker": DEPLOY / "targets" / "docker.py", "paramiko": DEPLOY / "targets" / "ssh.py"}
-    for path in DEPLOY.rglob("*.py"):
-        for sdk, owner in adapters.items():
+    """The docker SDK nowhere in mur but mur.engine.sdk; paramiko nowhere in mur/deploy but targets/ssh.py."""
+    adapters = {"docker": (MUR, MUR / "engine" / "sdk.py"), "paramiko": (DEPLOY, DEPLOY / "targets" / "ssh.py")}
+    for sdk, (scope, owner) in adapters.items():
+        for path in scope.rglob("*.py"):
             used = {n for n in _imports(path) if n == sdk or n.startswith(sdk + ".")}
-            assert not used or path == owner, f"{path.relative_to(DEPLOY)} imports {sorted(used)}"
-        if path != adapters["docker"]:
+            assert not used or path == owner, f"{path.relative_to(MUR)} imports {sorted(used)}"
+    for path in MUR.rglob("*.py"):
+        if not path.is_relative_to(MUR / "engine"):
             assert not re.search(r"\bengine\.client\b", path.read_text()), \
-                f"{path.relative_to(DEPLOY)} reaches into the docker client"
+                f"{path.relative_to(MUR)} reaches into the docker client"
 
 
 def test_no_import_cycle_in_mur_deploy():

@@ -226,11 +226,11 @@ def test_quantities():
 
 
 def test_cli_writes_the_example_and_reports_json(tmp_path, cli, monkeypatch):
-    import mur.image.engine
+    from mur.engine.docker import DockerEngine
 
     inputs = ship(Path(HELLO))
     engine = image_of(inputs, IMAGE)
-    monkeypatch.setattr(mur.image.engine, "Engine", lambda: engine)  # the engine export would ask
+    monkeypatch.setattr(DockerEngine, "for_images", lambda: engine)  # the engine export would ask
     out = tmp_path / "k8s"
     code, stdout, stderr = cli("export", "k8s", "-m", HELLO, "--image", IMAGE, "-o", str(out), "-n", "agents", "--json")
     assert code == 0, stderr

@@ -106,7 +106,7 @@ def test_a_root_image_owns_its_cache_as_root(tmp_path):
 
     from mur.deploy.plan import FileRef
     from mur.image.build import _add_capsule
-    from mur.image.engine import BaseImage
+    from mur.engine.images import BaseImage
     from mur.image.layer import Layer
 
     (tmp_path / "murmur.yaml").write_text("name: x\n")

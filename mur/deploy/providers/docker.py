@@ -40,9 +40,10 @@ from mur.deploy.preflight import Report, containment_check, parse_probe, parse_v
 from mur.deploy.providers.base import DeployJob, Service, credentials, wait_ready
 from mur.deploy.steps import Layout, ServiceState, Tls
 from mur.deploy.targets.docker import (
-    LABEL, SECRETS_DIR, ContainerTarget, DockerEngine, Secret, container_name, container_options, image_engine,
-    image_repo, image_tag,
+    LABEL, SECRETS_DIR, ContainerTarget, container_name, container_options, image_repo, image_tag,
 )
+from mur.engine.containers import Secret
+from mur.engine.docker import DockerEngine
 from mur.errors import MurError
 from mur.platform import platform_tag
 from mur.runtime.bundle import Bundle
@@ -212,7 +213,7 @@ class DockerBuild:
 
     def __init__(self, job: DeployJob, engine: DockerEngine | None = None):
         self.job, self.ctx, self.r = job, job.ctx, job.ctx.reporter
-        self.engine = engine or DockerEngine()
+        self.engine = engine or DockerEngine.for_deploy()
         self.name = container_name(job.dep_id)
         self.prev_name = container_name(job.dep_id, "prev")
 
@@ -237,7 +238,7 @@ class DockerBuild:
     def _image(self, info: dict[str, Any]) -> tuple[ImageFacts, Bundle]:
         """The capsule image in the deployment's repository: built here, or the prebuilt one checked."""
         req, cap, dep_id = self.job.req, self.job.capsule, self.job.dep_id
-        images = image_engine(self.engine)
+        images = self.engine  # its image operations: what fails there is E-IMG-*, as for `mur image`
         if req.image_archive is not None:
             ref = self._load_archive(images, Path(req.image_archive))
         elif req.image:
@@ -268,7 +269,7 @@ class DockerBuild:
                                f"{cap.manifest_path} -t {ref}")
             image_id, provisional = attrs["Id"], None
         tag = image_tag(dep_id, image_id.split(":", 1)[-1])
-        images.tag(image_id, tag)
+        images.tag(image_id, *tag.rsplit(":", 1))  # image_repo names no registry port: the last colon is the tag's
         if provisional is not None:
             self.engine.untag(provisional)
         attrs = images.inspect(image_id) or {}
@@ -281,7 +282,7 @@ class DockerBuild:
         runtime = Bundle(Path(f"mur-{version}-{plat}"), version, plat, labels.get(f"{L}runtime.sha256", ""), 0, "image")
         return ImageFacts(tag, image_id, uid, gid, labels, plat), runtime
 
-    def _load_archive(self, images: Any, path: Path) -> str:
+    def _load_archive(self, images: DockerEngine, path: Path) -> str:
         from mur.image.transfer import load_image
 
         try:

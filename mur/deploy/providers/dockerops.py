@@ -25,10 +25,12 @@ from mur.deploy.providers.docker import (
 )
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
 from mur.deploy.targets import TargetSpec
-from mur.deploy.targets.docker import LABEL, ContainerInfo, DockerEngine, container_name, image_repo
+from mur.deploy.targets.docker import LABEL, container_name, image_repo
 from mur.deploy.targets.base import quoted
 from mur.deploy.targets.local import LocalTarget
 from mur.deploy.undo import Attempt, Phase
+from mur.engine.containers import ContainerInfo
+from mur.engine.docker import DockerEngine
 from mur.errors import MurError
 
 REPAIR = "run `mur deploy --docker` again (it puts the containers back in order), or `mur deploy destroy {id}`"
@@ -274,7 +276,7 @@ class DockerProvider:
         return dep.container or container_name(dep.deployment_id)
 
     def status(self, dep: Deployment, ctx: Context) -> dict[str, Any]:
-        engine = DockerEngine()
+        engine = DockerEngine.for_deploy()
         info = engine.container(self._name(dep))
         svc = self._service(engine, dep)
         st = svc.state()
@@ -337,10 +339,10 @@ class DockerProvider:
 
     def logs(self, dep: Deployment, lines: int, follow: bool, sink: Callable[[bytes], None] | None,
              ctx: Context) -> str:
-        return DockerEngine().logs(self._name(dep), lines, follow, sink)
+        return DockerEngine.for_deploy().logs(self._name(dep), lines, follow, sink)
 
     def start(self, dep: Deployment, ctx: Context) -> Deployment:
-        engine = DockerEngine()
+        engine = DockerEngine.for_deploy()
         name = self._name(dep)
         with docker_lock(dep.deployment_id, ctx, f"mur deploy start {dep.deployment_id}"):
             reconcile(engine, dep.deployment_id)
@@ -362,7 +364,7 @@ class DockerProvider:
     def stop(self, dep: Deployment, ctx: Context) -> Deployment:
         with docker_lock(dep.deployment_id, ctx, f"mur deploy stop {dep.deployment_id}"):
             with ctx.phase("stop", f"stop {self._name(dep)}"):
-                DockerEngine().stop(self._name(dep))
+                DockerEngine.for_deploy().stop(self._name(dep))
 
         def change(d: Deployment) -> None:
             d.status = "stopped"
@@ -372,11 +374,11 @@ class DockerProvider:
     def destroy(self, dep: Deployment, ctx: Context) -> None:
         with docker_lock(dep.deployment_id, ctx, f"mur deploy destroy {dep.deployment_id}") as lock:
             with ctx.phase("destroy", f"destroy {self._name(dep)}"):
-                destroy_containers(DockerEngine(), dep.deployment_id)
+                destroy_containers(DockerEngine.for_deploy(), dep.deployment_id)
                 lock.remove_files()
 
     def rollback(self, dep: Deployment, ctx: Context, to: int | str | None = None) -> Deployment:
-        engine = DockerEngine()
+        engine = DockerEngine.for_deploy()
         dep_id = dep.deployment_id
         name, prev, swap = container_name(dep_id), container_name(dep_id, "prev"), container_name(dep_id, "swap")
         with docker_lock(dep_id, ctx, f"mur deploy rollback {dep_id}"):
@@ -439,7 +441,7 @@ class DockerProvider:
     def gc(self, spec: TargetSpec, ctx: Context) -> dict[str, Any]:
         """Put the containers of this HOME's deployments back in order, those whose lock is free (never
         waits; another HOME's deployments have their lock elsewhere, so they are not touched)."""
-        engine = DockerEngine()
+        engine = DockerEngine.for_deploy()
         removed, skipped = [], []
         mine = {d.deployment_id for d in ctx.store.load() if d.provider == "docker"}
         ids = sorted(({c.labels.get(LABEL, "") for c in engine.labelled(LABEL)} - {""}) & mine)

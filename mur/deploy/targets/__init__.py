@@ -1,7 +1,7 @@
 """Targets: the seam every host operation goes through (base.py), one adapter per transport.
 
     spec = TargetSpec("ssh", host="203.0.113.7", user="deployer", key_file="~/.ssh/id_ed25519")
-    with connect(spec) as target:          # SSHTarget | LocalTarget (Docker: targets.docker)
+    with connect(spec) as target:          # SSHTarget | LocalTarget (Docker: mur.engine + targets.docker)
         target.run("uname -a")
         target.put_file(Path("x"), "/tmp/x", 0o644)
 """
@@ -48,7 +48,7 @@ class TargetSpec:
 
 def connect(spec: TargetSpec, *, trust_new_host: bool = False, note: Callable[[str], None] | None = None,
             connect_budget: float | None = None) -> Target:
-    """Open the transport for an SSH or local target (Docker goes through targets.docker.DockerEngine)."""
+    """Open the transport for an SSH or local target (Docker goes through mur.engine.docker.DockerEngine)."""
     if spec.provider == "local":
         from mur.deploy.targets.local import LocalTarget
 
