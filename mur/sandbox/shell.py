@@ -375,6 +375,9 @@ class ShellSandbox:
         stderr = cut(bytes(err.head))
         if timed_out:
             stderr += f"\nmur: '{info.name}' timed out after {timeout:g}s and was killed\n"
+        elif call.lost and self._exceeded is not None:  # the guard ended the session: say why, not how
+            stderr += (f"\nmur: the workdir reached capabilities.resources.workdir_max_bytes while '{info.name}' "
+                       "ran; every tool of the session was killed\n")
         elif call.lost:
             stderr += f"\nmur: the sandbox's spawner died while '{info.name}' ran; it was killed\n"
         return ShellResult(
