@@ -78,10 +78,34 @@ def runtime_bundle(bundle_cache, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def home(tmp_path, bundle_cache) -> Path:
-    """A clean HOME for the deploying side."""
+    """A clean HOME for the deploying side. Afterwards nothing the test started on this machine stays:
+    a test that failed before its destroy leaves local supervisors, fronts and services otherwise
+    (every one of them names a path under the test's tmp_path)."""
     h = tmp_path / "home"
     h.mkdir()
-    return h
+    yield h
+    stop_processes_under(tmp_path)
+
+
+def stop_processes_under(path: Path) -> list[int]:
+    """SIGKILL every process of this machine whose command line names a path under `path`."""
+    import signal
+
+    mark, me, killed = str(path) + "/", os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.decode("utf-8", "replace").startswith(mark) for a in argv):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except OSError:
+                pass
+    return killed
 
 
 @pytest.fixture(scope="session")
