@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mur.resolve.env import parse_env_args, parse_env_text
+from mur.resolve.env import parse, parse_env_args
 from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
 from mur.fleet.config import Fleet, Settings, Smoke, Target
@@ -104,7 +104,7 @@ def _read_env(path: Path, secret: bool, shown: str) -> dict[str, str]:
     if secret and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise MurError("E-FLEET-001", f"{shown} {path} is readable by other users (mode {stat.S_IMODE(st.st_mode):o})",
                        f"chmod 600 {path}")
-    return parse_env_text(text, str(path))
+    return parse(text, str(path))
 
 
 def target_env(fleet: Fleet, target: Target, base: Path, cli_env: dict[str, str]) -> tuple[dict[str, str], set[str]]:

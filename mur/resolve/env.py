@@ -140,11 +140,6 @@ def parse_env_args(entries: list[str]) -> dict[str, str]:
     return out
 
 
-def parse_env_text(text: str, origin: str) -> dict[str, str]:
-    """A .env file, in the one grammar every command reads (mur.resolve.env)."""
-    return parse(text, origin)
-
-
 def _check_env(key: str, value: str, where: str) -> None:
     try:
         check_key(key)
@@ -165,4 +160,4 @@ def resolve_env(env_args: list[str], env_file: Path | None, manifest_dir: Path) 
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise MurError("E-IO-001", f"cannot read env file {path}: {reason}") from exc
-    return parse_env_text(text, str(path)), str(path)
+    return parse(text, str(path)), str(path)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mur.deploy.env import read_env_file, render_env_file
-from mur.resolve.env import parse_env_args, parse_env_text
+from mur.resolve.env import parse, parse_env_args
 from mur.deploy.init import init_for, run_argv
 from mur.deploy.cleanup import destroy_steps, gc_shared_command, prune_command, sweep_command
 from mur.deploy.plan import (
@@ -225,9 +225,9 @@ def test_env_args_and_files():
         parse_env_args(["NOEQUALS"])
     assert err.value.code == "E-DEPLOY-001" and 'must be KEY=VALUE' in err.value.message
     text = "# c\n\nexport A=1\nB='two words'\nC=\"q\"\n"
-    assert parse_env_text(text, ".env") == {"A": "1", "B": "two words", "C": "q"}
+    assert parse(text, ".env") == {"A": "1", "B": "two words", "C": "q"}
     with pytest.raises(MurError):
-        parse_env_text("1BAD=x\n", ".env")
+        parse("1BAD=x\n", ".env")
     env = {"A": 'x "y" $HOME `cmd` \\ end', "B": ""}
     assert read_env_file(render_env_file(env).decode()) == env
 
