@@ -35,14 +35,8 @@ def from_mode(mode: int) -> list[tuple[int, int, int]]:
 
 def with_user(entries: list[tuple[int, int, int]], uid: int, perm: int) -> list[tuple[int, int, int]]:
     """Add (or replace) user:uid:perm and recompute the mask as setfacl does."""
-    out = [e for e in entries if not (e[0] == USER and e[2] == uid) and e[0] != MASK]
-    out.append((USER, perm, uid))
-    mask = 0
-    for tag, perm_bits, _ in out:
-        if tag in (USER, GROUP, GROUP_OBJ):
-            mask |= perm_bits
-    out.append((MASK, mask, UNDEFINED_ID))
-    return out
+    out = [e for e in entries if not (e[0] == USER and e[2] == uid)]
+    return _masked([*out, (USER, perm, uid)])
 
 
 def without_user(entries: list[tuple[int, int, int]], uid: int) -> list[tuple[int, int, int]] | None:
@@ -50,7 +44,12 @@ def without_user(entries: list[tuple[int, int, int]], uid: int) -> list[tuple[in
     out = [e for e in entries if not (e[0] == USER and e[2] == uid)]
     if not any(e[0] in (USER, GROUP) for e in out):
         return None
-    rest = [e for e in out if e[0] != MASK]
+    return _masked(out)
+
+
+def _masked(entries: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The entries with their mask recomputed as setfacl does: the union of the named and group entries."""
+    rest = [e for e in entries if e[0] != MASK]
     mask = 0
     for tag, perm_bits, _ in rest:
         if tag in (USER, GROUP, GROUP_OBJ):
