@@ -37,10 +37,10 @@ from mur.deploy.init.supervisor import boot_script
 from mur.deploy.init.systemd import render_unit
 from mur.deploy.steps import (
     TOOLS_WORKDIR,
-    ArtifactRef, BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Step, Symlink, Tls, Upload, WriteFile,
+    BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Step, Symlink, Tls, Upload, WriteFile,
 )
 from mur.errors import MurError
-from mur.resolve.shipped import capsule_digest, digest_of
+from mur.resolve.shipped import ArtifactRef, capsule_digest, digest_of
 
 KEEP_RELEASES = 5
 # below Linux's ephemeral range (ip_local_port_range 32768-60999): a derived port is never taken by

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Union
 
 from mur.resolve.files import FileRef
-from mur.resolve.shipped import ArtifactRef  # noqa: F401  (plan steps name the artifacts they upload)
 
-__all__ = ["Mkdir", "Upload", "WriteFile", "Symlink", "Run", "Step", "FileRef", "ArtifactRef", "BundleRef",
+__all__ = ["Mkdir", "Upload", "WriteFile", "Symlink", "Run", "Step", "FileRef", "BundleRef",
            "Layout", "ServiceConfig", "ServiceState", "Tls"]
 
 

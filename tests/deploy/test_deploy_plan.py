@@ -14,9 +14,10 @@ from mur.deploy.plan import (
     ReleaseInputs, activate_steps, artifact_verify_command, choose_port, listening_ports, pick_port, plan_release,
 )
 from mur.deploy.steps import (
-    ArtifactRef, BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Symlink, Tls, Upload, WriteFile,
+    BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Symlink, Tls, Upload, WriteFile,
 )
 from mur.errors import MurError
+from mur.resolve.shipped import ArtifactRef
 
 DEP = "dep_0123456789abcdef0123456789abcdef"
 

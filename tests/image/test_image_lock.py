@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from mur.artifacts.lock import MurmurLock, parse_lock, write_lock
-from mur.deploy.plan import ArtifactRef
+from mur.resolve.shipped import ArtifactRef
 from mur.errors import MurError
 from mur.image.build import _lock
 
