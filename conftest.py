@@ -16,6 +16,10 @@ import subprocess
 import pytest
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+# A service's `mur run` goes to a capsule host (docs/run.md), one per HOME, which outlives its last
+# capsule by MUR_CAPSULE_HOST_IDLE_SECS: short here, so hundreds of test HOMEs do not keep hundreds
+# of idle hosts (each test that measures the idle exit sets its own).
+os.environ.setdefault("MUR_CAPSULE_HOST_IDLE_SECS", "5")
 
 # A runner that starts the suite as a background job of a non-interactive shell hands it SIGINT and
 # SIGQUIT ignored, and an ignored signal survives exec: every mur the tests start would then ignore the

@@ -13,10 +13,11 @@ clock runs from the first spawn until every capsule has answered `GET /.well-kno
 * the drop in the machine's MemAvailable from before the first spawn;
 * CPU seconds each launch used (utime + stime).
 
-Two ways, each round: `in-process` (every `mur run` imports and runs the runtime itself) and
-`host` (MUR_CAPSULE_HOST=on: the capsule host, mur.caphost, forks each capsule from a process that
-imported the runtime once; it is started by the round's first capsule, and its start is in the
-round's time). For `host` a capsule's figures are its client's (the `mur run` the service manager
+Two ways, each round: `host` (the default for a service's run, MUR_CAPSULE_HOST unset: the capsule
+host, mur.caphost, forks each capsule from a process that imported the runtime once; it is started by
+the round's first capsule, and its start is in the round's time) and `in-process`
+(MUR_CAPSULE_HOST=off: every `mur run` imports and runs the runtime itself, as deployed services
+do). For `host` a capsule's figures are its client's (the `mur run` the service manager
 watches) plus the forked capsule's plus its share of the host's. `--baseline OTHER_PYTHON` adds a
 `before` round per N: that interpreter's mur (e.g. the previous version's venv), in-process.
 
@@ -100,7 +101,10 @@ class Round:
 
     def __init__(self, n: int, manifest: Path, env: dict[str, str], work: Path, mode: str, mur: list[str]):
         self.n, self.manifest, self.work, self.mode, self.mur = n, manifest, work, mode, mur
-        self.env = {**env, "MUR_CAPSULE_HOST": "on"} if mode == "host" else env
+        # `host` is what a service's `mur run` does by default (MUR_CAPSULE_HOST unset); in-process is `off`
+        self.env = {k: v for k, v in env.items() if k != "MUR_CAPSULE_HOST"}
+        if mode != "host":
+            self.env["MUR_CAPSULE_HOST"] = "off"
         self.procs: list[subprocess.Popen] = []
         self.capsules: dict[int, int] = {}  # index -> the capsule's pid (the client's own in-process)
 

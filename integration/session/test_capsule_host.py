@@ -156,3 +156,30 @@ def test_a_host_that_dies_takes_its_capsules_and_their_clients_say_so(hello, hom
     finally:
         if idle.poll() is None:
             idle.kill()
+
+
+def test_by_default_a_service_run_goes_to_the_host_and_a_one_shot_run_does_not(hello, home, host_env):
+    env = {k: v for k, v in host_env.items() if k != "MUR_CAPSULE_HOST"}  # the default: auto
+    run_dir = home / ".murmur" / "run"
+    one_shot = mur("run", "--task", "Ada", "--json", cwd=hello, env=env)
+    out, err = one_shot.communicate(timeout=120)
+    assert one_shot.returncode == 0, err
+    assert json.loads(out.splitlines()[0])["pid"] == one_shot.pid  # ran here ...
+    assert not list(run_dir.glob("caphost-*.sock.lock"))  # ... and started no host to outlive it
+    service_env = {**env, "MURMUR_A2A_TIMEOUT_SECS": "0"}
+    for value, hosted in ((None, True), ("off", False)):
+        if value is not None:
+            service_env["MUR_CAPSULE_HOST"] = value
+        service = mur("run", "--json", "--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep",
+                      "--workdir", str(hello / f"w-{value}"), cwd=hello, env=service_env)
+        try:
+            capsule = json.loads(service.stdout.readline())["pid"]
+            if hosted:
+                assert capsule != service.pid and parent_of(capsule) == host_pid(home)
+            else:
+                assert capsule == service.pid
+            service.send_signal(signal.SIGTERM)  # relayed to the capsule, which stops as a service does
+            assert service.wait(30) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+        finally:
+            if service.poll() is None:
+                service.kill()

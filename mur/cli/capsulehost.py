@@ -38,11 +38,12 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from mur.caphost import context, wire
+from mur.caphost import client, context, wire
 
 IDLE_ENV = "MUR_CAPSULE_HOST_IDLE_SECS"
 DEFAULT_IDLE = 300.0
 REQUEST_TIMEOUT = 5.0
+LOCK_WAIT = 3.0  # seconds a new host waits for an exiting one's lock
 # What a capsule imports on its way to serving (and what an agent or shell capsule adds): imported
 # once here, shared by every capsule.
 PRELOAD = (
@@ -84,10 +85,17 @@ class Host:
     def listen(self) -> bool:
         """Take the lock and the socket; False when another host has them."""
         self.lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                # a holder whose socket is gone is a host on its way out (idle): it lets go in moments,
+                # and the client that started this one is waiting for a socket
+                if os.path.exists(self.path) or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.02)
         os.ftruncate(self.lock_fd, 0)
         os.write(self.lock_fd, f"{os.getpid()}\n".encode())  # who the host is (`kill $(cat ...lock)` stops it)
         try:
@@ -315,7 +323,7 @@ def run_capsule(request: dict, fds: list[int], cli: Callable[[list[str]], None])
             os.dup2(fd, target)
             os.close(fd)
     env = {str(k): str(v) for k, v in request.get("env", {}).items()}
-    env.pop("MUR_CAPSULE_HOST", None)  # this process is the capsule: no second hand-off
+    client.HOSTED = True  # this process is the capsule: no second hand-off, whatever MUR_CAPSULE_HOST says
     os.environ.clear()
     os.environ.update(env)
     _reopen_stdio(bool(env.get("PYTHONUNBUFFERED")))

@@ -75,7 +75,7 @@ def _fast(args: list[str]) -> bool:
         from mur.cli.capsulehost import main as capsule_host
 
         sys.exit(capsule_host(args[1:], main))
-    if args[:1] == ["run"] and os.environ.get("MUR_CAPSULE_HOST"):  # a service's run, forked by the host
+    if args[:1] == ["run"]:  # a service's run goes to the capsule host (mur.caphost.client.wanted)
         from mur.caphost.client import run_via_host, wanted
 
         if wanted(args):

@@ -66,7 +66,11 @@ def child_env(spec: dict[str, Any], release_dir: str, user: pwd.struct_passwd | 
               overrides: dict[str, str] | None = None) -> dict[str, str]:
     """A clean environment: essentials, the release's env file, then the runtime's own variables."""
     home = spec.get("home") or (user.pw_dir if user else os.environ.get("HOME", "/"))
-    env = {"PATH": DEFAULT_PATH, "HOME": home, "LANG": os.environ.get("LANG", "C.UTF-8")}
+    env = {"PATH": DEFAULT_PATH, "HOME": home, "LANG": os.environ.get("LANG", "C.UTF-8"),
+           # each service runs its capsule itself: a capsule host started by one deployment would live
+           # in its cgroup and die with its stop, and destroy would leave it behind (the env file may
+           # say MUR_CAPSULE_HOST=on: docs/run.md "The capsule host")
+           "MUR_CAPSULE_HOST": "off"}
     if user:
         env["USER"] = env["LOGNAME"] = user.pw_name
     elif os.environ.get("USER"):

@@ -94,6 +94,7 @@ class ImageSpec:
     def env(self) -> list[str]:
         base = [e for e in (self.base_config.get("Env") or []) if not e.startswith(("HOME=", "MUR_"))]
         return sorted(base + [f"HOME={HOME}", "MURMUR_A2A_TIMEOUT_SECS=0", f"MUR_PORT={self.port}",
+                              "MUR_CAPSULE_HOST=off",  # one capsule per container: a host would only add a process
                               "MUR_BIND=0.0.0.0", f"MUR_WORKDIR={TOOLS_WORKDIR}"])
 
     def config(self) -> dict[str, Any]:

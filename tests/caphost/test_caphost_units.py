@@ -84,9 +84,45 @@ def test_settings_read_from_a_client_are_taken_over(tmp_path):
 
 
 def test_only_a_non_interactive_run_asked_for_goes_to_the_host(monkeypatch):
-    monkeypatch.delenv(client.ENV, raising=False)
-    assert not client.wanted(["run", "-t", "x"])
+    monkeypatch.setattr(client, "in_service_unit", lambda: False)
+    tty = any(os.isatty(fd) for fd in (0, 1, 2))
     monkeypatch.setenv(client.ENV, "on")
     assert not client.wanted(["build", "."])
-    tty = any(os.isatty(fd) for fd in (0, 1, 2))
-    assert client.wanted(["run", "-t", "x"]) is (not tty)
+    assert client.wanted(["run", "-t", "x"]) is (not tty)  # asked for: any run
+    for off in ("off", "0", "no", "nonsense"):
+        monkeypatch.setenv(client.ENV, off)
+        assert not client.wanted(["run"])
+    for auto in (None, "auto", ""):
+        if auto is None:
+            monkeypatch.delenv(client.ENV, raising=False)
+        else:
+            monkeypatch.setenv(client.ENV, auto)
+        assert not client.wanted(["run", "-t", "x"])  # a one-shot run stays here by default
+        assert client.wanted(["run", "-m", "cap", "--json"]) is (not tty)  # a service's run goes
+    monkeypatch.setattr(client, "HOSTED", True)  # in a capsule the host forked: never a second hand-off
+    assert not client.wanted(["run", "-m", "cap", "--json"])
+
+
+def test_a_service_run_is_one_that_stays_up():
+    assert client.serves(["-m", "cap", "--json", "--port", "8080"])
+    assert client.serves(["-t", "x", "--lifecycle-after-task", "sleep"])
+    assert client.serves(["--task=x", "--lifecycle-after-task=sleep"])
+    for one_shot in (["-t", "x"], ["--task", "x"], ["--task=x"], ["-tx"], ["-t", "x", "--lifecycle-after-task", "exit"],
+                     ["--explain-scope"], ["--help"]):
+        assert not client.serves(one_shot), one_shot
+
+
+def test_a_systemd_unit_keeps_its_runs_in_process(tmp_path, monkeypatch):
+    cg = tmp_path / "cgroup"
+    cg.write_text("0::/system.slice/agent.service\n")
+    assert client.in_service_unit(str(cg))
+    cg.write_text("1:name=systemd:/user.slice/user-1000.slice/session-2.scope\n0::/user.slice\n")
+    assert client.in_service_unit(str(cg))
+    cg.write_text("4:memory:/process_api/c0449\n0::/\n")  # a container, a plain shell
+    assert not client.in_service_unit(str(cg))
+    assert not client.in_service_unit(str(tmp_path / "absent"))
+    monkeypatch.delenv(client.ENV, raising=False)
+    monkeypatch.setattr(client, "in_service_unit", lambda: True)
+    assert not client.wanted(["run", "-m", "cap"])
+    monkeypatch.setenv(client.ENV, "on")  # asked for: the operator took the unit's stop on
+    assert client.wanted(["run", "-m", "cap"]) is (not any(os.isatty(fd) for fd in (0, 1, 2)))

@@ -306,3 +306,4 @@ def test_child_env_is_clean_and_carries_the_env_file(deployment, monkeypatch):
     assert "SECRET_FROM_DEPLOYER" not in env and env["FAKE_MODE"] == "ok"
     assert env["MURMUR_A2A_TIMEOUT_SECS"] == "0" and env["MURMUR_A2A_TOKEN_FILE"] == d["lay"].token_file(d["lay"].current)
     assert env["TMPDIR"] == d["lay"].tmp_dir
+    assert env["MUR_CAPSULE_HOST"] == "off"  # a service runs its capsule itself unless its env file says on
