@@ -18,7 +18,7 @@ ready (or why not) on a pipe, starts a session of its own, puts the client's std
 stderr on 0-2, its environment and working directory in place, and runs `mur ARGS` as
 mur.cli.main would, exiting with its code. The host answers the client {"pid"} and a pidfd, then
 {"exit": code} or {"signal": n} when it reaps the capsule; a client that goes away gets its capsule
-SIGTERMed. With no capsule and no client for MUR_CAPSULE_HOST_IDLE_SECS (default 300) it exits.
+SIGTERMed. With no capsule and no client for MUR_CAPSULE_HOST_IDLE_SECS (default 60) it exits.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Callable
 from mur.caphost import client, context, wire
 
 IDLE_ENV = "MUR_CAPSULE_HOST_IDLE_SECS"
-DEFAULT_IDLE = 300.0
+DEFAULT_IDLE = 60.0  # long enough for a crashed service to find it on restart
 REQUEST_TIMEOUT = 5.0
 LOCK_WAIT = 3.0  # seconds a new host waits for an exiting one's lock
 # What a capsule imports on its way to serving (and what an agent or shell capsule adds): imported
