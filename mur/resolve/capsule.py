@@ -1,6 +1,6 @@
 """The resolved capsule: what `mur run` stages and `mur deploy` uploads, located and hashed.
 
-    resolved = resolve_loaded(loaded)                         # mur run: the manifest it already parsed
+    resolved = resolve_loaded(loaded, hashed=False)           # mur run: the manifest it already parsed
     resolved = resolve_capsule(path, env=deploy_env, hint=..)  # deploy: parse without the shell's env
 
 Parse, then resolve (conventions.md habit 6): `LoadedCapsule` is what the user wrote, validated;
@@ -34,6 +34,11 @@ class ResolvedCapsule:
     missing: tuple[tuple[str, Path, str], ...]  # (field, path, why) of referenced files not readable
     artifacts: Mapping[str, ResolvedArtifact]  # declared name -> located artifact (read-only)
     env_refs: Mapping[str, str]  # manifest field -> the variable it references
+    referenced: Mapping[str, Path]  # manifest field naming a file (a prompt file) -> where it is
+
+    def sibling(self, name: str) -> FileRef | None:
+        """One of SIBLINGS (`capsule.wasm`, `murmur.lock`, ...) when it was there to resolve."""
+        return next((f for f in self.files if f.rel == name and f.origin == name), None)
 
     @property
     def capsule(self) -> Capsule:
@@ -58,8 +63,9 @@ def _referenced(capsule: Capsule) -> list[tuple[str, str]]:
     return out
 
 
-def resolve_loaded(loaded: LoadedCapsule) -> ResolvedCapsule:
-    """Locate and hash everything a parsed manifest references (E-RUN-008, E-IO-001)."""
+def resolve_loaded(loaded: LoadedCapsule, hashed: bool = True) -> ResolvedCapsule:
+    """Locate and hash everything a parsed manifest references (E-RUN-008, E-IO-001). `hashed=False`
+    (`mur run`): located, not hashed (FileRef.sha256 empty; the engine hashes what it compiles)."""
     from mur.manifest.rules import env_references
 
     base = loaded.dir
@@ -73,18 +79,19 @@ def resolve_loaded(loaded: LoadedCapsule) -> ResolvedCapsule:
         try:
             if not p.is_file():
                 raise FileNotFoundError(2, "the file does not exist")
-            ref = file_ref(p, relative_to(base, p), field_path)
+            ref = file_ref(p, relative_to(base, p), field_path, hashed)
         except OSError as exc:
             missing.append((field_path, p, exc.strerror or str(exc)))
             continue
         files.setdefault(ref.rel or ref.src, ref)
     return ResolvedCapsule(
         loaded=loaded,
-        manifest=file_ref(path, "murmur.yaml", "murmur.yaml"),
+        manifest=file_ref(path, "murmur.yaml", "murmur.yaml", hashed),
         files=tuple(files.values()),
         missing=tuple(missing),
-        artifacts=MappingProxyType(resolve_artifacts(loaded)),
+        artifacts=MappingProxyType(resolve_artifacts(loaded, hashed)),
         env_refs=MappingProxyType(env_references(loaded.capsule)),
+        referenced=MappingProxyType({f: p for f, p in wanted if f not in SIBLINGS}),
     )
 
 

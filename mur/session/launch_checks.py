@@ -6,6 +6,7 @@ keeps what they found in the CheckedRun."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,11 +14,9 @@ from typing import TYPE_CHECKING
 from mur.errors import MurError
 
 if TYPE_CHECKING:
-    from mur.manifest.capsule import Capabilities, Capsule, Inference
-    from mur.resolve.artifacts import ResolvedArtifact
+    from mur.manifest.capsule import Capsule
+    from mur.resolve.capsule import ResolvedCapsule
     from mur.sandbox.probe import HostProbe
-
-    Resolved = dict[str, ResolvedArtifact]
 
 
 @dataclass(frozen=True)
@@ -30,9 +29,10 @@ class Prompts:
     bound_skill: str | None = None  # the skill artifact used as the system prompt
 
 
-def check_inference(capsule: Capsule, resolved: Resolved) -> str | None:
+def check_inference(capsule: Capsule, artifacts: Mapping[str, object]) -> str | None:
     """E-RUN-005 (no driver configured/declared), E-RUN-006 (driver not installed, CLI not on PATH);
-    returns the process transport's command as found on PATH (None for the http transport)."""
+    returns the process transport's command as found on PATH (None for the http transport).
+    `artifacts`: the resolved capsule's (ResolvedCapsule.artifacts)."""
     inf = capsule.inference
     if inf is None:
         return None
@@ -61,7 +61,7 @@ def check_inference(capsule: Capsule, resolved: Resolved) -> str | None:
             f"inference driver '{name}' is not declared in artifacts: with runtime: driver",
             f"add an artifacts: entry `- {{name: {name}, version: ..., runtime: driver}}`",
         )
-    if name not in resolved:
+    if name not in artifacts:
         raise MurError(
             "E-RUN-006",
             f"inference driver '{name}' is not installed in the local tool registry",
@@ -70,18 +70,17 @@ def check_inference(capsule: Capsule, resolved: Resolved) -> str | None:
     return None
 
 
-def check_lock(manifest_dir: Path, resolved: Resolved, create: bool = False) -> None:
+def check_lock(resolved: ResolvedCapsule, create: bool = False) -> None:
     """murmur.lock: verified (never refreshed) for store artifacts; `create`: written when absent."""
-    installed = [r.installed for r in resolved.values() if r.kind == "store"]
+    installed = [r.installed for r in resolved.store_artifacts()]
     if installed:
         from mur.artifacts.installed import check_lock_for_run
 
-        check_lock_for_run(manifest_dir, installed, create=create)
+        check_lock_for_run(resolved.dir, installed, create=create)
 
 
-def _read_prompt(path_text: str, base: Path, field: str) -> str:
-    path = Path(path_text)
-    path = path if path.is_absolute() else base / path
+def _read_prompt(resolved: ResolvedCapsule, field: str) -> str:
+    path = resolved.referenced[field]  # where the resolver found it (relative to murmur.yaml's directory)
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -103,13 +102,15 @@ def check_system_prompt_flag(system_prompt: str | None, capsule: Capsule) -> Non
         )
 
 
-def read_prompts(cli_prompt: str | None, inf: Inference | None, base: Path, resolved: Resolved) -> Prompts:
+def read_prompts(cli_prompt: str | None, resolved: ResolvedCapsule) -> Prompts:
     """Read system_prompt_file / the prompt artifact / the compaction prompt file (E-RUN-009).
 
     `--system-prompt` (`cli_prompt`) replaces all three manifest forms (none of them is read, so a
     missing file cannot fail a launch told not to use it); it is trimmed, and an all-whitespace value
     clears the prompt: still the CLI's choice (source "cli"), with no text. A skill used as the prompt
-    is `bound_skill`: not separately callable, marked so in MURMUR.md. `base`: the manifest's directory."""
+    is `bound_skill`: not separately callable, marked so in MURMUR.md. The files are where the resolver
+    located them (ResolvedCapsule.referenced, .artifacts); only their text is read here."""
+    inf = resolved.capsule.inference
     system, source, bound = None, "none", None
     if cli_prompt is not None:
         system, source = cli_prompt.strip() or None, "cli"
@@ -119,7 +120,7 @@ def read_prompts(cli_prompt: str | None, inf: Inference | None, base: Path, reso
         if inf.system_prompt is not None:
             system, source = inf.system_prompt, "manifest"
         elif inf.system_prompt_file is not None:
-            system, source = _read_prompt(inf.system_prompt_file, base, "inference.system_prompt_file"), "manifest"
+            system, source = _read_prompt(resolved, "inference.system_prompt_file"), "manifest"
         elif inf.system_prompt_artifact is not None:
             system, source = _prompt_artifact_text(resolved, inf.system_prompt_artifact), "manifest"
             bound = inf.system_prompt_artifact
@@ -129,12 +130,12 @@ def read_prompts(cli_prompt: str | None, inf: Inference | None, base: Path, reso
         if comp.system_prompt is not None:
             compaction = comp.system_prompt
         elif comp.system_prompt_file is not None:
-            compaction = _read_prompt(comp.system_prompt_file, base, "inference.compaction.system_prompt_file")
+            compaction = _read_prompt(resolved, "inference.compaction.system_prompt_file")
     return Prompts(system, source, compaction, bound)
 
 
-def _prompt_artifact_text(resolved: Resolved, name: str) -> str:
-    res = resolved.get(name)
+def _prompt_artifact_text(resolved: ResolvedCapsule, name: str) -> str:
+    res = resolved.artifacts.get(name)
     try:
         if res is None:
             raise FileNotFoundError("not resolved")
@@ -159,31 +160,33 @@ def _prompt_artifact_text(resolved: Resolved, name: str) -> str:
         ) from exc
 
 
-def check_capsule_component(capsule: Capsule, manifest_dir: Path) -> Path | None:
+def check_capsule_component(resolved: ResolvedCapsule) -> Path | None:
     """A capsule without an inference block runs its own component: `capsule.wasm` beside murmur.yaml
-    (E-RUN-004 when it is missing); returns its path (None for an agent capsule)."""
-    if capsule.inference is not None:
+    (E-RUN-004 when the resolver found none); returns its path (None for an agent capsule)."""
+    if resolved.capsule.inference is not None:
         return None
-    path = manifest_dir / "capsule.wasm"
-    if not path.is_file():
+    found = resolved.sibling("capsule.wasm")
+    if found is None:
         raise MurError(
             "E-RUN-004",
-            f"capsule wasm not found at {path}",
+            f"capsule wasm not found at {resolved.dir / 'capsule.wasm'}",
             "a capsule without an `inference:` block runs its own component: build it to capsule.wasm next to "
             "murmur.yaml (for the examples: scripts/build-examples), or add an inference block",
         )
-    return path
+    return Path(found.src)
 
 
-def needs_subprocesses(caps: Capabilities, resolved: Resolved) -> bool:
+def needs_subprocesses(resolved: ResolvedCapsule) -> bool:
     """Can this capsule spawn native subprocesses (shell.allow, spawn.allow, a native tool)?"""
-    return bool(caps.shell_allow or caps.spawn_allow or any(r.is_native for r in resolved.values()))
+    caps = resolved.capsule.capabilities
+    return bool(caps.shell_allow or caps.spawn_allow or any(r.is_native for r in resolved.artifacts.values()))
 
 
-def check_subprocess_bound(caps: Capabilities, resolved: Resolved, host: HostProbe) -> None:
+def check_subprocess_bound(resolved: ResolvedCapsule, host: HostProbe) -> None:
     """E-RUN-012: on Linux a subprocess-capable capsule needs an aggregate (cgroup) bound."""
-    if not needs_subprocesses(caps, resolved) or host.os != "linux":
+    if not needs_subprocesses(resolved) or host.os != "linux":
         return
+    caps = resolved.capsule.capabilities
     if host.cgroup_delegated:
         return
     from mur.sandbox.enclosing import E012_HINT, unmet

@@ -32,7 +32,7 @@ from mur.session.options import RunOptions
 
 if TYPE_CHECKING:
     from mur.manifest.capsule import Capsule
-    from mur.resolve.artifacts import ResolvedArtifact
+    from mur.resolve.capsule import ResolvedCapsule
     from mur.sandbox.probe import HostProbe
 
 
@@ -47,7 +47,7 @@ class CheckedRun:
     floor: Floor
     probe: HostProbe
     achieved: str  # the containment class the host enforces for this capsule
-    resolved: dict[str, ResolvedArtifact]  # name -> where the artifact is (not its digest)
+    resolved: ResolvedCapsule  # where every artifact and referenced file is (located, not hashed)
     prompts: Prompts
     capsule_wasm: Path | None = None  # a plain capsule's own component
     process_command: str | None = None  # the process transport's command, as found on PATH
@@ -59,7 +59,7 @@ class CheckedRun:
     @property
     def subprocesses(self) -> bool:
         """Can this run spawn native subprocesses (so it needs the shell sandbox)?"""
-        return needs_subprocesses(self.capsule.capabilities, self.resolved)
+        return needs_subprocesses(self.resolved)
 
 
 def load_env_file(manifest: Path) -> None:
@@ -125,7 +125,7 @@ def explain_probed(opts: RunOptions) -> tuple[dict[str, Any], HostProbe]:
 def prepare(opts: RunOptions) -> CheckedRun:
     """Run every pre-check; raises MurError on the first failure, before any workdir exists."""
     loaded, config, floor, host = load_and_scope(opts)
-    from mur.resolve.artifacts import resolve_artifacts
+    from mur.resolve.capsule import resolve_loaded
     from mur.session import launch_checks as checks
     from mur.session.lockpins import pinned
 
@@ -135,11 +135,11 @@ def prepare(opts: RunOptions) -> CheckedRun:
                            view_shortfall(caps))
     loaded = pinned(loaded)  # murmur.lock's versions
     capsule = loaded.capsule
-    resolved = resolve_artifacts(loaded, hashed=False)  # a run needs where they are, not their digests
-    process_command = checks.check_inference(capsule, resolved)
-    checks.check_lock(loaded.dir, resolved)
-    prompts = checks.read_prompts(opts.system_prompt, capsule.inference, loaded.dir, resolved)
-    capsule_wasm = checks.check_capsule_component(capsule, loaded.dir)
-    checks.check_subprocess_bound(capsule.capabilities, resolved, host)
-    checks.check_lock(loaded.dir, resolved, create=True)  # the only write, after every check passed
+    resolved = resolve_loaded(loaded, hashed=False)  # a run needs where things are, not their digests
+    process_command = checks.check_inference(capsule, resolved.artifacts)
+    checks.check_lock(resolved)
+    prompts = checks.read_prompts(opts.system_prompt, resolved)
+    capsule_wasm = checks.check_capsule_component(resolved)
+    checks.check_subprocess_bound(resolved, host)
+    checks.check_lock(resolved, create=True)  # the only write, after every check passed
     return CheckedRun(loaded, opts, config, floor, host, achieved, resolved, prompts, capsule_wasm, process_command)

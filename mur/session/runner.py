@@ -154,7 +154,7 @@ class Session:
         self._stack.callback(self.door.stop)  # again: the door closes before the trace, not after the export
         if otel is not None:
             self.trace.listeners.append(otel.on_event)
-        self.staged = stage(checked.resolved, checked.capsule.capabilities.shell_allow, wd)
+        self.staged = stage(checked.resolved.artifacts, checked.capsule.capabilities.shell_allow, wd)
         self._stack.callback(self.staged.cleanup)
         self.card.update(facts.card(checked, self.staged))
 
@@ -330,7 +330,7 @@ def _native_grant_warnings(checked: CheckedRun) -> None:
     """W-SEC-008 for a grant on a native tool: only known once the artifact's own manifest is resolved."""
     from mur.manifest.grants import native_grant_warning
 
-    for res in checked.resolved.values():
+    for res in checked.resolved.artifacts.values():
         grant = checked.loaded.grants.get(res.name)
         if res.is_native and grant is not None:
             found = native_grant_warning(grant)

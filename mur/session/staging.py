@@ -30,6 +30,7 @@ import hashlib
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,7 +266,7 @@ def _fresh(tools: Tree, name: str) -> Tree:
     return tools.subtree(name, create=True)
 
 
-def stage(resolved: dict[str, ResolvedArtifact], shell_allow: list[str], wd: Workdir) -> Staged:
+def stage(resolved: Mapping[str, ResolvedArtifact], shell_allow: list[str], wd: Workdir) -> Staged:
     """Stage every artifact and shell binary; returns what the dispatcher needs."""
     staged = Staged(session_id=wd.session.name)
     try:

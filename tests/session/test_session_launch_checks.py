@@ -13,17 +13,17 @@ import pytest
 
 from mur.errors import MurError
 from mur.manifest import load_capsule
-from mur.resolve.artifacts import resolve_artifacts
+from mur.resolve.capsule import resolve_loaded
 from mur.session import launch_checks as checks
 
 
 @dataclass
 class Loaded:
-    """A capsule of `text` (murmur.yaml in tmp_path), its artifacts resolved: what the checks take."""
+    """A capsule of `text` (murmur.yaml in tmp_path), resolved as `mur run` resolves it: what the checks take."""
 
     capsule: Any
     dir: Path
-    resolved: dict
+    resolved: Any  # mur.resolve.capsule.ResolvedCapsule
     system_prompt: str | None = None  # --system-prompt
 
 
@@ -31,7 +31,7 @@ def checked(tmp_path, text: str, system_prompt: str | None = None) -> Loaded:
     manifest = tmp_path / "murmur.yaml"
     manifest.write_text("name: c\nversion: '1'\n" + text)
     loaded = load_capsule(manifest)
-    return Loaded(loaded.capsule, loaded.dir, resolve_artifacts(loaded), system_prompt)
+    return Loaded(loaded.capsule, loaded.dir, resolve_loaded(loaded, hashed=False), system_prompt)
 
 
 def error_of(fn, *args) -> MurError:
@@ -46,11 +46,11 @@ HTTP = "inference:\n  transport: http\n  model: m\n"
 
 def prompts(tmp_path, text: str, **options) -> checks.Prompts:
     run = checked(tmp_path, text, **options)
-    return checks.read_prompts(run.system_prompt, run.capsule.inference, run.dir, run.resolved)
+    return checks.read_prompts(run.system_prompt, run.resolved)
 
 
 def inference(run: Loaded) -> str | None:
-    return checks.check_inference(run.capsule, run.resolved)
+    return checks.check_inference(run.capsule, run.resolved.artifacts)
 
 
 # --- prompts -----------------------------------------------------------------------------------
@@ -124,8 +124,7 @@ def test_driver_missing_undeclared_or_not_installed(tmp_path):
     declared = undeclared + f"artifacts:\n  - {{name: d, version: 0.1.0, runtime: driver, source: {DRIVER}, local_source: true}}\n"
     run = checked(tmp_path, declared)
     assert inference(run) is None  # declared and staged from its source: passes
-    run.resolved.pop("d")
-    err = error_of(inference, run)
+    err = error_of(checks.check_inference, run.capsule, {})  # the same capsule, nothing located
     assert err.code == "E-RUN-006" and err.message == "inference driver 'd' is not installed in the local tool registry"
     assert err.hint == "run `mur install d@0.1.0`"
 
