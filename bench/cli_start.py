@@ -12,6 +12,10 @@ site and the installed packages are the same), interleaved round by round, from 
 * `mur run -t`: a warm run of a copy of examples/hello (its components compiled in the shared
   cache, the kernel probe's per-boot answer cached): what a user waits for on every run.
 
+The two `mur run` rows run twice: as a script runs them (no terminal: handed to the capsule host,
+which the cold round starts; its CPU and its capsules' are counted) and `, in-process`
+(MUR_CAPSULE_HOST=off: what a run at a terminal does).
+
 The first (untimed) round fills the caches; it is printed apart as `cold`. With `--baseline`,
 the same rows run with another interpreter's mur too (e.g. a venv with the previous version
 installed), interleaved in the same rounds, each beside its own `python -c pass`: before and after
@@ -31,6 +35,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -41,17 +46,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HELLO = ROOT / "examples" / "hello"
 PASS, HELP, EDITED, WARM = "python -c pass", "mur --help", "mur run --explain-scope, edited", "mur run -t (warm)"
+IN_PROCESS = ", in-process"  # MUR_CAPSULE_HOST=off: what an interactive run does
+OFF = {"MUR_CAPSULE_HOST": "off"}
 
 
-def commands(python: str, edited: Path, hello: Path) -> dict[str, list[str]]:
+def commands(python: str, edited: Path, hello: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each row: its argv and what it adds to the environment."""
     script = Path(python).parent / "mur"  # the console script a user runs
     mur = [str(script)] if script.is_file() else [python, "-m", "mur"]
+    explain = mur + ["run", "-m", str(edited), "--explain-scope"]
+    warm = mur + ["run", "-m", str(hello), "-t", "Ada"]
     return {
-        PASS: [python, "-c", "pass"],
-        HELP: mur + ["--help"],
-        EDITED: mur + ["run", "-m", str(edited), "--explain-scope"],
-        WARM: mur + ["run", "-m", str(hello), "-t", "Ada"],
+        PASS: ([python, "-c", "pass"], {}),
+        HELP: (mur + ["--help"], {}),
+        EDITED: (explain, {}),
+        EDITED + IN_PROCESS: (explain, OFF),
+        WARM: (warm, {}),
+        WARM + IN_PROCESS: (warm, OFF),
     }
+
+
+def host_cpu(home: str) -> float:
+    """CPU seconds of the capsule host and the capsules it reaped so far (0 when none runs): a run
+    it took is counted in neither the client's rusage nor this process's children."""
+    total = 0.0
+    for lock in Path(home, ".murmur", "run").glob("caphost-*.sock.lock"):
+        try:
+            fields = Path(f"/proc/{int(lock.read_text().split()[0])}/stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, ValueError, IndexError):
+            continue
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+    return total
 
 
 class Editor:
@@ -69,15 +94,26 @@ class Editor:
         self.path.write_text(f"{self.text}\n# edit {self.count}\n", encoding="utf-8")
 
 
+def stop_host(home: str) -> None:
+    """The capsule host the runs started lives in this HOME: stop it with it."""
+    for lock in Path(home, ".murmur", "run").glob("caphost-*.sock.lock"):
+        try:
+            os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
+        except (OSError, ValueError, IndexError):
+            pass
+
+
 def timed(argv: list[str], env: dict[str, str], cpu: list[float] | None = None) -> float:
-    """Wall seconds of one run; its CPU seconds (user + system, children included) go to `cpu`."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Wall seconds of one run; its CPU seconds (user + system, children included, and the capsule
+    host's share when the run went to it) go to `cpu`."""
+    before, host_before = resource.getrusage(resource.RUSAGE_CHILDREN), host_cpu(env["HOME"])
     began = time.perf_counter()
     proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     took = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if cpu is not None:
-        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        host = max(0.0, host_cpu(env["HOME"]) - host_before)
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime + host)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr.decode(errors='replace')}")
     return took
@@ -97,23 +133,25 @@ def main() -> int:
         editor = Editor(Path(home) / "edited")
         hello = Path(home) / "hello"
         shutil.copytree(HELLO, hello, ignore=shutil.ignore_patterns("workdir", ".murmur", "__pycache__"))
-        table: dict[str, list[str]] = {}
+        table: dict[str, tuple[list[str], dict[str, str]]] = {}
         for label, python in pythons.items():
-            table.update({label + name: argv for name, argv in commands(python, editor.path, hello).items()})
+            table.update({label + name: row for name, row in commands(python, editor.path, hello).items()})
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MUR_", "MURMUR_"))}
         env["HOME"] = home
         env["MUR_CACHE_DIR"] = os.environ.get("MUR_CACHE_DIR") or str(Path.home() / ".murmur" / "cache")  # warm
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = os.path.join(home, "pycache")  # filled by the cold round
-        cold = {name: timed(argv, env) for name, argv in table.items()}  # fills the caches
+        cold = {name: timed(argv, {**env, **extra}) for name, (argv, extra) in table.items()}  # fills the caches
         samples: dict[str, list[float]] = {name: [] for name in table}
         cpus: dict[str, list[float]] = {name: [] for name in table}
         names = list(table)
         for i in range(args.n):
             for name in names[i % len(names):] + names[:i % len(names)]:
-                if name.endswith(EDITED):
+                if EDITED in name:
                     editor.edit()
-                samples[name].append(timed(table[name], env, cpus[name]))
+                argv, extra = table[name]
+                samples[name].append(timed(argv, {**env, **extra}, cpus[name]))
+        stop_host(home)
     rows = {}
     for name, s in samples.items():
         label = name[: len(name) - len(name.split(": ")[-1])] if ": " in name else ""
@@ -130,9 +168,9 @@ def main() -> int:
         return 0
     print(f"{sys.executable} (python {sys.version.split()[0]}); n={args.n} per command, interleaved; "
           f"cold = the first run in a fresh HOME; load {load}")
-    print(f"{'command':<42} {'median':>8} {'p10..p90':>15} {'/python':>8} {'CPU':>7} {'/python':>8} {'cold':>8}")
+    print(f"{'command':<46} {'median':>8} {'p10..p90':>15} {'/python':>8} {'CPU':>7} {'/python':>8} {'cold':>8}")
     for name, r in rows.items():
-        print(f"{name:<42} {r['median_s'] * 1000:6.0f}ms {r['p10_s'] * 1000:6.0f}..{r['p90_s'] * 1000:4.0f}ms "
+        print(f"{name:<46} {r['median_s'] * 1000:6.0f}ms {r['p10_s'] * 1000:6.0f}..{r['p90_s'] * 1000:4.0f}ms "
               f"{r['over_python']:7.2f}x {r['cpu_s'] * 1000:5.0f}ms {r['cpu_over_python']:7.2f}x {r['cold_s'] * 1000:6.0f}ms")
     return 0
 

@@ -1,4 +1,4 @@
-"""The capsule host (MUR_CAPSULE_HOST=on): `mur run` hands a non-interactive run to a per-user host
+"""The capsule host (the default, or MUR_CAPSULE_HOST=on): `mur run` hands a non-interactive run to a per-user host
 that forks the capsule. Same answers and exit codes as a run in-process; the capsule is its own
 process, in the client's cgroups, with the client's uid, rlimits and umask; a client the host
 cannot serve exactly as itself runs the capsule itself; signals reach the capsule; a client that
@@ -158,20 +158,18 @@ def test_a_host_that_dies_takes_its_capsules_and_their_clients_say_so(hello, hom
             idle.kill()
 
 
-def test_by_default_a_service_run_goes_to_the_host_and_a_one_shot_run_does_not(hello, home, host_env):
+def test_by_default_a_non_interactive_run_goes_to_the_host_and_off_keeps_it_here(hello, home, host_env):
     env = {k: v for k, v in host_env.items() if k != "MUR_CAPSULE_HOST"}  # the default: auto
-    run_dir = home / ".murmur" / "run"
-    one_shot = mur("run", "--task", "Ada", "--json", cwd=hello, env=env)
-    out, err = one_shot.communicate(timeout=120)
-    assert one_shot.returncode == 0, err
-    assert json.loads(out.splitlines()[0])["pid"] == one_shot.pid  # ran here ...
-    assert not list(run_dir.glob("caphost-*.sock.lock"))  # ... and started no host to outlive it
-    service_env = {**env, "MURMUR_A2A_TIMEOUT_SECS": "0"}
     for value, hosted in ((None, True), ("off", False)):
         if value is not None:
-            service_env["MUR_CAPSULE_HOST"] = value
+            env["MUR_CAPSULE_HOST"] = value
+        one_shot = mur("run", "--task", "Ada", "--json", "--workdir", str(hello / f"w1-{value}"), cwd=hello, env=env)
+        out, err = one_shot.communicate(timeout=120)
+        assert one_shot.returncode == 0, err
+        pid = json.loads(out.splitlines()[0])["pid"]
+        assert (pid != one_shot.pid) is hosted, err
         service = mur("run", "--json", "--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep",
-                      "--workdir", str(hello / f"w-{value}"), cwd=hello, env=service_env)
+                      "--workdir", str(hello / f"w-{value}"), cwd=hello, env={**env, "MURMUR_A2A_TIMEOUT_SECS": "0"})
         try:
             capsule = json.loads(service.stdout.readline())["pid"]
             if hosted:

@@ -3,7 +3,10 @@ costs). Through `mur.cli.main` in a fresh interpreter, on the real examples/hell
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -31,13 +34,29 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules),
 """
 
 
-def test_a_plain_task_run_loads_only_what_its_path_needs(hello, home):
-    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=hello, env=mur_env(home), capture_output=True,
+def probe(hello, home, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=hello, env=mur_env(home, **env), capture_output=True,
                           text=True, timeout=120)
-    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    return proc, json.loads(proc.stderr.strip().splitlines()[-1])
+
+
+def test_a_plain_task_run_loads_only_what_its_path_needs(hello, home):
+    proc, report = probe(hello, home, MUR_CAPSULE_HOST="off")  # in-process: the path itself
     assert report["code"] == 0 and proc.stdout == "Hello, Ada!\n", proc.stderr
     loaded = report["modules"]
     offenders = [m for m in loaded if any(m == bad or m.startswith(bad + ".") for bad in MUST_NOT_LOAD)]
     assert offenders == []
     assert "mur.wasm.engine" in loaded and "mur.manifest.capsule" in loaded  # it did run the capsule
     assert "mur-a2a-door" not in report["threads"]  # no server started, so none to stop
+
+
+def test_a_run_the_capsule_host_takes_loads_neither_the_models_nor_the_engine_itself(hello, home):
+    try:
+        proc, report = probe(hello, home, MUR_CAPSULE_HOST_IDLE_SECS="10")  # the default: handed over
+        assert report["code"] == 0 and proc.stdout == "Hello, Ada!\n", proc.stderr
+        loaded = report["modules"]
+        assert [m for m in ("pydantic", "yaml", "mur.manifest.capsule", "mur.wasm.engine", "wasmtime") if m in loaded] == []
+    finally:
+        for lock in (home / ".murmur" / "run").glob("caphost-*.sock.lock"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)

@@ -29,36 +29,24 @@ HOST_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "PYTHONH
 
 
 def wanted(args: list[str]) -> bool:
-    """A `mur run` the host should take: never an interactive one; with MUR_CAPSULE_HOST=on any
-    other, with it unset (or `auto`) a service's run outside a systemd unit; never with it `off`."""
+    """A `mur run` the host should take: never an interactive one (a terminal on stdin, stdout or
+    stderr); with MUR_CAPSULE_HOST unset (or `auto`) any other outside a systemd unit, with it `on`
+    any other at all, with it `off` none."""
     if args[:1] != ["run"] or HOSTED:
         return False
     asked = os.environ.get(ENV, "").strip().lower()
-    if asked in OFF or (asked not in ON and asked not in ("", "auto")):
+    if asked not in ON and asked not in ("", "auto"):
         return False
     try:
         if any(os.isatty(fd) for fd in (0, 1, 2)):
             return False
     except OSError:
         return False
-    return asked in ON or (serves(args[1:]) and not in_service_unit())
+    return asked in ON or not in_service_unit()
 
 
-ON, OFF = ("on", "1", "true", "yes"), ("off", "0", "false", "no")
+ON = ("on", "1", "true", "yes")
 HOSTED = False  # set in a capsule the host forked: it is the hand-off, never a second one
-
-
-def serves(run_args: list[str]) -> bool:
-    """`mur run` arguments that keep the capsule up: no task (it waits for A2A tasks), or a task with
-    `--lifecycle-after-task sleep`. A one-shot run is not handed over: a host it started would
-    outlive it by MUR_CAPSULE_HOST_IDLE_SECS for nothing."""
-    if any(a in ("--explain-scope", "--help") for a in run_args):
-        return False
-    task = any(a in ("-t", "--task") or a.startswith("--task=") or (a.startswith("-t") and not a.startswith("--"))
-               for a in run_args)
-    sleeps = any(a == "--lifecycle-after-task=sleep" or (a == "--lifecycle-after-task" and nxt == "sleep")
-                 for a, nxt in zip(run_args, run_args[1:] + [""]))
-    return not task or sleeps
 
 
 def in_service_unit(cgroup_file: str = "/proc/self/cgroup") -> bool:

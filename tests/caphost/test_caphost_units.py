@@ -83,33 +83,23 @@ def test_settings_read_from_a_client_are_taken_over(tmp_path):
         assert "rlimit" in context.take_over(raised)  # a hard limit above ours is not ours to give
 
 
-def test_only_a_non_interactive_run_asked_for_goes_to_the_host(monkeypatch):
+def test_only_a_non_interactive_run_goes_to_the_host(monkeypatch):
     monkeypatch.setattr(client, "in_service_unit", lambda: False)
     tty = any(os.isatty(fd) for fd in (0, 1, 2))
-    monkeypatch.setenv(client.ENV, "on")
-    assert not client.wanted(["build", "."])
-    assert client.wanted(["run", "-t", "x"]) is (not tty)  # asked for: any run
-    for off in ("off", "0", "no", "nonsense"):
-        monkeypatch.setenv(client.ENV, off)
-        assert not client.wanted(["run"])
-    for auto in (None, "auto", ""):
-        if auto is None:
+    for asked in (None, "auto", "", "on"):
+        if asked is None:
             monkeypatch.delenv(client.ENV, raising=False)
         else:
-            monkeypatch.setenv(client.ENV, auto)
-        assert not client.wanted(["run", "-t", "x"])  # a one-shot run stays here by default
-        assert client.wanted(["run", "-m", "cap", "--json"]) is (not tty)  # a service's run goes
+            monkeypatch.setenv(client.ENV, asked)
+        assert not client.wanted(["build", "."])
+        assert client.wanted(["run", "-t", "x"]) is (not tty)
+        assert client.wanted(["run", "-m", "cap", "--explain-scope"]) is (not tty)
+    for off in ("off", "0", "no", "nonsense"):
+        monkeypatch.setenv(client.ENV, off)
+        assert not client.wanted(["run", "-t", "x"])
+    monkeypatch.delenv(client.ENV, raising=False)
     monkeypatch.setattr(client, "HOSTED", True)  # in a capsule the host forked: never a second hand-off
-    assert not client.wanted(["run", "-m", "cap", "--json"])
-
-
-def test_a_service_run_is_one_that_stays_up():
-    assert client.serves(["-m", "cap", "--json", "--port", "8080"])
-    assert client.serves(["-t", "x", "--lifecycle-after-task", "sleep"])
-    assert client.serves(["--task=x", "--lifecycle-after-task=sleep"])
-    for one_shot in (["-t", "x"], ["--task", "x"], ["--task=x"], ["-tx"], ["-t", "x", "--lifecycle-after-task", "exit"],
-                     ["--explain-scope"], ["--help"]):
-        assert not client.serves(one_shot), one_shot
+    assert not client.wanted(["run", "-t", "x"])
 
 
 def test_a_systemd_unit_keeps_its_runs_in_process(tmp_path, monkeypatch):
