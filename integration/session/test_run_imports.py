@@ -25,8 +25,9 @@ MUST_NOT_LOAD = (
 PROBE = """
 import json, sys, threading
 from mur.cli.main import main
+sys.argv = ["mur", "run", "--task", "Ada"]
 try:
-    main(["run", "--task", "Ada"])
+    main()  # as the console script calls it: this process's own `mur run`
 except SystemExit as exc:
     code = exc.code
 print(json.dumps({"code": code, "modules": sorted(sys.modules),

@@ -63,8 +63,11 @@ def build_app(lazy: bool = True):
     return app
 
 
-def _fast(args: list[str]) -> bool:
-    """Answer `mur --help` and `mur --version` without typer; False when typer has to."""
+def _fast(args: list[str], whole_process: bool) -> bool:
+    """Answer `mur --help` and `mur --version` without typer; False when typer has to. A `mur run`
+    of a whole process (`whole_process`: its own command line, not a call of main() with arguments
+    from a program that goes on afterwards) may be handed to the capsule host
+    (mur.caphost.client.wanted): the hand-off takes over fds 0-2 and the process's signals."""
     if os.environ.get(COMPLETE_VAR):
         return False
     if args[:1] == ["__tier-up"]:  # the runtime bundle's background compile (mur.wasm.tierup.command)
@@ -75,7 +78,7 @@ def _fast(args: list[str]) -> bool:
         from mur.cli.capsulehost import main as capsule_host
 
         sys.exit(capsule_host(args[1:], main))
-    if args[:1] == ["run"]:  # a service's run goes to the capsule host (mur.caphost.client.wanted)
+    if args[:1] == ["run"] and whole_process:  # a process's run may go to the capsule host
         from mur.caphost.client import run_via_host, wanted
 
         if wanted(args):
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     # first model (a scan of site-packages on each start); mur uses none (pydantic's documented switch).
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
-        if _fast(args):
+        if _fast(args, argv is None):
             _flush()
             sys.exit(0)
     except BrokenPipeError:
