@@ -1,4 +1,4 @@
-"""`mur run` as a client of the capsule host (MUR_CAPSULE_HOST=on): hand the run over, stay the
+"""`mur run` as a client of the capsule host (the default for a non-interactive run): hand the run over, stay the
 process the service manager watches, forward its signals, exit as the capsule did.
 
 Returns None wherever the host cannot take the run exactly as this process would have run it (no
