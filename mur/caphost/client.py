@@ -20,6 +20,8 @@ from pathlib import Path
 from mur.caphost import wire
 
 ENV = "MUR_CAPSULE_HOST"
+ON = ("on", "1", "true", "yes")  # its values that hand over every non-interactive run
+HOSTED = False  # set in a capsule the host forked: it is the hand-off, never a second one
 START_TIMEOUT = 20.0  # seconds for a new host to import the runtime and listen
 RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 # What a new host inherits from the client: enough to import the same code, nothing else (a host
@@ -43,10 +45,6 @@ def wanted(args: list[str]) -> bool:
     except OSError:
         return False
     return asked in ON or not in_service_unit()
-
-
-ON = ("on", "1", "true", "yes")
-HOSTED = False  # set in a capsule the host forked: it is the hand-off, never a second one
 
 
 def in_service_unit(cgroup_file: str = "/proc/self/cgroup") -> bool:
