@@ -1,4 +1,4 @@
-"""A capsule forked by the capsule host (the default for a non-interactive run) is sandboxed exactly as one run in-process:
+"""A capsule forked by the capsule host (MUR_CAPSULE_HOST=on) is sandboxed exactly as one run in-process:
 the hostile model's shell tools run under the session's uid, cgroup and Landlock, as root and as a
 non-root deploy user, and the run did go through the host (the capsule is not the client process)."""
 
@@ -79,7 +79,7 @@ def test_a_tool_that_reaches_the_host_gets_no_run_of_its_own(hostile, who, tmp_p
     capsule = hostile(user=who)
     home = who.home if who is not None else tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = {"MUR_CAPSULE_HOST_IDLE_SECS": "20", "MUR_CAPSULE_HOST_DEBUG": "1", "HOME": str(home)}  # the default
+    env = {"MUR_CAPSULE_HOST": "on", "MUR_CAPSULE_HOST_IDLE_SECS": "20", "MUR_CAPSULE_HOST_DEBUG": "1", "HOME": str(home)}
     try:
         from mur.caphost import wire
 

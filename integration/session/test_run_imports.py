@@ -53,7 +53,7 @@ def test_a_plain_task_run_loads_only_what_its_path_needs(hello, home):
 
 def test_a_run_the_capsule_host_takes_loads_neither_the_models_nor_the_engine_itself(hello, home):
     try:
-        proc, report = probe(hello, home, MUR_CAPSULE_HOST_IDLE_SECS="10")  # the default: handed over
+        proc, report = probe(hello, home, MUR_CAPSULE_HOST="on", MUR_CAPSULE_HOST_IDLE_SECS="10")  # handed over
         assert report["code"] == 0 and proc.stdout == "Hello, Ada!\n", proc.stderr
         loaded = report["modules"]
         assert [m for m in ("pydantic", "yaml", "mur.manifest.capsule", "mur.wasm.engine", "wasmtime") if m in loaded] == []

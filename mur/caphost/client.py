@@ -1,4 +1,4 @@
-"""`mur run` as a client of the capsule host (the default for a non-interactive run): hand the run over, stay the
+"""`mur run` as a client of the capsule host (by default a service's run and explain): hand the run over, stay the
 process the service manager watches, forward its signals, exit as the capsule did.
 
 Returns None wherever the host cannot take the run exactly as this process would have run it (no
@@ -32,8 +32,8 @@ HOST_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "PYTHONH
 
 def wanted(args: list[str]) -> bool:
     """A `mur run` the host should take: never an interactive one (a terminal on stdin, stdout or
-    stderr); with MUR_CAPSULE_HOST unset (or `auto`) any other outside a systemd unit, with it `on`
-    any other at all, with it `off` none."""
+    stderr); with MUR_CAPSULE_HOST unset (or `auto`) a service's run or an `--explain-scope`
+    (`handed_by_default`) outside a systemd unit, with it `on` any other at all, with it `off` none."""
     if args[:1] != ["run"] or HOSTED:
         return False
     asked = os.environ.get(ENV, "").strip().lower()
@@ -44,7 +44,23 @@ def wanted(args: list[str]) -> bool:
             return False
     except OSError:
         return False
-    return asked in ON or not in_service_unit()
+    return asked in ON or (handed_by_default(args[1:]) and not in_service_unit())
+
+
+def handed_by_default(run_args: list[str]) -> bool:
+    """A run that stays up (no task: it waits for A2A tasks; or `--lifecycle-after-task sleep`), or
+    `--explain-scope` (it runs no guest). A one-shot task run stays in-process: a host it started
+    would outlive it for nothing, and a Ctrl-C that reaches a forked capsule in the moment before its
+    guest starts can be lost (seen in integration/session/test_run_interrupt.py; in-process it is not)."""
+    if "--explain-scope" in run_args:
+        return True
+    if "--help" in run_args:
+        return False
+    task = any(a in ("-t", "--task") or a.startswith("--task=") or (a.startswith("-t") and not a.startswith("--"))
+               for a in run_args)
+    sleeps = any(a == "--lifecycle-after-task=sleep" or (a == "--lifecycle-after-task" and nxt == "sleep")
+                 for a, nxt in zip(run_args, run_args[1:] + [""]))
+    return not task or sleeps
 
 
 def in_service_unit(cgroup_file: str = "/proc/self/cgroup") -> bool:

@@ -18,11 +18,12 @@ ready (or why not) on a pipe, starts a session of its own, puts the client's std
 stderr on 0-2, its environment and working directory in place, and runs `mur ARGS` as
 mur.cli.main would, exiting with its code. The host answers the client {"pid"} and a pidfd, then
 {"exit": code} or {"signal": n} when it reaps the capsule; a client that goes away gets its capsule
-SIGTERMed. With no capsule and no client for MUR_CAPSULE_HOST_IDLE_SECS (default 60) it exits.
+SIGTERMed, and SIGKILLed ORPHAN_GRACE seconds later if it is still there. With no capsule and no client for MUR_CAPSULE_HOST_IDLE_SECS (default 60) it exits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import importlib
@@ -44,6 +45,7 @@ IDLE_ENV = "MUR_CAPSULE_HOST_IDLE_SECS"
 DEFAULT_IDLE = 60.0  # long enough for a crashed service to find it on restart
 REQUEST_TIMEOUT = 5.0
 LOCK_WAIT = 3.0  # seconds a new host waits for an exiting one's lock
+ORPHAN_GRACE = 10.0  # seconds a capsule whose client went away has to stop after SIGTERM, before SIGKILL
 # What a capsule imports on its way to serving (and what an agent or shell capsule adds): imported
 # once here, shared by every capsule.
 PRELOAD = (
@@ -75,6 +77,7 @@ class Host:
         self.cli = cli  # what a capsule runs: mur.cli.main.main
         self.selector = selectors.DefaultSelector()
         self.children: dict[int, socket.socket] = {}  # capsule pid -> its client's connection
+        self.orphans: dict[int, float] = {}  # capsule pid whose client went away -> when it gets SIGKILL
         self.last_busy = time.monotonic()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.listener: socket.socket | None = None
@@ -135,6 +138,7 @@ class Host:
                     self._reap()
                 else:
                     self._client_gone(key.data)
+            self._kill_late_orphans()
         self._close()
 
     def _close(self) -> None:
@@ -272,6 +276,7 @@ class Host:
                 return
             if pid == 0:
                 return
+            self.orphans.pop(pid, None)
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
@@ -301,6 +306,17 @@ class Host:
             os.kill(pid, signal.SIGTERM)  # still our unreaped child: the pid is its own
         except OSError:
             pass
+        self.orphans[pid] = time.monotonic() + ORPHAN_GRACE
+
+    def _kill_late_orphans(self) -> None:
+        """SIGKILL a capsule that outlived its client by ORPHAN_GRACE (a guest deaf to SIGTERM): in-process
+        it would have died with the killed client."""
+        now = time.monotonic()
+        for pid, due in list(self.orphans.items()):
+            if now >= due and pid in self.children:  # unreaped: still our child, the pid is its own
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                del self.orphans[pid]
 
 
 def _die_with_parent(host: int) -> None:

@@ -92,14 +92,25 @@ def test_only_a_non_interactive_run_goes_to_the_host(monkeypatch):
         else:
             monkeypatch.setenv(client.ENV, asked)
         assert not client.wanted(["build", "."])
-        assert client.wanted(["run", "-t", "x"]) is (not tty)
+        assert client.wanted(["run", "-m", "cap", "--json"]) is (not tty)  # a service's run
         assert client.wanted(["run", "-m", "cap", "--explain-scope"]) is (not tty)
+        assert client.wanted(["run", "-t", "x"]) is (asked == "on" and not tty)  # one-shot: only when asked
     for off in ("off", "0", "no", "nonsense"):
         monkeypatch.setenv(client.ENV, off)
-        assert not client.wanted(["run", "-t", "x"])
+        assert not client.wanted(["run", "-m", "cap"])
     monkeypatch.delenv(client.ENV, raising=False)
     monkeypatch.setattr(client, "HOSTED", True)  # in a capsule the host forked: never a second hand-off
-    assert not client.wanted(["run", "-t", "x"])
+    assert not client.wanted(["run", "-m", "cap"])
+
+
+def test_what_goes_by_default_stays_up_or_runs_no_guest():
+    assert client.handed_by_default(["-m", "cap", "--json", "--port", "8080"])
+    assert client.handed_by_default(["-t", "x", "--lifecycle-after-task", "sleep"])
+    assert client.handed_by_default(["--task=x", "--lifecycle-after-task=sleep"])
+    assert client.handed_by_default(["-m", "cap", "--explain-scope"])
+    for one_shot in (["-t", "x"], ["--task", "x"], ["--task=x"], ["-tx"], ["-t", "x", "--lifecycle-after-task", "exit"],
+                     ["--help"]):
+        assert not client.handed_by_default(one_shot), one_shot
 
 
 def test_a_systemd_unit_keeps_its_runs_in_process(tmp_path, monkeypatch):
@@ -116,3 +127,33 @@ def test_a_systemd_unit_keeps_its_runs_in_process(tmp_path, monkeypatch):
     assert not client.wanted(["run", "-m", "cap"])
     monkeypatch.setenv(client.ENV, "on")  # asked for: the operator took the unit's stop on
     assert client.wanted(["run", "-m", "cap"]) is (not any(os.isatty(fd) for fd in (0, 1, 2)))
+
+
+def test_a_capsule_deaf_to_sigterm_is_killed_once_its_client_is_gone(monkeypatch):
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from mur.cli import capsulehost
+
+    monkeypatch.setattr(capsulehost, "ORPHAN_GRACE", 0.5)
+    host = capsulehost.Host("/nonexistent.sock", idle=60.0, cli=lambda argv: None)
+    deaf = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                             "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        assert deaf.stdout.readline() == b"ready\n"
+        ours, client = socket.socketpair()
+        host.children[deaf.pid] = ours
+        host.selector.register(ours, capsulehost.selectors.EVENT_READ, deaf.pid)
+        client.close()  # the client went away (killed)
+        host._client_gone(deaf.pid)
+        time.sleep(0.2)
+        assert deaf.poll() is None  # SIGTERM ignored: still there within the grace
+        time.sleep(0.5)
+        host._kill_late_orphans()
+        assert deaf.wait(5) == -signal.SIGKILL
+    finally:
+        if deaf.poll() is None:
+            deaf.kill()

@@ -54,7 +54,7 @@ def test_sealed_is_refused_before_any_workdir(project, manifest, args, project_c
     assert _files(proj) == before
     assert not (proj / "workdir").exists() and not (proj / "murmur.lock").exists()
     # no store, no cache, no config written: only the kernel probe's per-boot answer (mur.sandbox.probecache),
-    # beside the capsule host's socket and lock: a non-interactive run goes to it (docs/run.md)
+    # beside the capsule host's socket and lock: a service's run (no --task) goes to it (docs/run.md)
     written = sorted(str(p.relative_to(home)) for p in home.rglob("*")
                      if not p.is_dir() and p.relative_to(home).parts[:2] != (".murmur", "run"))
     assert written == [f".murmur/cache/probe/host-{os.geteuid()}.json"]
