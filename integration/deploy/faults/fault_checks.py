@@ -168,8 +168,10 @@ def check_consistent(box: Box, op: Operator, dep: str, *, expect: str | None = N
     half = [n for n, r in t.releases.items() if not r["complete"]]
     if half:
         why.append(f"half-written release(s) visible: {half}")
-    if len(t.releases) > 5:
-        why.append(f"{len(t.releases)} releases kept (at most 5)")
+    # keep 5; a deploy whose link died after its start but before its prune leaves a 6th (complete,
+    # and what serves) for the next deploy to prune: seen in a CI rehearsal, a blackhole 1 s into the start
+    if len(t.releases) > 6:
+        why.append(f"{len(t.releases)} releases kept (at most 5, and one a cut deploy has not pruned yet)")
     leftovers = staging_leftovers(box)
     if leftovers:
         why.append(f"staging leftovers: {leftovers[:8]}")
