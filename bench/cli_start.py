@@ -68,14 +68,25 @@ def commands(python: str, edited: Path, hello: Path) -> dict[str, tuple[list[str
     }
 
 
+def host_pids(home: str) -> list[int]:
+    """The capsule hosts the runs started in this HOME (each names its pid in its socket's .lock)."""
+    pids = []
+    for lock in Path(home, ".murmur", "run").glob("caphost-*.sock.lock"):
+        try:
+            pids.append(int(lock.read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
 def host_cpu(home: str) -> float:
     """CPU seconds of the capsule host and the capsules it reaped so far (0 when none runs): a run
     it took is counted in neither the client's rusage nor this process's children."""
     total = 0.0
-    for lock in Path(home, ".murmur", "run").glob("caphost-*.sock.lock"):
+    for pid in host_pids(home):
         try:
-            fields = Path(f"/proc/{int(lock.read_text().split()[0])}/stat").read_text().rsplit(") ", 1)[1].split()
-        except (OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
             continue
         total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
     return total
@@ -98,10 +109,10 @@ class Editor:
 
 def stop_host(home: str) -> None:
     """The capsule host the runs started lives in this HOME: stop it with it."""
-    for lock in Path(home, ".murmur", "run").glob("caphost-*.sock.lock"):
+    for pid in host_pids(home):
         try:
-            os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
-        except (OSError, ValueError, IndexError):
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
             pass
 
 

@@ -18,7 +18,8 @@ ready (or why not) on a pipe, starts a session of its own, puts the client's std
 stderr on 0-2, its environment and working directory in place, and runs `mur ARGS` as
 mur.cli.main would, exiting with its code. The host answers the client {"pid"} and a pidfd, then
 {"exit": code} or {"signal": n} when it reaps the capsule; a client that goes away gets its capsule
-SIGTERMed, and SIGKILLed ORPHAN_GRACE seconds later if it is still there. With no capsule and no client for MUR_CAPSULE_HOST_IDLE_SECS (default 60) it exits.
+SIGTERMed, and SIGKILLed ORPHAN_GRACE seconds later if it is still there. With no capsule and no
+client for MUR_CAPSULE_HOST_IDLE_SECS (default 60) it exits.
 """
 
 from __future__ import annotations
