@@ -45,3 +45,23 @@ def test_mur_run_eval_hook_then_mur_eval_show(http_capsule, model_server, make_h
                           capture_output=True, text=True, timeout=60)
     assert show.returncode == 0, show.stderr
     assert json.loads(show.stdout)["overall"] == "pass"
+
+
+def test_ctrl_c_while_a_hook_computes_ends_the_run_interrupted(hello_capsule, make_hook, probe_wasm):
+    """A sync hook busy in compiled code when Ctrl-C comes: stopped through its epoch (not run into
+    its 300 s deadline), one "interrupted", exit 130, the trace closed."""
+    from mur.testing.terminal import MurProcess
+
+    manifest = hello_capsule([hook_entry("probe-spin", make_hook("probe-spin", probe_wasm))])
+    text = manifest.read_text().replace("deadline_seconds: 30\n", "deadline_seconds: 300\n")  # hooks' too
+    assert "deadline_seconds: 300" in text
+    manifest.write_text(text)
+    env = {**os.environ, "MURMUR_A2A_TIMEOUT_SECS": "2"}
+    with MurProcess("run", "--json", "--no-env-file", "-t", "Ada", cwd=manifest.parent, env=env) as mur:
+        mur.wait_for(lambda: mur.stdout.count("\n") >= 1, what="the startup line")
+        log = Path(json.loads(mur.stdout.splitlines()[0])["workdir"]) / "logs" / "hook-probe-spin.log"
+        mur.wait_for(lambda: log.is_file() and "on-session-start" in log.read_text(), what="the hook's report")
+        mur.ctrl_c()
+        assert mur.finish(60) == 130  # the hook never returns on its own
+    assert mur.stderr == "interrupted\n"
+    assert json.loads(mur.stdout.splitlines()[-1])["status"] == "interrupted"

@@ -29,6 +29,7 @@ from mur.fsafe import open_append
 from mur.wasm.engine import WasmEngine
 from mur.wasm.host import GuestConfig, LiveInstance, OutputTail, instantiate
 from mur.wasm.http import OutboundHttp
+from mur.wasm.interrupt import GuestInterrupted, check_armed, guest_call, interruption
 from mur.wasm.limits import GuestError, classify_call_failure, deadline_ticks
 from mur.wasm.callcontext import CallContext
 from mur.wasm.linker import HOOK_LIFECYCLE, LIFECYCLE_FUNCS
@@ -95,7 +96,7 @@ class HookInstance:
         """Instantiate now (session launch), so a broken hook fails the launch, not a later event."""
         with self._lock:
             if self._live is None:
-                self._instantiate()
+                self._guarded(self._instantiate)
 
     def _instantiate(self) -> None:
         cfg = self.cfg
@@ -117,46 +118,72 @@ class HookInstance:
 
     def call(self, fn: str, record: Any) -> Any:
         """Call one lifecycle function; returns the lifted result (Variant = ok, str = err) or
-        MISSING when an optional export is absent. Raises GuestError on a trap / limit."""
-        from wasmtime import Trap, WasmtimeError
-
+        MISSING when an optional export is absent. Raises GuestError on a trap / limit, and
+        KeyboardInterrupt (once) when Ctrl-C stopped it (mur.wasm.interrupt)."""
         if getattr(self._busy, "active", False):
             # A host import of this very call (e.g. run-inference) produced a trace event that maps
             # to a lifecycle call: a component instance cannot be re-entered.
             raise MurError("E-RUN-001", f"hook '{self.name}' cannot be re-entered from its own host call")
         with self._lock:
-            if self._live is None:
-                self._instantiate()
-                if self.instantiations > 1:
-                    self.log.line(f"hook '{self.name}' was instantiated again after a failure; "
-                                  "state it kept in memory was lost")
-            func = self._funcs.get(fn)
-            if func is None:
-                return MISSING
-            store = self._live.store
-            seconds = float(self.cfg.limits.deadline_seconds)
-            store.set_epoch_deadline(deadline_ticks(seconds))
-            if self._http is not None:
-                self._http.deadline_at = time.monotonic() + seconds
-            self.log.mark()
-            self._busy.active = True
+            return self._guarded(lambda: self._call(fn, record))
+
+    def _guarded(self, body: Callable[[], Any]) -> Any:
+        """`body` (guest code of this hook) as a guest call: Ctrl-C stops it through its epoch and
+        comes out as one KeyboardInterrupt once wasmtime is out of the way (mur.wasm.interrupt)."""
+        failure: BaseException | None = None
+        result: Any = None
+        with guest_call(self.engine.engine, deadline_ticks(float(self.cfg.limits.deadline_seconds))):
             try:
-                result = func(store, record)
-                try:
-                    func.post_return(store)
-                except WasmtimeError:
-                    pass  # recent wasmtime runs post-return itself
-                return result
-            except (WasmtimeError, Trap, MurError) as exc:
-                self._discard()
-                raise classify_call_failure(exc, kind="hook", label=self.name, limits=self.cfg.limits,
-                                            stderr=self.log.tail()) from exc
-            except Exception as exc:  # a host import raised something unexpected
-                self._discard()
-                raise GuestError("E-RUN-001", f"hook '{self.name}' {fn} failed: {type(exc).__name__}: {exc}",
-                                 kind="trap") from exc
-            finally:
-                self._busy.active = False
+                result = body()
+            except BaseException as exc:  # noqa: BLE001 - raised below, once the guest is out
+                failure = exc
+        stop = interruption(failure)  # Ctrl-C: one KeyboardInterrupt, not a trap (mur.wasm.interrupt)
+        if stop is not None:
+            if failure is not None:
+                self._discard()  # a guest stopped mid-call cannot be entered again
+            raise stop
+        if failure is not None:
+            raise failure
+        return result
+
+    def _call(self, fn: str, record: Any) -> Any:
+        from wasmtime import Trap, WasmtimeError
+
+        if self._live is None:
+            self._instantiate()
+            if self.instantiations > 1:
+                self.log.line(f"hook '{self.name}' was instantiated again after a failure; "
+                              "state it kept in memory was lost")
+        func = self._funcs.get(fn)
+        if func is None:
+            return MISSING
+        store = self._live.store
+        seconds = float(self.cfg.limits.deadline_seconds)
+        store.set_epoch_deadline(deadline_ticks(seconds))
+        check_armed()  # an interrupt latched before this deadline existed would not stop the guest
+        if self._http is not None:
+            self._http.deadline_at = time.monotonic() + seconds
+        self.log.mark()
+        self._busy.active = True
+        try:
+            result = func(store, record)
+            try:
+                func.post_return(store)
+            except WasmtimeError:
+                pass  # recent wasmtime runs post-return itself
+            return result
+        except GuestInterrupted:
+            raise  # Ctrl-C or SIGTERM carried out of a host import: call() raises the original
+        except (WasmtimeError, Trap, MurError) as exc:
+            self._discard()
+            raise classify_call_failure(exc, kind="hook", label=self.name, limits=self.cfg.limits,
+                                        stderr=self.log.tail()) from exc
+        except Exception as exc:  # a host import raised something unexpected
+            self._discard()
+            raise GuestError("E-RUN-001", f"hook '{self.name}' {fn} failed: {type(exc).__name__}: {exc}",
+                             kind="trap") from exc
+        finally:
+            self._busy.active = False
 
     def _discard(self) -> None:
         live, self._live = self._live, None

@@ -27,7 +27,7 @@ from mur.errors import MurError
 from mur.fsafe import open_append
 from mur.wasm.engine import WasmEngine, default_engine
 from mur.wasm.http import OutboundHttp
-from mur.wasm.interrupt import GuestInterrupted, guest_call, interruption
+from mur.wasm.interrupt import GuestInterrupted, check_armed, guest_call, interruption
 from mur.wasm.limits import (
     GuestError,
     apply_store_limits,
@@ -162,6 +162,7 @@ def instantiate(engine: WasmEngine, component: Any, cfg: GuestConfig, ctx: CallC
         store.set_wasi_http()  # wasi:http's context (its handle is mur's: mur.wasm.wasi_http)
         apply_store_limits(store, cfg.limits)
         store.set_epoch_deadline(deadline_ticks(cfg.limits.deadline_seconds))
+        check_armed()  # a Ctrl-C while the store was made advanced the epoch before this deadline
         try:
             instance = linker.instantiate(store, component)
         except (WasmtimeError, Trap) as exc:

@@ -19,7 +19,11 @@ So while :func:`deferred_sigint` is in force (``mur run``), SIGINT is handled he
   ``increment_epoch`` per tick: about 1 µs each, 66 ms at the default 600 s), so the guest traps at
   its next epoch check. A thread reading the signal wakeup fd does this while compiled code keeps
   the main thread from running any handler. A host import the guest calls meanwhile traps at once;
-* the latched interrupt is delivered once, as KeyboardInterrupt, when the guest call returns or traps.
+* the latched interrupt is delivered once, as KeyboardInterrupt, when the guest call returns or traps;
+* a Store made after the epoch was advanced has a fresh deadline that the advance never reached, so
+  :func:`check_armed` runs between setting a store's deadline and entering its guest: an interrupt
+  latched by then stops the call before any guest code runs (seen: a Ctrl-C landing while the
+  capsule was being instantiated let it spin to its deadline).
 
 :func:`raise_soon` does the same for another exception a signal handler wants to raise (the
 lifecycle's Terminated when SIGTERM's grace is over).
@@ -150,6 +154,14 @@ def interruption(failure: BaseException | None) -> BaseException | None:
     if isinstance(failure, GuestInterrupted):  # latched, but delivered by an inner call already
         return KeyboardInterrupt()
     return None
+
+
+def check_armed() -> None:
+    """Call once a new Store's epoch deadline is set, before guest code runs in it. An interrupt
+    latched earlier in the same guest call (while the store was being made) advanced the epoch
+    before this deadline existed, so it would not stop this guest: it must not start at all."""
+    if gate.pending():
+        raise GuestInterrupted(None)
 
 
 def raise_soon(exc: BaseException) -> None:

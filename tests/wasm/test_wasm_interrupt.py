@@ -106,6 +106,34 @@ def test_a_capsule_busy_in_a_tool_it_invoked_gets_one_interrupt(host, make_cfg, 
     assert_quiet(capfd)
 
 
+@pytest.mark.parametrize("how", ["sigint", "raise_soon"])
+def test_an_interrupt_while_the_store_is_made_stops_the_guest_before_it_runs(host, make_cfg, probe_wasm,
+                                                                            monkeypatch, capfd, how):
+    """The signal lands inside the guest call but before the new store has its deadline: the epoch it
+    advances is behind that deadline and would stop nothing, so the guest must never start (seen: a
+    Ctrl-C while a forked capsule was instantiated let it spin to its deadline)."""
+
+    class Forced(Exception):
+        pass
+
+    start_ticker = host.engine.start_ticker
+
+    def start_then_signal():  # the first thing instantiate() does, before the Store exists
+        start_ticker()
+        if how == "sigint":
+            signal.raise_signal(signal.SIGINT)  # its handler runs here, between bytecodes
+        else:
+            interrupt.raise_soon(Forced())
+
+    monkeypatch.setattr(host.engine, "start_ticker", start_then_signal)
+    cfg = make_cfg(probe_wasm, limits=LONG)
+    with interrupt.deferred_sigint():
+        with pytest.raises(KeyboardInterrupt if how == "sigint" else Forced):
+            call(host, cfg, op="write", path="ran.txt", text="the guest ran")
+    assert not (make_cfg.work / "ran.txt").exists()
+    assert_quiet(capfd)
+
+
 def test_after_the_interrupt_signals_wait_and_guests_run_normally(host, make_cfg, probe_wasm, capfd):
     """Teardown after Ctrl-C must not be cut short: a second SIGINT is only remembered."""
     cfg = make_cfg(probe_wasm, limits=LONG)

@@ -15,6 +15,7 @@ runtime appends to logs/hook-<name>.log. Tokens:
   artifact  on-inference returns artifact('{"turn": N}')
   stage     on-stage returns write-manifests describing every shell-allow binary
   infer     on-session-start calls run-inference and reports the answer (or error)
+  spin      on-session-start reports, then computes forever (only an interrupt or its deadline ends it)
 """
 
 import dataclasses
@@ -109,6 +110,8 @@ class Lifecycle(exports.Lifecycle):
         if on("infer"):
             extra["infer"] = _infer("hello from " + name())
         report("on-session-start", ctx=_plain(ctx), **extra)
+        while on("spin"):
+            _state["counter"] += 1
         return none()
 
     def on_task_start(self, event):
