@@ -12,12 +12,13 @@ site and the installed packages are the same), interleaved round by round, from 
 * `mur run -t`: a warm run of a copy of examples/hello (its components compiled in the shared
   cache, the kernel probe's per-boot answer cached): what a user waits for on every run.
 
-The two `mur run` rows run twice, as a script runs them (no terminal) by default, and the other way:
-`--explain-scope` goes to the capsule host by default (which the cold round starts; its CPU and its
-capsules' are counted), `, in-process` is MUR_CAPSULE_HOST=off (what a run at a terminal does); a
-one-shot `-t` run stays in-process by default, `, via the host` is MUR_CAPSULE_HOST=on.
+The two `mur run` rows run twice, as a script runs them (no terminal) by default, and in-process
+(`, in-process`: MUR_CAPSULE_HOST=off, what a run at a terminal does; an explain at a terminal goes
+to a running host too). By default both go to the capsule host, which the cold round's first run
+starts once it went well (docs/run.md); its CPU and its capsules' are counted.
 
-The first (untimed) round fills the caches; it is printed apart as `cold`. With `--baseline`,
+The first (untimed) round fills the caches; it is printed apart as `cold`; a second untimed round
+runs once the host is up. With `--baseline`,
 the same rows run with another interpreter's mur too (e.g. a venv with the previous version
 installed), interleaved in the same rounds, each beside its own `python -c pass`: before and after
 in one run. Prints medians of wall time (with the 10th-90th percentile spread) and of CPU time (user +
@@ -48,8 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HELLO = ROOT / "examples" / "hello"
 PASS, HELP, EDITED, WARM = "python -c pass", "mur --help", "mur run --explain-scope, edited", "mur run -t (warm)"
 IN_PROCESS = ", in-process"  # MUR_CAPSULE_HOST=off: what an interactive run does
-VIA_HOST = ", via the host"  # MUR_CAPSULE_HOST=on: a one-shot run handed over too
-OFF, ON = {"MUR_CAPSULE_HOST": "off"}, {"MUR_CAPSULE_HOST": "on"}
+OFF = {"MUR_CAPSULE_HOST": "off"}
 
 
 def commands(python: str, edited: Path, hello: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
@@ -64,7 +64,7 @@ def commands(python: str, edited: Path, hello: Path) -> dict[str, tuple[list[str
         EDITED: (explain, {}),
         EDITED + IN_PROCESS: (explain, OFF),
         WARM: (warm, {}),
-        WARM + VIA_HOST: (warm, ON),
+        WARM + IN_PROCESS: (warm, OFF),
     }
 
 
@@ -105,6 +105,12 @@ class Editor:
     def edit(self) -> None:
         self.count += 1
         self.path.write_text(f"{self.text}\n# edit {self.count}\n", encoding="utf-8")
+
+
+def wait_for_host(home: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not host_pids(home) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def stop_host(home: str) -> None:
@@ -155,6 +161,9 @@ def main() -> int:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = os.path.join(home, "pycache")  # filled by the cold round
         cold = {name: timed(argv, {**env, **extra}) for name, (argv, extra) in table.items()}  # fills the caches
+        wait_for_host(home)  # the cold round's first good run started it: not its imports in a timed run
+        for argv, extra in table.values():
+            timed(argv, {**env, **extra})
         samples: dict[str, list[float]] = {name: [] for name in table}
         cpus: dict[str, list[float]] = {name: [] for name in table}
         names = list(table)

@@ -158,15 +158,64 @@ def test_a_host_that_dies_takes_its_capsules_and_their_clients_say_so(hello, hom
             idle.kill()
 
 
-def test_by_default_a_service_run_goes_to_the_host_and_a_one_shot_run_does_not(hello, home, host_env):
+def host_processes(home: Path) -> list[int]:
+    """Capsule hosts of this HOME: their command line names their socket under it (started or not)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:
+            continue
+        if b"__capsule-host" in argv and any(a.startswith(str(home).encode() + b"/") for a in argv):
+            found.append(int(proc.name))
+    return found
+
+
+def test_by_default_a_first_one_shot_run_runs_here_and_leaves_a_host_for_the_next(hello, home, host_env):
+    env = {k: v for k, v in host_env.items() if k != "MUR_CAPSULE_HOST"}  # the default: auto
+    env["MUR_CAPSULE_HOST_DEBUG"] = "2"
+    failing = mur("run", "--task", "x", "-m", "nowhere", cwd=hello, env=env)
+    err = failing.communicate(timeout=60)[1]
+    assert failing.returncode == 1 and "error[" in err
+    assert host_processes(home) == []  # a run that failed leaves nothing running
+    first = mur("run", "--task", "Ada", "--json", cwd=hello, env=env)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert json.loads(out.splitlines()[0])["pid"] == first.pid, err  # no host ran: this one never waits for one
+    assert "no host runs" in err
+    assert host_processes(home), "the run that went well started a host for the next one"
+    deadline = time.monotonic() + 60
+    while not list((home / ".murmur" / "run").glob("caphost-*.sock.lock")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = mur("run", "--task", "Bo", "--json", cwd=hello, env=env)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    capsule = json.loads(out.splitlines()[0])["pid"]
+    assert capsule != second.pid and f"the capsule runs as pid {capsule}, forked by the host" in err
+    assert json.loads(out.splitlines()[-1])["result"] == "Hello, Bo!\n"
+
+
+def test_an_explain_at_a_terminal_goes_to_a_running_host(hello, home, host_env):
+    """It reads nothing and only prints: a terminal loses nothing (a run's input prompts, its job control)."""
+    from mur.testing.terminal import MurProcess
+
+    plain = mur("run", "--explain-scope", cwd=hello, env={**host_env, "MUR_CAPSULE_HOST": "off"})
+    expected, _ = plain.communicate(timeout=60)
+    assert plain.returncode == 0 and "filesystem" in expected
+    env = {k: v for k, v in host_env.items() if k != "MUR_CAPSULE_HOST"}  # the default: auto
+    mur("run", "--task", "warm", cwd=hello, env=host_env).communicate(timeout=120)  # the host runs
+    with MurProcess("run", "--explain-scope", cwd=hello, env={**env, "MUR_CAPSULE_HOST_DEBUG": "2"},
+                    tty=True) as shown:
+        assert shown.finish(60) == 0
+    assert "forked by the host" in shown.stderr, shown.stderr
+    assert shown.stdout == expected
+
+
+def test_by_default_a_service_run_goes_to_the_host(hello, home, host_env):
     env = {k: v for k, v in host_env.items() if k != "MUR_CAPSULE_HOST"}  # the default: auto
     for value, hosted in ((None, True), ("off", False)):
         if value is not None:
             env["MUR_CAPSULE_HOST"] = value
-        one_shot = mur("run", "--task", "Ada", "--json", "--workdir", str(hello / f"w1-{value}"), cwd=hello, env=env)
-        out, err = one_shot.communicate(timeout=120)
-        assert one_shot.returncode == 0, err
-        assert json.loads(out.splitlines()[0])["pid"] == one_shot.pid, err  # a one-shot run: always here
         service = mur("run", "--json", "--lifecycle-task-acceptance", "queue", "--lifecycle-after-task", "sleep",
                       "--workdir", str(hello / f"w-{value}"), cwd=hello, env={**env, "MURMUR_A2A_TIMEOUT_SECS": "0"})
         try:

@@ -5,11 +5,13 @@ Why: an idle capsule is mostly the interpreter's imports (pydantic and the manif
 server, wasmtime's bindings): ~28 MB private memory and ~0.3 CPU-s to start, per capsule. A fork
 of a process that has them loaded starts in a tenth of that CPU and keeps a fraction of the pages.
 
-By default for a non-interactive service run or `--explain-scope` (no terminal on stdin, stdout or
-stderr) outside a systemd unit; `MUR_CAPSULE_HOST=on` for one-shot runs and in a unit too, `off`
-never (deploy's supervisor and images set it: docs/run.md). Then `mur run` (the client, mur.caphost.client) hands its arguments, environment,
-working directory and stdin/stdout/stderr to the host (starting it when none runs:
-mur.cli.capsulehost), which forks the capsule; anything the host cannot do exactly as the client
+By default (mur.caphost.client.handoff, outside a systemd unit): a non-interactive service run
+goes to the host, started if none runs; a one-shot `--task` run and `--explain-scope` (at a terminal
+too) go to a host that runs, and without one run here and start one once they went well.
+`MUR_CAPSULE_HOST=on` starts one for every non-interactive run, in a unit too; `off` never (deploy's
+supervisor and images set it: docs/run.md). Then `mur run` (the client, mur.caphost.client) hands
+its arguments, environment, working directory and stdin/stdout/stderr to the host
+(mur.cli.capsulehost), which forks the capsule; anything the host cannot do exactly as the client
 would have (below) makes the client run the capsule itself.
 
 Isolation stays exactly as strong: each capsule is its own process, and the host serves only a

@@ -1,4 +1,4 @@
-"""`mur run` as a client of the capsule host (by default a service's run and explain): hand the run over, stay the
+"""`mur run` as a client of the capsule host (`handoff` says which runs): hand the run over, stay the
 process the service manager watches, forward its signals, exit as the capsule did.
 
 Returns None wherever the host cannot take the run exactly as this process would have run it (no
@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mur.caphost import wire
+if TYPE_CHECKING:
+    import socket
+# socket and mur.caphost.wire are imported by the functions that talk to a host: a run that stays
+# in-process (interactive, MUR_CAPSULE_HOST=off) never loads them
 
 ENV = "MUR_CAPSULE_HOST"
 ON = ("on", "1", "true", "yes")  # its values that hand over every non-interactive run
@@ -30,32 +33,45 @@ HOST_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "PYTHONH
             "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "XDG_RUNTIME_DIR", "MUR_CAPSULE_HOST_IDLE_SECS")
 
 
-def wanted(args: list[str]) -> bool:
-    """A `mur run` the host should take: never an interactive one (a terminal on stdin, stdout or
-    stderr); with MUR_CAPSULE_HOST unset (or `auto`) a service's run or an `--explain-scope`
-    (`handed_by_default`) outside a systemd unit, with it `on` any other at all, with it `off` none."""
-    if args[:1] != ["run"] or HOSTED:
-        return False
+WAIT = "wait"  # hand over; start a host if none runs, and wait for it
+IF_UP = "if-up"  # hand over to a host that runs already; none: run here, and start one once it went well
+
+
+def handoff(args: list[str]) -> str | None:
+    """How this `mur run` goes to the host: WAIT, IF_UP or None (in-process).
+
+    With MUR_CAPSULE_HOST unset or `auto`, and outside a systemd unit (`in_service_unit`): a
+    service's run (it stays up) WAITs; a one-shot task run and an `--explain-scope` go IF_UP, so a
+    first run never waits for a host to import the runtime, and the ones after it find it. With
+    `on`: every non-interactive run WAITs, in a unit too. With `off` (or anything else): None.
+    Interactive (a terminal on stdin, stdout or stderr): None, except `--explain-scope`, which
+    reads nothing and only prints (IF_UP): a run at a terminal keeps its job control (Ctrl-Z stops
+    the capsule, not only its client), its input prompts and its window size."""
+    if args[:1] != ["run"] or HOSTED or "--help" in args:
+        return None
     asked = os.environ.get(ENV, "").strip().lower()
     if asked not in ON and asked not in ("", "auto"):
-        return False
+        return None
+    explain = "--explain-scope" in args
+    if interactive():
+        return IF_UP if explain and not in_service_unit() else None
+    if asked in ON:
+        return WAIT
+    if in_service_unit():
+        return None
+    return WAIT if stays_up(args[1:]) and not explain else IF_UP
+
+
+def interactive() -> bool:
+    """A terminal on stdin, stdout or stderr."""
     try:
-        if any(os.isatty(fd) for fd in (0, 1, 2)):
-            return False
+        return any(os.isatty(fd) for fd in (0, 1, 2))
     except OSError:
-        return False
-    return asked in ON or (handed_by_default(args[1:]) and not in_service_unit())
+        return True  # cannot tell: as at a terminal, which keeps the run here
 
 
-def handed_by_default(run_args: list[str]) -> bool:
-    """A run that stays up (no task: it waits for A2A tasks; or `--lifecycle-after-task sleep`), or
-    `--explain-scope` (it runs no guest). A one-shot task run stays in-process: a host it started
-    would outlive it for nothing, and a Ctrl-C that reaches a forked capsule in the moment before its
-    guest starts can be lost (seen in integration/session/test_run_interrupt.py; in-process it is not)."""
-    if "--explain-scope" in run_args:
-        return True
-    if "--help" in run_args:
-        return False
+def stays_up(run_args: list[str]) -> bool:
+    """A run that stays up: no task (it waits for A2A tasks), or `--lifecycle-after-task sleep`."""
     task = any(a in ("-t", "--task") or a.startswith("--task=") or (a.startswith("-t") and not a.startswith("--"))
                for a in run_args)
     sleeps = any(a == "--lifecycle-after-task=sleep" or (a == "--lifecycle-after-task" and nxt == "sleep")
@@ -83,6 +99,10 @@ def host_command(sock_path: Path, key: str) -> list[str]:
 
 
 def _connect(path: Path) -> socket.socket | None:
+    import socket
+
+    from mur.caphost import wire
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         wire.addressed(sock, path, "connect")
@@ -105,8 +125,15 @@ def _start_host(path: Path, key: str) -> None:
                      stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
 
-def connect() -> socket.socket | None:
-    """A connection to this build's host, started if none runs; None when there is none to be had."""
+_later: tuple[Path, str] | None = None  # IF_UP found no host: where to start one after the run
+
+
+def connect(start: bool = True) -> socket.socket | None:
+    """A connection to this build's host, started if none runs (`start`); None when there is none to
+    be had (without `start`: remembered, for `start_for_next`)."""
+    global _later
+    from mur.caphost import wire
+
     key = wire.code_key()
     path = wire.socket_path(key)
     if path is None:
@@ -114,6 +141,9 @@ def connect() -> socket.socket | None:
     sock = _connect(path)
     if sock is not None:
         return sock
+    if not start:
+        _later = (path, key)
+        return None
     _start_host(path, key)
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -124,11 +154,14 @@ def connect() -> socket.socket | None:
     return None
 
 
-def run_via_host(args: list[str]) -> int | None:
-    """Run `mur ARGS` in a capsule the host forks; its exit code, or None: run it here instead."""
-    sock = connect()
+def run_via_host(args: list[str], mode: str = WAIT) -> int | None:
+    """Run `mur ARGS` in a capsule the host forks (`mode` WAIT: one started if none runs); its exit
+    code, or None: run it here instead."""
+    from mur.caphost import wire
+
+    sock = connect(start=mode == WAIT)
     if sock is None:
-        _why("no host could be reached or started")
+        _why("no host runs (it starts once this run went well)" if _later else "no host could be reached or started")
         return None
     with sock:
         try:
@@ -153,12 +186,27 @@ def run_via_host(args: list[str]) -> int | None:
             _restore_signals()
             return None
         sock.settimeout(None)
+        if os.environ.get("MUR_CAPSULE_HOST_DEBUG") == "2":
+            print(f"note: capsule host: the capsule runs as pid {pid}, forked by the host", file=sys.stderr)
         return _relay(sock)
 
 
+def start_for_next() -> None:
+    """After an IF_UP run that found no host went well: start one for the next run (not waited for)."""
+    global _later
+    if _later is not None:
+        path, key = _later
+        _later = None
+        try:
+            _start_host(path, key)
+        except OSError:
+            pass  # the next run starts in-process again: nothing lost
+
+
 def _why(text: str) -> None:
-    """MUR_CAPSULE_HOST_DEBUG=1: say on stderr why this run does not go through the host."""
-    if os.environ.get("MUR_CAPSULE_HOST_DEBUG") == "1":
+    """MUR_CAPSULE_HOST_DEBUG=1: say on stderr why this run does not go through the host (=2: and
+    which pid the capsule has when it does)."""
+    if os.environ.get("MUR_CAPSULE_HOST_DEBUG") in ("1", "2"):
         print(f"note: capsule host: {text}; running the capsule here", file=sys.stderr)
 
 
@@ -185,6 +233,8 @@ def _restore_signals() -> None:
 
 
 def _relay(sock: socket.socket) -> int:
+    from mur.caphost import wire
+
     while True:
         try:
             reply, _ = wire.recv(sock)

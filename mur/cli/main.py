@@ -67,7 +67,7 @@ def _fast(args: list[str], whole_process: bool) -> bool:
     """Answer `mur --help` and `mur --version` without typer; False when typer has to. A `mur run`
     of a whole process (`whole_process`: its own command line, not a call of main() with arguments
     from a program that goes on afterwards) may be handed to the capsule host
-    (mur.caphost.client.wanted): the hand-off takes over fds 0-2 and the process's signals."""
+    (mur.caphost.client.handoff): the hand-off takes over fds 0-2 and the process's signals."""
     if os.environ.get(COMPLETE_VAR):
         return False
     if args[:1] == ["__tier-up"]:  # the runtime bundle's background compile (mur.wasm.tierup.command)
@@ -79,10 +79,11 @@ def _fast(args: list[str], whole_process: bool) -> bool:
 
         sys.exit(capsule_host(args[1:], main))
     if args[:1] == ["run"] and whole_process:  # a process's run may go to the capsule host
-        from mur.caphost.client import run_via_host, wanted
+        from mur.caphost import client
 
-        if wanted(args):
-            code = run_via_host(args)
+        mode = client.handoff(args)
+        if mode is not None:
+            code = client.run_via_host(args, mode)
             if code is not None:
                 _flush()
                 sys.exit(code)
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error[E-INTERNAL]: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
         print("  hint: rerun with MUR_DEBUG=1 to see the traceback, and report it", file=sys.stderr)
         sys.exit(1)
+    if code == 0 and "mur.caphost.client" in sys.modules:  # a run that found no host: one for the next
+        _flush()
+        sys.modules["mur.caphost.client"].start_for_next()
     sys.exit(code)
 
 

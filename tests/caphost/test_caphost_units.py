@@ -83,34 +83,42 @@ def test_settings_read_from_a_client_are_taken_over(tmp_path):
         assert "rlimit" in context.take_over(raised)  # a hard limit above ours is not ours to give
 
 
-def test_only_a_non_interactive_run_goes_to_the_host(monkeypatch):
+def test_which_runs_go_to_the_host_and_how(monkeypatch):
     monkeypatch.setattr(client, "in_service_unit", lambda: False)
-    tty = any(os.isatty(fd) for fd in (0, 1, 2))
-    for asked in (None, "auto", "", "on"):
-        if asked is None:
-            monkeypatch.delenv(client.ENV, raising=False)
-        else:
-            monkeypatch.setenv(client.ENV, asked)
-        assert not client.wanted(["build", "."])
-        assert client.wanted(["run", "-m", "cap", "--json"]) is (not tty)  # a service's run
-        assert client.wanted(["run", "-m", "cap", "--explain-scope"]) is (not tty)
-        assert client.wanted(["run", "-t", "x"]) is (asked == "on" and not tty)  # one-shot: only when asked
-    for off in ("off", "0", "no", "nonsense"):
-        monkeypatch.setenv(client.ENV, off)
-        assert not client.wanted(["run", "-m", "cap"])
+    WAIT, IF_UP = client.WAIT, client.IF_UP
+    for interactive in (False, True):
+        monkeypatch.setattr(client, "interactive", lambda i=interactive: i)
+        for asked in (None, "auto", "", "on"):
+            if asked is None:
+                monkeypatch.delenv(client.ENV, raising=False)
+            else:
+                monkeypatch.setenv(client.ENV, asked)
+            on = asked == "on"
+            assert client.handoff(["build", "."]) is None
+            assert client.handoff(["run", "--help"]) is None
+            service = client.handoff(["run", "-m", "cap", "--json"])
+            one_shot = client.handoff(["run", "-t", "x"])
+            explain = client.handoff(["run", "-m", "cap", "--explain-scope"])
+            if interactive:  # job control, input prompts, the window: only explain, which reads nothing
+                assert (service, one_shot, explain) == (None, None, IF_UP)
+            else:  # a first one-shot run never waits for a host to start; a service's does (or `on`)
+                assert (service, one_shot, explain) == ((WAIT, WAIT, WAIT) if on else (WAIT, IF_UP, IF_UP))
+        for off in ("off", "0", "no", "nonsense"):
+            monkeypatch.setenv(client.ENV, off)
+            assert client.handoff(["run", "-m", "cap"]) is None
+            assert client.handoff(["run", "-m", "cap", "--explain-scope"]) is None
+    monkeypatch.setattr(client, "interactive", lambda: False)
     monkeypatch.delenv(client.ENV, raising=False)
     monkeypatch.setattr(client, "HOSTED", True)  # in a capsule the host forked: never a second hand-off
-    assert not client.wanted(["run", "-m", "cap"])
+    assert client.handoff(["run", "-m", "cap"]) is None
 
 
-def test_what_goes_by_default_stays_up_or_runs_no_guest():
-    assert client.handed_by_default(["-m", "cap", "--json", "--port", "8080"])
-    assert client.handed_by_default(["-t", "x", "--lifecycle-after-task", "sleep"])
-    assert client.handed_by_default(["--task=x", "--lifecycle-after-task=sleep"])
-    assert client.handed_by_default(["-m", "cap", "--explain-scope"])
-    for one_shot in (["-t", "x"], ["--task", "x"], ["--task=x"], ["-tx"], ["-t", "x", "--lifecycle-after-task", "exit"],
-                     ["--help"]):
-        assert not client.handed_by_default(one_shot), one_shot
+def test_what_stays_up():
+    assert client.stays_up(["-m", "cap", "--json", "--port", "8080"])
+    assert client.stays_up(["-t", "x", "--lifecycle-after-task", "sleep"])
+    assert client.stays_up(["--task=x", "--lifecycle-after-task=sleep"])
+    for one_shot in (["-t", "x"], ["--task", "x"], ["--task=x"], ["-tx"], ["-t", "x", "--lifecycle-after-task", "exit"]):
+        assert not client.stays_up(one_shot), one_shot
 
 
 def test_a_systemd_unit_keeps_its_runs_in_process(tmp_path, monkeypatch):
@@ -124,9 +132,11 @@ def test_a_systemd_unit_keeps_its_runs_in_process(tmp_path, monkeypatch):
     assert not client.in_service_unit(str(tmp_path / "absent"))
     monkeypatch.delenv(client.ENV, raising=False)
     monkeypatch.setattr(client, "in_service_unit", lambda: True)
-    assert not client.wanted(["run", "-m", "cap"])
+    monkeypatch.setattr(client, "interactive", lambda: False)
+    assert client.handoff(["run", "-m", "cap"]) is None
+    assert client.handoff(["run", "-t", "x"]) is None  # nor would it start a host in the unit after the run
     monkeypatch.setenv(client.ENV, "on")  # asked for: the operator took the unit's stop on
-    assert client.wanted(["run", "-m", "cap"]) is (not any(os.isatty(fd) for fd in (0, 1, 2)))
+    assert client.handoff(["run", "-m", "cap"]) == client.WAIT
 
 
 def test_a_capsule_deaf_to_sigterm_is_killed_once_its_client_is_gone(monkeypatch):
