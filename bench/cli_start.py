@@ -37,13 +37,14 @@ import json
 import os
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from mur.testing.caphosts import host_pids, stop_hosts, wait_for_host
 
 ROOT = Path(__file__).resolve().parents[1]
 HELLO = ROOT / "examples" / "hello"
@@ -66,17 +67,6 @@ def commands(python: str, edited: Path, hello: Path) -> dict[str, tuple[list[str
         WARM: (warm, {}),
         WARM + IN_PROCESS: (warm, OFF),
     }
-
-
-def host_pids(home: str) -> list[int]:
-    """The capsule hosts the runs started in this HOME (each names its pid in its socket's .lock)."""
-    pids = []
-    for lock in Path(home, ".murmur", "run").glob("caphost-*.sock.lock"):
-        try:
-            pids.append(int(lock.read_text().split()[0]))
-        except (OSError, ValueError, IndexError):
-            continue
-    return pids
 
 
 def host_cpu(home: str) -> float:
@@ -105,21 +95,6 @@ class Editor:
     def edit(self) -> None:
         self.count += 1
         self.path.write_text(f"{self.text}\n# edit {self.count}\n", encoding="utf-8")
-
-
-def wait_for_host(home: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not host_pids(home) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def stop_host(home: str) -> None:
-    """The capsule host the runs started lives in this HOME: stop it with it."""
-    for pid in host_pids(home):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
 
 
 def timed(argv: list[str], env: dict[str, str], cpu: list[float] | None = None) -> float:
@@ -173,7 +148,7 @@ def main() -> int:
                     editor.edit()
                 argv, extra = table[name]
                 samples[name].append(timed(argv, {**env, **extra}, cpus[name]))
-        stop_host(home)
+        stop_hosts(home)
     rows = {}
     for name, s in samples.items():
         label = name[: len(name) - len(name.split(": ")[-1])] if ": " in name else ""

@@ -41,6 +41,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from mur.testing.caphosts import host_pids
+
 ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM = "upstream (published, 8 CPUs): 43.79 MB PSS per capsule; 40 capsules to first request in 3.9 s"
 
@@ -86,14 +88,7 @@ BEFORE = "before"  # --baseline: another install's mur, in-process
 
 
 def host_pid(home: Path) -> int | None:
-    for lock in (home / ".murmur" / "run").glob("caphost-*.sock.lock"):
-        try:
-            pid = int(lock.read_text().split()[0])
-            os.kill(pid, 0)
-            return pid
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
+    return next(iter(host_pids(home)), None)
 
 
 class Round:

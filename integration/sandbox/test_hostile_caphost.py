@@ -4,13 +4,12 @@ non-root deploy user, and the run did go through the host (the capsule is not th
 
 from __future__ import annotations
 
-import os
-import signal
 import uuid
 from pathlib import Path
 
 import pytest
 
+from mur.testing.caphosts import stop_hosts
 from hostile import FINAL_TEXT  # type: ignore[import-not-found]
 
 pytestmark = [pytest.mark.requires_landlock, pytest.mark.requires_root]
@@ -46,11 +45,7 @@ def test_a_host_forked_capsule_keeps_uid_cgroup_and_landlock(hostile, who, tmp_p
         assert tool_cgroup.strip() and tool_cgroup != client_cgroup  # the session's own cgroup, below the client's
     finally:
         escape.unlink(missing_ok=True)
-        for lock in (home / ".murmur" / "run").glob("caphost-*.sock.lock"):
-            try:
-                os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
-            except (OSError, ValueError, IndexError):
-                pass
+        stop_hosts(home)
 
 
 # A tool that finds the host's socket (listed, or by its known name) and asks it for a run of its own,
@@ -94,8 +89,4 @@ def test_a_tool_that_reaches_the_host_gets_no_run_of_its_own(hostile, who, tmp_p
         assert said.startswith(("unreachable", "reply:")), said
         assert '"pid"' not in said and (said.startswith("unreachable") or "refused" in said or "EOF" in said), said
     finally:
-        for lock in (home / ".murmur" / "run").glob("caphost-*.sock.lock"):
-            try:
-                os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
-            except (OSError, ValueError, IndexError):
-                pass
+        stop_hosts(home)

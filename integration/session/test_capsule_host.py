@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mur.testing.caphosts import host_pids, stop_hosts, wait_for_host
 from session_support import mur_env
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open (Linux 5.3+)")
@@ -28,11 +29,7 @@ def host_env(home: Path):
                   MUR_CAPSULE_HOST_DEBUG="1")
     env.pop("XDG_RUNTIME_DIR", None)
     yield env
-    for lock in (home / ".murmur" / "run").glob("caphost-*.sock.lock"):  # stop the host this test started
-        try:
-            os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
-        except (OSError, ValueError, IndexError):
-            pass
+    stop_hosts(home)  # the host this test started
 
 
 def mur(*args: str, cwd: Path, env: dict, **kw) -> subprocess.Popen:
@@ -41,8 +38,8 @@ def mur(*args: str, cwd: Path, env: dict, **kw) -> subprocess.Popen:
 
 
 def host_pid(home: Path) -> int:
-    [lock] = (home / ".murmur" / "run").glob("caphost-*.sock.lock")
-    return int(lock.read_text().split()[0])
+    [pid] = host_pids(home)
+    return pid
 
 
 def catches(pid: int, signum: int) -> bool:
@@ -184,9 +181,7 @@ def test_by_default_a_first_one_shot_run_runs_here_and_leaves_a_host_for_the_nex
     assert json.loads(out.splitlines()[0])["pid"] == first.pid, err  # no host ran: this one never waits for one
     assert "no host runs" in err
     assert host_processes(home), "the run that went well started a host for the next one"
-    deadline = time.monotonic() + 60
-    while not list((home / ".murmur" / "run").glob("caphost-*.sock.lock")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_for_host(home)
     second = mur("run", "--task", "Bo", "--json", cwd=hello, env=env)
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err

@@ -3,13 +3,11 @@ costs). Through `mur.cli.main` in a fresh interpreter, on the real examples/hell
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 
+from mur.testing.caphosts import stop_hosts
 from session_support import mur_env
 
 # Nothing of the A2A server (nobody calls this session: the listener never loads it), the inference
@@ -58,6 +56,4 @@ def test_a_run_the_capsule_host_takes_loads_neither_the_models_nor_the_engine_it
         loaded = report["modules"]
         assert [m for m in ("pydantic", "yaml", "mur.manifest.capsule", "mur.wasm.engine", "wasmtime") if m in loaded] == []
     finally:
-        for lock in (home / ".murmur" / "run").glob("caphost-*.sock.lock"):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
+        stop_hosts(home)
