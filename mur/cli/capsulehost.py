@@ -9,8 +9,10 @@ context are below it, in mur.caphost.
 
 Single-threaded (a fork copies only the calling thread): one selector over the listening socket, the
 SIGCHLD wake-up pipe and each client's connection. It holds `<socket>.lock` (flock) for its life, so
-two clients starting a host at once get one. After the imports it freezes the garbage collector's
-view of them (gc.freeze), so no collection in a capsule touches, and so copies, those pages.
+two clients starting a host at once get one; its socket is bound as `<socket>.starting` and renamed
+to its name once the imports are done (publish), so no client reaches a host still importing. After
+the imports it freezes the garbage collector's view of them (gc.freeze), so no collection in a
+capsule touches, and so copies, those pages.
 
 Per client (its uid must be ours and its security context ours: mur.caphost.context): fork; the
 child takes over the client's rlimits, umask, nice, OOM score, CPU affinity and cgroups, reports
@@ -84,6 +86,8 @@ class Host:
         self.last_busy = time.monotonic()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.listener: socket.socket | None = None
+        self.bound = path + ".starting"  # the socket's name until the imports are done (publish)
+        self.bound_ino = 0
         self.own_context = context.security_context("self")
 
     # --- listening ------------------------------------------------------------------------
@@ -104,16 +108,18 @@ class Host:
                 time.sleep(0.02)
         os.ftruncate(self.lock_fd, 0)
         os.write(self.lock_fd, f"{os.getpid()}\n".encode())  # who the host is (`kill $(cat ...lock)` stops it)
-        try:
-            os.unlink(self.path)  # a dead host's (we hold the lock: no live one's)
-        except FileNotFoundError:
-            pass
+        for stale in (self.path, self.bound):  # a dead host's (we hold the lock: no live one's)
+            try:
+                os.unlink(stale)
+            except FileNotFoundError:
+                pass
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
-            wire.addressed(sock, Path(self.path), "bind")
+            wire.addressed(sock, Path(self.bound), "bind")  # out of sight until publish()
         finally:
             os.umask(old)
+        self.bound_ino = os.stat(self.bound).st_ino  # the file's (fstat of the socket gives sockfs's)
         sock.listen(128)
         sock.setblocking(False)
         self.listener = sock
@@ -123,6 +129,12 @@ class Host:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: self._stop())
         return True
+
+    def publish(self) -> None:
+        """Give the socket its name: only now can a client reach this host, so a run that takes a
+        host only if one is up (mur.caphost.client.IF_UP) never waits for these imports."""
+        os.rename(self.bound, self.path)
+        self.bound = self.path
 
     def _stop(self) -> None:
         self.idle = 0.0
@@ -147,8 +159,8 @@ class Host:
     def _close(self) -> None:
         if self.listener is not None:
             try:
-                if os.stat(self.path).st_ino == os.fstat(self.listener.fileno()).st_ino:
-                    os.unlink(self.path)
+                if os.stat(self.bound).st_ino == self.bound_ino:  # ours, not a successor's
+                    os.unlink(self.bound)
             except OSError:
                 pass
             self.listener.close()
@@ -401,5 +413,6 @@ def main(argv: list[str], cli: Callable[[list[str]], None]) -> int:
     if not host.listen():
         return 0  # another host took it
     preload()
+    host.publish()
     host.serve()
     return 0

@@ -10,10 +10,13 @@ import time
 from pathlib import Path
 
 
-def host_pids(home: Path | str) -> list[int]:
-    """The pids of the hosts serving under `home` that are alive now."""
+def host_pids(home: Path | str, serving: bool = False) -> list[int]:
+    """The pids of the hosts under `home` that are alive now (`serving`: only those whose socket has
+    its name, which a host gives it once its imports are done)."""
     pids = []
     for lock in Path(home, ".murmur", "run").glob("caphost-*.sock.lock"):
+        if serving and not lock.with_suffix("").exists():
+            continue
         try:
             pid = int(lock.read_text().split()[0])
             os.kill(pid, 0)
@@ -24,9 +27,9 @@ def host_pids(home: Path | str) -> list[int]:
 
 
 def wait_for_host(home: Path | str, timeout: float = 60) -> list[int]:
-    """The hosts under `home` once there is one (an empty list after `timeout`)."""
+    """The hosts under `home` once one serves (an empty list after `timeout`)."""
     deadline = time.monotonic() + timeout
-    while not (pids := host_pids(home)) and time.monotonic() < deadline:
+    while not (pids := host_pids(home, serving=True)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return pids
 

@@ -167,3 +167,36 @@ def test_a_capsule_deaf_to_sigterm_is_killed_once_its_client_is_gone(monkeypatch
     finally:
         if deaf.poll() is None:
             deaf.kill()
+
+
+def test_a_host_is_reachable_only_once_its_imports_are_done_and_takes_its_socket_away(tmp_path):
+    """listen() binds out of sight, publish() (after the preload) gives the socket its name, and the
+    host's end removes it (a new host never mistakes a leftover for one on its way out). In a child
+    process: a Host installs signal handlers."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, socket
+from mur.cli import capsulehost
+path = {str(tmp_path / 'h.sock')!r}
+open(path, "w").close()  # a dead host's leftover
+host = capsulehost.Host(path, idle=0.0, cli=lambda argv: None)
+assert host.listen()
+assert not os.path.exists(path) and os.path.exists(path + ".starting")
+probe = socket.socket(socket.AF_UNIX)
+try:
+    probe.connect(path)
+    raise SystemExit("reachable before publish")
+except FileNotFoundError:
+    pass
+host.publish()
+probe = socket.socket(socket.AF_UNIX)
+probe.connect(path)
+probe.close()
+host.serve()  # idle 0: ends at once
+assert not os.path.exists(path) and not os.path.exists(path + ".starting"), os.listdir(os.path.dirname(path))
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout == "ok\n", out.stderr
