@@ -144,14 +144,34 @@ def connect(start: bool = True) -> socket.socket | None:
     if not start:
         _later = (path, key)
         return None
-    _start_host(path, key)
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline, started = time.monotonic() + START_TIMEOUT, False
     while time.monotonic() < deadline:
+        if not started and not starting(path):  # one that is importing publishes soon: no second one
+            _start_host(path, key)
+            started = True
         time.sleep(0.02)
         sock = _connect(path)
         if sock is not None:
             return sock
     return None
+
+
+def starting(path: Path) -> bool:
+    """Is a host alive that has not given its socket its name yet (importing; or one on its way out,
+    which lets go of its lock in moments)? Its lock is held."""
+    import fcntl
+
+    try:
+        fd = os.open(f"{path}.lock", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # and with it the shared lock, if it was free
+    return False
 
 
 def run_via_host(args: list[str], mode: str = WAIT) -> int | None:
@@ -197,6 +217,8 @@ def start_for_next() -> None:
     if _later is not None:
         path, key = _later
         _later = None
+        if starting(path) or path.exists():
+            return  # another run's host is on its way
         try:
             _start_host(path, key)
         except OSError:

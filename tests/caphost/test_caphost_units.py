@@ -200,3 +200,27 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.stdout == "ok\n", out.stderr
+
+
+def test_a_host_still_importing_is_waited_for_not_started_again(tmp_path):
+    """Its lock is held and its socket has no name yet: a burst of services starts one host, not one each."""
+    import fcntl
+    import subprocess
+    import sys
+
+    path = tmp_path / "h.sock"
+    assert not client.starting(path)  # no lock file: nobody
+    (tmp_path / "h.sock.lock").write_text("")
+    assert not client.starting(path)  # a lock nobody holds: a dead host's
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1]); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+                               str(tmp_path / "h.sock.lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        assert client.starting(path)
+    finally:
+        holder.stdin.close()
+        holder.wait(10)
+    assert not client.starting(path)
+    with open(tmp_path / "h.sock.lock") as fh:  # and asking leaves the lock free for the host
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
