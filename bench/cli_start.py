@@ -14,8 +14,8 @@ site and the installed packages are the same), interleaved round by round, from 
 
 The two `mur run` rows run twice, as a script runs them (no terminal) by default, and in-process
 (`, in-process`: MUR_CAPSULE_HOST=off, what a run at a terminal does; an explain at a terminal goes
-to a running host too). By default both go to the capsule host, which the cold round's first run
-starts once it went well (docs/run.md); its CPU and its capsules' are counted.
+to a running host too). By default both go to the capsule host, which the cold round's second good
+run starts (docs/run.md); its CPU and its capsules' are counted.
 
 The first (untimed) round fills the caches; it is printed apart as `cold`; a second untimed round
 runs once the host is up. With `--baseline`,
@@ -136,7 +136,7 @@ def main() -> int:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = os.path.join(home, "pycache")  # filled by the cold round
         cold = {name: timed(argv, {**env, **extra}) for name, (argv, extra) in table.items()}  # fills the caches
-        wait_for_host(home)  # the cold round's first good run started it: not its imports in a timed run
+        wait_for_host(home)  # the cold round's second good run started it: not its imports in a timed run
         for argv, extra in table.values():
             timed(argv, {**env, **extra})
         samples: dict[str, list[float]] = {name: [] for name in table}

@@ -26,6 +26,7 @@ ENV = "MUR_CAPSULE_HOST"
 ON = ("on", "1", "true", "yes")  # its values that hand over every non-interactive run
 HOSTED = False  # set in a capsule the host forked: it is the hand-off, never a second one
 START_TIMEOUT = 20.0  # seconds for a new host to import the runtime and listen
+RECENT = 60.0  # a good run that found no host starts one when another ended this recently
 RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 # What a new host inherits from the client: enough to import the same code, nothing else (a host
 # outlives the client that started it, and serves others: none of this client's secrets).
@@ -34,15 +35,16 @@ HOST_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "PYTHONH
 
 
 WAIT = "wait"  # hand over; start a host if none runs, and wait for it
-IF_UP = "if-up"  # hand over to a host that runs already; none: run here, and start one once it went well
+IF_UP = "if-up"  # hand over to a host that runs already; none: run here (and perhaps start one: start_for_next)
 
 
 def handoff(args: list[str]) -> str | None:
     """How this `mur run` goes to the host: WAIT, IF_UP or None (in-process).
 
     With MUR_CAPSULE_HOST unset or `auto`, and outside a systemd unit (`in_service_unit`): a
-    service's run (it stays up) WAITs; a one-shot task run and an `--explain-scope` go IF_UP, so a
-    first run never waits for a host to import the runtime, and the ones after it find it. With
+    service's run (it stays up) WAITs; a one-shot task run and an `--explain-scope` go IF_UP, so no
+    such run ever waits for a host to import the runtime, and when they come often, the ones after
+    the second find one (start_for_next). With
     `on`: every non-interactive run WAITs, in a unit too. With `off` (or anything else): None.
     Interactive (a terminal on stdin, stdout or stderr): None, except `--explain-scope`, which
     reads nothing and only prints (IF_UP): a run at a terminal keeps its job control (Ctrl-Z stops
@@ -212,17 +214,40 @@ def run_via_host(args: list[str], mode: str = WAIT) -> int | None:
 
 
 def start_for_next() -> None:
-    """After an IF_UP run that found no host went well: start one for the next run (not waited for)."""
+    """After an IF_UP run that found no host went well: start one for the next runs (not waited
+    for), when runs come often enough to use it (`_recent`)."""
     global _later
     if _later is not None:
         path, key = _later
         _later = None
         if starting(path) or path.exists():
             return  # another run's host is on its way
+        if not _recent(path):
+            return
         try:
             _start_host(path, key)
         except OSError:
             pass  # the next run starts in-process again: nothing lost
+
+
+def _recent(path: Path) -> bool:
+    """Did another good run that found no host end less than RECENT seconds ago? This one is
+    remembered either way (the mtime of `<socket>.last`, in our 0700 directory). A run now and then
+    (a cron job) never pays for a host it would not use; a second run within a minute starts one."""
+    stamp = f"{path}.last"
+    try:
+        before: float | None = os.stat(stamp).st_mtime
+    except OSError:
+        before = None
+    try:
+        fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    return before is not None and 0 <= time.time() - before < RECENT
 
 
 def _why(text: str) -> None:

@@ -224,3 +224,14 @@ def test_a_host_still_importing_is_waited_for_not_started_again(tmp_path):
     assert not client.starting(path)
     with open(tmp_path / "h.sock.lock") as fh:  # and asking leaves the lock free for the host
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_only_runs_in_a_row_start_a_host(tmp_path):
+    path = tmp_path / "h.sock"
+    assert not client._recent(path)  # the first good run: remembered, no host
+    assert client._recent(path)  # another within a minute: start one
+    stamp = tmp_path / "h.sock.last"
+    old = stamp.stat().st_mtime - client.RECENT - 5
+    os.utime(stamp, (old, old))
+    assert not client._recent(path)  # a run now and then (a cron job): never
+    assert stamp.stat().st_mtime > old  # ... but remembered
