@@ -43,9 +43,9 @@ def handoff(args: list[str]) -> str | None:
 
     With MUR_CAPSULE_HOST unset or `auto`, and outside a systemd unit (`in_service_unit`): a
     service's run (it stays up) WAITs; a one-shot task run and an `--explain-scope` go IF_UP, so no
-    such run ever waits for a host to import the runtime, and when they come often, the ones after
-    the second find one (start_for_next). With
-    `on`: every non-interactive run WAITs, in a unit too. With `off` (or anything else): None.
+    such run ever waits for a host to import the runtime, and when they come in a row, the ones
+    after the second find one (start_for_next). With `on`: every non-interactive run WAITs, in a
+    unit too. With `off` (or anything else): None.
     Interactive (a terminal on stdin, stdout or stderr): None, except `--explain-scope`, which
     reads nothing and only prints (IF_UP): a run at a terminal keeps its job control (Ctrl-Z stops
     the capsule, not only its client), its input prompts and its window size."""
@@ -183,7 +183,7 @@ def run_via_host(args: list[str], mode: str = WAIT) -> int | None:
 
     sock = connect(start=mode == WAIT)
     if sock is None:
-        _why("no host runs (it starts once this run went well)" if _later else "no host could be reached or started")
+        _why("no host runs (good runs in a row start one)" if _later else "no host could be reached or started")
         return None
     with sock:
         try:
