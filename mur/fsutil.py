@@ -111,6 +111,22 @@ def locked(lock_path: Path | str) -> Iterator[None]:
         os.close(fd)
 
 
+def lock_held(lock_path: Path | str) -> bool:
+    """Does a live process hold a flock on `lock_path` now? (No file: no.) The probe takes a shared
+    lock for a moment, so two probes never see each other, and closing the fd lets go of it."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def write_file(path: Path | str, data: bytes, mode: int = 0o644) -> Path:
     """atomic_write_bytes with its OSError as E-IO-003 (private from the first byte: mkstemp is 0600)."""
     from mur.errors import MurError

@@ -160,20 +160,10 @@ def connect(start: bool = True) -> socket.socket | None:
 
 def starting(path: Path) -> bool:
     """Is a host alive that has not given its socket its name yet (importing; or one on its way out,
-    which lets go of its lock in moments)? Its lock is held."""
-    import fcntl
+    which lets go of its lock in moments)? Its lock is held. Asked only where no socket answered."""
+    from mur.fsutil import lock_held
 
-    try:
-        fd = os.open(f"{path}.lock", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # and with it the shared lock, if it was free
-    return False
+    return lock_held(f"{path}.lock")
 
 
 def run_via_host(args: list[str], mode: str = WAIT) -> int | None:

@@ -101,8 +101,9 @@ class Host:
                 fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError:
-                # a holder whose socket is gone is a host on its way out (idle): it lets go in moments,
-                # and the client that started this one is waiting for a socket
+                # a holder without a named socket is on its way out (idle: it lets go in moments, and
+                # the client that started this one is waiting for a socket) or still importing (it
+                # publishes soon; this one gives up after LOCK_WAIT)
                 if os.path.exists(self.path) or time.monotonic() > deadline:
                     return False
                 time.sleep(0.02)

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import stat
 from typing import Callable, Iterable
 
-from mur.fsutil import atomic_write_bytes, locked
+from mur.fsutil import atomic_write_bytes, lock_held, locked
 from mur.sandbox import acl
 
 STATE_DIR = "/run/mur/ancestors"
@@ -34,17 +33,7 @@ STATE_DIR = "/run/mur/ancestors"
 
 def lease_held(uid: int, lease_dir: str = "/run/mur/uids") -> bool:
     """Is ``uid`` leased by a live session (someone holds the flock on its lease file)?"""
-    try:
-        fd = os.open(os.path.join(lease_dir, str(uid)), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # drops the probe's lock, if it got one
-    return False
+    return lock_held(os.path.join(lease_dir, str(uid)))
 
 
 def _locked(state_dir: str):

@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mur.fsutil import lock_held
+
 LOCK_PREFIX = ".tierup-"
 
 
@@ -34,17 +36,7 @@ def command(cache_dir: Path, digests: list[str]) -> list[str]:
 
 def _busy(cache_dir: Path, digest: str) -> bool:
     """Another tier-up holds this digest's lock right now."""
-    try:
-        fd = os.open(cache_dir / f"{LOCK_PREFIX}{digest}.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
+    return lock_held(cache_dir / f"{LOCK_PREFIX}{digest}.lock")
 
 
 def start(cache_dir: Path, digests: list[str]) -> bool:
