@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from mur.deploy.steps import Mkdir, Run, Step, Symlink, Upload, WriteFile
+from mur.deploy.steps import TMP_MARK, Mkdir, Run, Step, Symlink, Upload, WriteFile
 from mur.deploy.targets.base import Result, Target
 
 
@@ -27,9 +27,12 @@ class ApplyStats:
 
 
 def symlink_command(target: str, link: str) -> str:
+    """Replace `link` through a temporary name; nothing is written when it already points there
+    (a start after the switch relinks `current`: a kill then cannot leave the temporary name)."""
     q = shlex.quote
-    tmp = f"{link}.mur-tmp"
-    return f"ln -sfn {q(target)} {q(tmp)} && mv -Tf {q(tmp)} {q(link)}"
+    tmp = f"{link}{TMP_MARK}"
+    return (f"[ \"$(readlink {q(link)} 2>/dev/null)\" = {q(target)} ] || "
+            f"{{ ln -sfn {q(target)} {q(tmp)} && mv -Tf {q(tmp)} {q(link)}; }}")
 
 
 def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",

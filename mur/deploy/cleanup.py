@@ -20,7 +20,7 @@ from mur.deploy.fronted import remove_command as fronted_remove_command
 from mur.deploy.init import init_for
 from mur.deploy.init.supervisor import stop_smoke_command
 from mur.deploy.lock import SHARED
-from mur.deploy.steps import Layout, Run, Step
+from mur.deploy.steps import DEPLOYMENT_TMP_GLOBS, Layout, Run, Step
 
 # a payload directory without its owner's lock file counts as abandoned after this (the runtime
 # creates the lock right after the directory: mur.session.staging.UNLOCKED_GRACE)
@@ -36,7 +36,7 @@ def sweep_command(lay: Layout) -> str:
         "for r in releases/*; do [ -d \"$r\" ] || continue; "
         "if [ ! -f \"$r/release.json\" ]; then echo \"@@swept $r (no release.json)\"; rm -rf -- \"$r\"; "
         "elif [ -e \"$r/.smoke\" ]; then echo \"@@swept $r/.smoke\"; rm -rf -- \"$r/.smoke\"; fi; done; "
-        "for f in current.mur-tmp previous.mur-tmp *.mur-tmp-* releases/*/*.mur-tmp-*; do "
+        f"for f in {' '.join(DEPLOYMENT_TMP_GLOBS)}; do "
         "if [ -e \"$f\" ] || [ -L \"$f\" ]; then echo \"@@swept $f\"; rm -f -- \"$f\"; fi; done; fi; "
         f"if [ -d {q(lay.staging)} ]; then for s in {q(lay.staging)}/*; do [ -e \"$s\" ] || continue; "
         "echo \"@@swept staging/${s##*/}\"; done; "

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mur.deploy.lock import Holder, probe_command
-from mur.deploy.steps import Layout, ServiceState
+from mur.deploy.steps import DEPLOYMENT_TMP_GLOBS, Layout, ServiceState
 
 STATES = ("running", "starting", "crash-looping", "stopped", "diverged", "incomplete")
 
@@ -46,8 +46,9 @@ def serving_command(port: int) -> str:
 
 
 def observe_command(lay: Layout, port: int | None) -> str:
-    """One round trip: `current`, releases (complete with their release.json, or partial), staging
-    leftovers, the lock (free, or held and by whom), and the serving process."""
+    """One round trip: `current`, releases (complete with their release.json, or partial), the
+    temporary names of cut replacements, staging leftovers, the lock (free, or held and by whom),
+    and the serving process."""
     q = shlex.quote
     lock, holder = f"{lay.locks}/{lay.dep_id}.lock", f"{lay.locks}/{lay.dep_id}.holder"
     parts = [
@@ -56,7 +57,9 @@ def observe_command(lay: Layout, port: int | None) -> str:
         "printf '@@previous %s\\n' \"$(readlink previous 2>/dev/null)\"; "
         "for x in releases/*; do [ -d \"$x\" ] || continue; n=${x#releases/}; "
         "if [ -f \"$x/release.json\" ]; then printf '@@release %s %s\\n' \"$n\" \"$(tr -d '\\n' < \"$x/release.json\")\"; "
-        "else printf '@@partial %s\\n' \"$n\"; fi; done; else echo @@absent; fi",
+        "else printf '@@partial %s\\n' \"$n\"; fi; done; "
+        f"for f in {' '.join(DEPLOYMENT_TMP_GLOBS)}; do "
+        "if [ -e \"$f\" ] || [ -L \"$f\" ]; then printf '@@tmp %s\\n' \"$f\"; fi; done; else echo @@absent; fi",
         f"if [ -d {q(lay.staging)} ]; then n=0; for x in {q(lay.staging)}/*; do [ -e \"$x\" ] || continue; "
         "n=1; printf '@@staging %s\\n' \"${x##*/}\"; done; [ $n = 1 ] || echo '@@staging .'; fi",
         probe_command(lock, holder),
@@ -77,6 +80,7 @@ class HostView:
     releases: dict[int, dict[str, Any]] = field(default_factory=dict)  # complete: their release.json
     partial: list[int] = field(default_factory=list)
     staging: list[str] = field(default_factory=list)
+    tmp: list[str] = field(default_factory=list)  # temporary names of cut replacements (`current.mur-tmp`)
     lock_held: bool = False
     holder: Holder | None = None
     holder_now: int | None = None
@@ -139,6 +143,8 @@ def parse_observation(out: str, lay: Layout) -> HostView:
                     v.partial.append(int(n))
         elif tag == "@@partial" and rest.strip().isdigit():
             v.partial.append(int(rest.strip()))
+        elif tag == "@@tmp" and rest.strip():
+            v.tmp.append(rest.strip())
         elif tag == "@@staging" and rest.strip():
             v.staging.append(rest.strip())
         elif tag == "@@lock":
@@ -181,6 +187,7 @@ class Truth:
 
 def leftovers(v: HostView) -> list[str]:
     return ([f"release {n} without release.json" for n in sorted(v.partial)]
+            + sorted(v.tmp)
             + [f"staging/{s}" if s != "." else "an empty staging directory" for s in sorted(v.staging)])
 
 

@@ -57,6 +57,14 @@ class WriteFile:
         return hashlib.sha256(self.content).hexdigest()
 
 
+# Atomic replacements write a temporary name beside what they replace and rename it over:
+# `<link>.mur-tmp` (Symlink), `<name>.mur-tmp-<hex>` (uploads). A command killed between the two
+# leaves it; these globs, relative to a deployment's root, are where `status` looks for such names
+# (mur.deploy.observe) and what the next deploy or `gc` sweeps (mur.deploy.cleanup).
+TMP_MARK = ".mur-tmp"
+DEPLOYMENT_TMP_GLOBS = ("*.mur-tmp*", "releases/*/*.mur-tmp*")
+
+
 @dataclass(frozen=True)
 class Symlink:
     """Point `link` at `target`, atomically (rename over the old link)."""

@@ -4,11 +4,16 @@ serving release comes from the process on the port, never from the record."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from mur.deploy.apply import symlink_command
+from mur.deploy.cleanup import sweep_command
 from mur.deploy.deadlines import Deadlines
-from mur.deploy.observe import derive, parse_observation, release_of
+from mur.deploy.observe import derive, observe_command, parse_observation, release_of
 from mur.deploy.steps import Layout, ServiceState
 from mur.deploy.undo import Attempt, Phase
 from mur.errors import MurError
@@ -93,3 +98,43 @@ def test_deadlines_come_from_the_environment():
         with pytest.raises(MurError) as err:
             Deadlines.from_env(bad)
         assert err.value.code == "E-DEPLOY-001"
+
+
+def sh(cmd: str) -> str:
+    return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_replacement_cut_between_its_two_steps_is_seen_and_swept(tmp_path):
+    """The link swap writes `current.mur-tmp` and renames it over `current`; a kill between the two
+    (a power-off in a CI rehearsal) leaves the name beside a consistent release. `status` must not
+    call that clean `running`, and the next deploy's sweep removes it and nothing else."""
+    lay = Layout(str(tmp_path), DEP)
+    root = Path(lay.root)
+    for n in (1, 2):
+        (root / "releases" / str(n)).mkdir(parents=True)
+        (root / "releases" / str(n) / "release.json").write_text(json.dumps({"n": n}))
+    sh(symlink_command("releases/2", lay.current))
+    assert os.readlink(lay.current) == "releases/2" and not list(root.glob("*mur-tmp*"))
+    before = os.lstat(lay.current).st_ino
+    sh(symlink_command("releases/2", lay.current))  # already right: nothing written, no window
+    assert os.lstat(lay.current).st_ino == before
+    sh(symlink_command("releases/1", lay.current))
+    assert os.readlink(lay.current) == "releases/1" and not list(root.glob("*mur-tmp*"))
+
+    clean = parse_observation(sh(observe_command(lay, None)), lay)
+    assert clean.current == 1 and not clean.tmp and sorted(clean.releases) == [1, 2]
+    os.symlink("releases/2", f"{lay.current}.mur-tmp")  # the cut swap: its first step only
+    (root / "releases" / "2" / "mur.mur-tmp-1a2b").write_text("half")  # a cut upload
+    (root / "releases" / "2" / "keep.txt").write_text("a release's own file")
+    cut = parse_observation(sh(observe_command(lay, None)), lay)
+    assert sorted(cut.tmp) == ["current.mur-tmp", "releases/2/mur.mur-tmp-1a2b"]
+    truth = derive(cut, UP, True, 1, None)
+    assert truth.state == "incomplete" and "current.mur-tmp" in truth.reason and not truth.consistent
+    locked = parse_observation(sh(observe_command(lay, None)) + '@@lock held 1100 {"command": "mur deploy", '
+                               '"token": "o"}\n', lay)
+    assert derive(locked, UP, True, 1, None).state == "running"
+
+    swept = [ln[8:] for ln in sh(sweep_command(lay)).splitlines() if ln.startswith("@@swept ")]
+    assert sorted(swept) == ["current.mur-tmp", "releases/2/mur.mur-tmp-1a2b"]
+    assert os.readlink(lay.current) == "releases/1" and (root / "releases" / "2" / "keep.txt").exists()
+    assert not parse_observation(sh(observe_command(lay, None)), lay).tmp
