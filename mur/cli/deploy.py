@@ -144,9 +144,11 @@ def _events() -> Callable[..., None]:
 
 def _context(lock_wait: float = 0.0, timeout: float | None = None) -> Any:
     from mur.deploy.deadlines import current
+    from mur.deploy.plan import port_range
     from mur.deploy.providers.base import Context
 
     deadlines = current()
+    port_range()  # a bad MUR_DEPLOY_PORTS fails here, before any connection
     return Context(reporter=StepReporter(), lock_wait=lock_wait, event=_events(), deadlines=deadlines,
                    timeout=timeout if timeout is not None else deadlines.start)
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +48,22 @@ KEEP_RELEASES = 5
 # below Linux's ephemeral range (ip_local_port_range 32768-60999): a derived port is never taken by
 # an outbound connection's source port while the service restarts
 PORT_RANGE = (20000, 32768)
+PORTS_ENV = "MUR_DEPLOY_PORTS"
+
+
+def port_range(env: "os._Environ[str] | dict[str, str]" = os.environ) -> tuple[int, int]:
+    """Where derived ports are picked: PORT_RANGE, or `MUR_DEPLOY_PORTS=LO-HI` (inclusive), e.g. the
+    ports a firewall opens, or disjoint ranges for deploys that share one network namespace."""
+    raw = env.get(PORTS_ENV, "").strip()
+    if not raw:
+        return PORT_RANGE
+    m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", raw)
+    lo, hi = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if not m or not 1024 <= lo < hi <= 65535:
+        raise MurError("E-DEPLOY-001", f"{PORTS_ENV}={raw!r} is not a port range LO-HI (1024 <= LO < HI <= 65535)",
+                       f"e.g. {PORTS_ENV}={PORT_RANGE[0]}-{PORT_RANGE[1] - 1} (the default); keep it below 32768, "
+                       "Linux's ephemeral ports, or a restarting service can find its port taken")
+    return lo, hi + 1
 
 
 @dataclass(frozen=True)
@@ -106,14 +124,15 @@ LISTENING_COMMAND = "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true"
 
 def pick_port(dep_id: str, busy: set[int], salt: int = 0) -> int:
     """A stable port for a deployment: derived from its id, skipping ports already listening."""
-    lo, hi = PORT_RANGE
+    lo, hi = port_range()
     span = hi - lo
     start = int(hashlib.sha256(f"{dep_id}:{salt}".encode()).hexdigest(), 16) % span
     for i in range(span):
         port = lo + (start + i) % span
         if port not in busy:
             return port
-    raise MurError("E-DEPLOY-007", "no free TCP port on the target")
+    raise MurError("E-DEPLOY-007", f"no free TCP port on the target in {lo}-{hi - 1}",
+                   f"free one, declare network.internal_port, or widen {PORTS_ENV}")
 
 
 def choose_port(dep_id: str, internal_port: int | None, recorded: int | None, busy: set[int], where: str) -> int:

@@ -251,3 +251,22 @@ def test_a_declared_port_wins_over_the_recorded_one():
     with pytest.raises(MurError) as err:
         choose_port(DEP, 30001, 25000, {30001}, "host")
     assert err.value.code == "E-DEPLOY-007" and "already in use on host" in err.value.message
+
+
+def test_derived_ports_stay_in_the_range_the_environment_names(monkeypatch):
+    from mur.deploy.plan import PORTS_ENV, port_range
+
+    monkeypatch.delenv(PORTS_ENV, raising=False)
+    assert port_range() == (20000, 32768) and 20000 <= pick_port(DEP, set()) < 32768
+    monkeypatch.setenv(PORTS_ENV, "41000-41003")
+    ports = {pick_port(f"dep_{i:032x}", set()) for i in range(40)}
+    assert ports == {41000, 41001, 41002, 41003}
+    assert pick_port(DEP, {41000, 41001, 41002}) == 41003
+    with pytest.raises(MurError) as err:
+        pick_port(DEP, {41000, 41001, 41002, 41003})
+    assert err.value.code == "E-DEPLOY-007" and "41000-41003" in err.value.message
+    for bad in ("41000", "5-6", "40000-30000", "x-y", "30000-70000"):
+        monkeypatch.setenv(PORTS_ENV, bad)
+        with pytest.raises(MurError) as err:
+            port_range()
+        assert err.value.code == "E-DEPLOY-001" and PORTS_ENV in err.value.message and err.value.hint

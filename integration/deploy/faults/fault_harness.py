@@ -70,6 +70,10 @@ class Lane:
         """The other deploy options of what serves: deployed again with them, it is unchanged."""
         return self.configs.get(self.greeting or "", ())
 
+    def operator(self, home: Path, env: dict[str, str] | None = None) -> Operator:
+        """Another operator working on this lane's target, picking ports in the lane's range."""
+        return Operator(home, {**lane_ports(self.number), **(env or {})})
+
     def next_greeting(self) -> str:
         self.counter += 1
         return f"g{self.number}x{self.counter}"
@@ -117,6 +121,14 @@ class Lane:
         check_nothing_left(self.box)
 
 
+def lane_ports(number: int, width: int = 250) -> dict[str, str]:
+    """Each lane's derived service ports in a range of their own: the targets are containers on the
+    host network, so a port one lane's deploy checked free could be taken by another lane's smoke
+    start before it starts (a CI flake: E-DEPLOY-004 "port taken"); distinct hosts never share them."""
+    lo = 20000 + ((number - 1) % 50) * width
+    return {"MUR_DEPLOY_PORTS": f"{lo}-{lo + width - 1}"}
+
+
 class LanePool:
     """Makes lanes (a target behind a relay, a clean HOME), and keeps the serving ones the workers
     hand back; at the end every kept lane is destroyed and checked for leftovers."""
@@ -133,7 +145,7 @@ class LanePool:
             number = self.made
         wd = self.tmp / f"lane{number}"
         box = Box.start(self.image, wd / "sshd", user=user, home_size=home_size)
-        lane = Lane(number, box, Operator(wd / "home"), str(self.manifest), wd)
+        lane = Lane(number, box, Operator(wd / "home", lane_ports(number)), str(self.manifest), wd)
         if home_size:
             lane.notes.append(f"the deploy user's home is a {home_size} filesystem")
         if serving:

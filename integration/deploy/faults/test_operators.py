@@ -24,7 +24,7 @@ HOLDING_POINTS = [r"· preflight", r"· upload release", r"· smoke-start", r"·
 
 def second_operator(lane: Lane, name: str) -> Operator:
     """Another operator who shares the first one's records (a copy of ~/.murmur: records, keys)."""
-    other = Operator(lane.workdir / f"home-{name}-{time.monotonic_ns()}")
+    other = lane.operator(lane.workdir / f"home-{name}-{time.monotonic_ns()}")
     shutil.copytree(lane.op.home / ".murmur", other.home / ".murmur", dirs_exist_ok=True)
     return other
 
@@ -127,7 +127,7 @@ def test_two_deployments_of_one_capsule_on_one_target_at_once(lane: Lane, s: See
     """Two operators (own HOMEs, no shared records) deploy the same capsule to the same target at
     the same time: two deployments, both serve; destroying one leaves the other whole; destroying
     both leaves nothing."""
-    other = Operator(lane.workdir / f"home-b-{time.monotonic_ns()}")
+    other = lane.operator(lane.workdir / f"home-b-{time.monotonic_ns()}")
     g_a, g_b = lane.next_greeting(), lane.next_greeting()
     run_a = lane.op.spawn(*lane.deploy_args(g_a))
     runs = {}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fault_harness import (
-    LOCK_ERROR, SILENT_BOUND, Box, Lane, Operator, Seed, check_consistent, check_nothing_left, check_truthful,
+    LOCK_ERROR, SILENT_BOUND, Box, Lane, Seed, check_consistent, check_nothing_left, check_truthful,
     expect_failure, no_traceback, scenario, truth,
 )
 from deploy_support import wait_for_ssh
@@ -363,7 +363,7 @@ def test_operators_with_skewed_clocks(lane: Lane, s: Seed) -> None:
     assert LOCK_ERROR.search(runs["b"].stderr), runs["b"].stderr[-2000:]
     lane.greeting = g_a
     lane.check(expect=g_a)
-    skewed = Operator(lane.op.home, env_b)
+    skewed = lane.operator(lane.op.home, env_b)
     back = skewed.json("deploy", "rollback", lane.dep)  # type: ignore[arg-type]
     assert back["status"] == "running", back
     lane.greeting = old
