@@ -7,7 +7,8 @@ never handed to a WASM guest (even when declared in ``capabilities.env.allow``) 
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
+import re
+from fnmatch import fnmatchcase, translate
 
 CREDENTIAL_NAMES = frozenset(
     {
@@ -38,6 +39,11 @@ CREDENTIAL_GLOBS = (
 )
 
 
+# one regex for all the globs, compiled at import: the capsule host compiles it once for every run it
+# forks (fnmatch's own cache would compile each glob again in every run)
+_CREDENTIAL_RE = re.compile("|".join(f"(?:{translate(g)})" for g in CREDENTIAL_GLOBS))
+
+
 def matches_any(name: str, patterns: list[str] | tuple[str, ...]) -> bool:
     """Case-sensitive glob match of an env var name against any pattern."""
     return any(fnmatchcase(name, p) for p in patterns)
@@ -46,4 +52,4 @@ def matches_any(name: str, patterns: list[str] | tuple[str, ...]) -> bool:
 def is_credential_name(name: str) -> bool:
     """Is this env var name credential-shaped (never exposed to a capsule)?"""
     upper = name.upper()
-    return upper in CREDENTIAL_NAMES or matches_any(upper, CREDENTIAL_GLOBS)
+    return upper in CREDENTIAL_NAMES or _CREDENTIAL_RE.match(upper) is not None

@@ -73,6 +73,12 @@ def preload() -> None:
             importlib.import_module(name)
         except ImportError:
             pass  # an optional part this install lacks: the capsule imports (or misses) it itself
+    try:  # what every run computes once per process (cached): computed here, every capsule has it
+        from mur.wasm.cachekey import fingerprints
+
+        fingerprints()
+    except ImportError:
+        pass
 
 
 class Host:
