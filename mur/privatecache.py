@@ -99,7 +99,7 @@ def write(name: str, file: str, data: bytes, keep: int | None = None) -> bool:
     try:
         write_atomic_at(dirfd, file, data, mode=0o600, durable=False)
         if keep is not None:
-            _prune(dirfd, keep)
+            prune(dirfd, keep)
         return True
     except OSError:
         return False
@@ -107,7 +107,8 @@ def write(name: str, file: str, data: bytes, keep: int | None = None) -> bool:
         os.close(dirfd)
 
 
-def _prune(dirfd: int, keep: int) -> None:
+def prune(dirfd: int, keep: int) -> None:
+    """Remove the oldest files in `dirfd` beyond `keep` (dot-names, other writers' temp files, stay)."""
     entries = []
     for entry in os.scandir(dirfd):
         if entry.name.startswith("."):  # another writer's temp file
