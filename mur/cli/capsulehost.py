@@ -79,6 +79,17 @@ def preload() -> None:
         fingerprints()
     except ImportError:
         pass
+    hold_components()
+
+
+def hold_components() -> None:
+    """Deserialize the compiled components used last (mur.wasm.engine.hold_recent): a capsule
+    forked after finds them loaded. After every capsule too: what it compiled or used is next."""
+    try:
+        from mur.wasm.engine import hold_recent
+    except ImportError:
+        return
+    hold_recent()
 
 
 class Host:
@@ -158,6 +169,7 @@ class Host:
                     self._accept()
                 elif key.data == "sigchld":
                     self._reap()
+                    hold_components()
                 else:
                     self._client_gone(key.data)
             self._kill_late_orphans()

@@ -91,6 +91,7 @@ class WasmEngine:
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
         self.tier_up: list[str] = []  # digests handed to the background optimizing compile
         self._components: dict[str, Any] = {}
+        self._held: dict[str, Any] = {}  # digest -> Component the capsule host deserialized before forking us
         self._digests: dict[tuple, str] = {}
         self._lock = threading.Lock()
         self._ticker: EpochTicker | None = None
@@ -99,13 +100,18 @@ class WasmEngine:
 
     @property
     def engine(self) -> Any:
-        """The wasmtime Engine (made now if nothing needed it before: the tier is fixed from here)."""
+        """The wasmtime Engine (made now if nothing needed it before: the tier is fixed from here);
+        in a capsule forked by the capsule host, the host's optimized engine and what it holds."""
         with self._lock:
             if self._engine is None:
-                from wasmtime import Engine
-
                 self.tier = self.tier or OPTIMIZED
-                self._engine = Engine(engine_config(self.tier))
+                held = _HELD.get(str(self.cache_dir)) if self.tier == OPTIMIZED else None
+                if held is not None:
+                    self._engine, self._held = held
+                else:
+                    from wasmtime import Engine
+
+                    self._engine = Engine(engine_config(self.tier))
             return self._engine
 
     def start_ticker(self) -> None:
@@ -191,6 +197,11 @@ class WasmEngine:
         from wasmtime.component import Component
 
         cached = self.cache_path(digest)
+        held = self._held.get(digest)
+        if held is not None and cached.is_file():
+            self.stats["disk_hits"] += 1
+            mark_used(cached)
+            return held
         if not cached.is_file():
             return None
         try:
@@ -305,6 +316,58 @@ def _who(path: Path, kind: str, label: str) -> str:
 
 _default: WasmEngine | None = None
 _default_lock = threading.Lock()
+
+# --- held for forked capsules ---------------------------------------------------------------------
+# The capsule host (mur.cli.capsulehost) deserializes the optimized cache entries used last, into one
+# engine per cache directory, before it forks capsules: a capsule whose tier is optimized then takes
+# that engine, and each component it finds here costs nothing to load (copy-on-write, the code
+# pages shared). The host never compiles (a compile's thread pool would not survive the fork);
+# capsules compile on the same engine as ever. Keyed by the cache directory: a capsule with
+# another MUR_CACHE_DIR or HOME makes its own engine.
+_HELD: dict[str, tuple[Any, dict[str, Any]]] = {}
+HOLD_MAX = 8  # entries held per cache directory
+HOLD_RECENT = 24 * 3600.0  # only entries used within this many seconds
+
+
+def hold_recent(cache_dir: Path | None = None, limit: int = HOLD_MAX) -> int:
+    """Deserialize the optimized entries of `cache_dir` used most recently (up to `limit` held in
+    all) into the held engine; returns how many were added. Best effort: never raises."""
+    import time
+
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if not private_cache_dir(cache_dir):
+        return 0
+    suffix = f".{engine_fingerprint(OPTIMIZED)}.cwasm"
+    now, found = time.time(), []
+    try:
+        with os.scandir(cache_dir) as entries:
+            for entry in entries:
+                if entry.name.endswith(suffix) and not entry.name.startswith("."):
+                    st = entry.stat(follow_symlinks=False)
+                    if entry.is_file(follow_symlinks=False) and now - st.st_mtime < HOLD_RECENT:
+                        found.append((st.st_mtime, entry.name[: -len(suffix)], entry.path))
+    except OSError:
+        return 0
+    try:
+        from wasmtime import Engine, WasmtimeError
+        from wasmtime.component import Component
+
+        engine, held = _HELD.get(str(cache_dir)) or (Engine(engine_config(OPTIMIZED)), {})
+        _HELD[str(cache_dir)] = (engine, held)
+    except Exception:  # noqa: BLE001 - no wasmtime here: nothing held
+        return 0
+    added = 0
+    for _mtime, digest, path in sorted(found, reverse=True):
+        if len(held) >= limit:
+            break
+        if digest in held:
+            continue
+        try:
+            held[digest] = Component.deserialize_file(engine, path)
+            added += 1
+        except (WasmtimeError, OSError):
+            continue
+    return added
 
 
 def default_engine() -> WasmEngine:

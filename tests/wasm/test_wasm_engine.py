@@ -101,3 +101,54 @@ def test_cache_key_names_the_engine(tiny, tmp_path):
     (entry,) = (tmp_path / "c").iterdir()
     assert entry.name == f"{file_sha256(tiny)}.{engine_fingerprint()}.cwasm"
     assert oct(os.stat(tmp_path / "c").st_mode & 0o777) == "0o700"
+
+
+HELD_CHILD = r'''
+import os, sys
+from pathlib import Path
+from mur.wasm import engine as eng
+cache, path = Path(sys.argv[1]), Path(sys.argv[2])
+assert eng.hold_recent(cache) == 1 and eng.hold_recent(cache) == 0   # the second finds it held
+(held,) = eng._HELD[str(cache)][1].values()
+pid = os.fork()
+if pid == 0:   # a capsule the host forked: loads nothing, compiles nothing
+    from wasmtime.component import Component
+    def refuse(*a, **k):
+        raise AssertionError("deserialized again")
+    Component.deserialize_file = staticmethod(refuse)
+    e = eng.WasmEngine(cache_dir=cache)
+    from wasmtime import Store
+    from wasmtime.component import Linker
+    c = e.component(path)
+    store = Store(e.engine); store.set_epoch_deadline(1000)
+    seven = Linker(e.engine).instantiate(store, c).get_func(store, "seven")(store)
+    fast = eng.WasmEngine(cache_dir=cache, tier=eng.FAST)   # another tier: its own engine
+    ok = seven == 7 and c is held and e.stats["disk_hits"] == 1 and fast.engine is not e.engine
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+'''
+
+
+def test_a_capsule_forked_by_the_host_takes_the_components_it_holds(tiny, tmp_path):
+    cache = tmp_path / "cache"
+    WasmEngine(cache_dir=cache).component(tiny)  # compiled into the cache (optimized)
+    run = subprocess.run([sys.executable, "-c", HELD_CHILD, str(cache), str(tiny)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_only_recent_entries_of_a_private_cache_are_held(tiny, tmp_path):
+    from mur.wasm import engine as eng
+
+    cache = tmp_path / "cache"
+    WasmEngine(cache_dir=cache).component(tiny)
+    entry = WasmEngine(cache_dir=cache).cache_path(file_sha256(tiny))
+    os.utime(entry, (0, 0))  # used long ago
+    assert eng.hold_recent(cache) == 0
+    os.utime(entry)
+    cache.chmod(0o777)  # others could have written it: never loaded
+    try:
+        assert eng.hold_recent(cache) == 0
+    finally:
+        cache.chmod(0o700)
+        eng._HELD.pop(str(cache), None)
