@@ -15,8 +15,8 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing's, without importing typing (~2 ms of every client's start)
 if TYPE_CHECKING:
     import socket
 # socket and mur.caphost.wire are imported by the functions that talk to a host: a run that stays

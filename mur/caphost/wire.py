@@ -19,7 +19,6 @@ import stat
 import struct
 import sys
 from pathlib import Path
-from typing import Any
 
 MAX_FRAME = 4 * 1024 * 1024  # an environment and arguments; far more than any real one
 MAX_FDS = 8
@@ -88,7 +87,7 @@ def addressed(sock: socket.socket, path: Path, how: str) -> None:
         os.close(fd)
 
 
-def send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None) -> None:
+def send(sock: socket.socket, obj: dict[str, object], fds: list[int] | None = None) -> None:
     data = json.dumps(obj, separators=(",", ":")).encode()
     frame = struct.pack(">I", len(data)) + data
     if fds:
@@ -97,7 +96,7 @@ def send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None)
         sock.sendall(frame)
 
 
-def recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+def recv(sock: socket.socket) -> tuple[dict[str, object] | None, list[int]]:
     """One frame and the fds that came with it; (None, []) at EOF."""
     fds: list[int] = []
     head = b""
