@@ -13,8 +13,8 @@ site and the installed packages are the same), interleaved round by round, from 
   cache, the kernel probe's per-boot answer cached): what a user waits for on every run.
 
 The two `mur run` rows run twice, as a script runs them (no terminal) by default, and in-process
-(`, in-process`: MUR_CAPSULE_HOST=off, what a run at a terminal does; an explain at a terminal goes
-to a running host too). By default both go to the capsule host, which the cold round's second good
+(`, in-process`: MUR_CAPSULE_HOST=off, what the first runs do, before a host runs; at a terminal
+the same as here). By default both go to the capsule host, which the cold round's second good
 run starts (docs/run.md); its CPU and its capsules' are counted.
 
 The first (untimed) round fills the caches; it is printed apart as `cold`; a second untimed round

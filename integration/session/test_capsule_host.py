@@ -208,6 +208,34 @@ def test_an_explain_at_a_terminal_goes_to_a_running_host(hello, home, host_env):
     assert shown.stdout == expected
 
 
+def state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_task_run_at_a_terminal_goes_to_a_running_host_and_keeps_its_job_control(hello, home, host_env):
+    """Ctrl-Z stops the capsule, not only its client (the capsule is in a session of the host's
+    making, so the terminal's SIGTSTP reaches only the client, which relays it); `fg` continues both."""
+    from mur.testing.terminal import MurProcess
+
+    mur("run", "--task", "warm", cwd=hello, env=host_env).communicate(timeout=120)  # the host runs
+    env = {k: v for k, v in host_env.items() if k != "MUR_CAPSULE_HOST"}  # the default: auto
+    env.update(MUR_CAPSULE_HOST_DEBUG="2", MURMUR_A2A_TIMEOUT_SECS="6")  # it lingers for queued tasks
+    with MurProcess("run", "--task", "Ada", "--lifecycle-task-acceptance", "queue", cwd=hello, env=env,
+                    tty=True) as run:
+        run.wait_for(lambda: "forked by the host" in run.stderr and "status" not in run.stderr
+                     and "waiting" in run.stderr, timeout=60, what="the capsule lingering in the host")
+        capsule = int(run.stderr.split("the capsule runs as pid ", 1)[1].split()[0].rstrip(","))
+        assert parent_of(capsule) == host_pid(home)
+        os.killpg(run.proc.pid, signal.SIGTSTP)  # what the terminal sends on Ctrl-Z
+        deadline = time.monotonic() + 10
+        while (state(capsule), state(run.proc.pid)) != ("T", "T") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (state(capsule), state(run.proc.pid)) == ("T", "T"), "Ctrl-Z left the capsule running"
+        os.killpg(run.proc.pid, signal.SIGCONT)  # the shell's fg
+        assert run.finish(60) == 0, run.stderr
+    assert "Hello, Ada!" in run.stdout and "status:  ok" in run.stderr
+
+
 def test_by_default_a_service_run_goes_to_the_host(hello, home, host_env):
     env = {k: v for k, v in host_env.items() if k != "MUR_CAPSULE_HOST"}  # the default: auto
     for value, hosted in ((None, True), ("off", False)):

@@ -7,7 +7,7 @@ of a process that has them loaded starts in a tenth of that CPU and keeps a frac
 
 By default (mur.caphost.client.handoff, outside a systemd unit): a non-interactive service run
 goes to the host, started if none runs; a one-shot `--task` run and `--explain-scope` (at a terminal
-too) go to a host that runs, and without one run here and, when they went well and another did
+too: Ctrl-C, Ctrl-Z and the window's size are relayed) go to a host that runs, and without one run here and, when they went well and another did
 less than a minute before, start one for the next.
 `MUR_CAPSULE_HOST=on` starts one for every non-interactive run, in a unit too; `off` never (deploy's
 supervisor and images set it: docs/run.md). Then `mur run` (the client, mur.caphost.client) hands

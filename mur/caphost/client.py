@@ -27,7 +27,8 @@ ON = ("on", "1", "true", "yes")  # its values that hand over every non-interacti
 HOSTED = False  # set in a capsule the host forked: it is the hand-off, never a second one
 START_TIMEOUT = 20.0  # seconds for a new host to import the runtime and listen
 RECENT = 60.0  # a good run that found no host starts one when another ended this recently
-RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+           signal.SIGWINCH)
 # What a new host inherits from the client: enough to import the same code, nothing else (a host
 # outlives the client that started it, and serves others: none of this client's secrets).
 HOST_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "PYTHONHOME", "PYTHONPYCACHEPREFIX",
@@ -46,22 +47,24 @@ def handoff(args: list[str]) -> str | None:
     such run ever waits for a host to import the runtime, and when they come in a row, the ones
     after the second find one (start_for_next). With `on`: every non-interactive run WAITs, in a
     unit too. With `off` (or anything else): None.
-    Interactive (a terminal on stdin, stdout or stderr): None, except `--explain-scope`, which
-    reads nothing and only prints (IF_UP): a run at a terminal keeps its job control (Ctrl-Z stops
-    the capsule, not only its client), its input prompts and its window size."""
+    Interactive (a terminal on stdin, stdout or stderr): a one-shot run and an explain go IF_UP, as
+    anywhere (the capsule writes to the same terminal; Ctrl-C, Ctrl-Z and a resized window are
+    relayed: `_forward_signals`); a service's run stays here (it is a terminal's job for as long as
+    it serves)."""
     if args[:1] != ["run"] or HOSTED or "--help" in args:
         return None
     asked = os.environ.get(ENV, "").strip().lower()
     if asked not in ON and asked not in ("", "auto"):
         return None
     explain = "--explain-scope" in args
+    service = stays_up(args[1:]) and not explain
     if interactive():
-        return IF_UP if explain and not in_service_unit() else None
+        return None if service or in_service_unit() else IF_UP
     if asked in ON:
         return WAIT
     if in_service_unit():
         return None
-    return WAIT if stays_up(args[1:]) and not explain else IF_UP
+    return WAIT if service else IF_UP
 
 
 def interactive() -> bool:
@@ -251,7 +254,10 @@ _previous: dict[int, object] = {}
 
 
 def _forward_signals(pid: int, pidfd: int | None) -> None:
-    def forward(signum: int, _frame: object) -> None:
+    """Relay RELAYED to the capsule; and job control: the capsule is not in this terminal's session
+    (the host made it a session of its own), so the terminal's Ctrl-Z (SIGTSTP) stops only this
+    client. It stops the capsule first, then itself; the shell's `fg` (SIGCONT) continues both."""
+    def send(signum: int) -> None:
         try:
             if pidfd is not None:
                 signal.pidfd_send_signal(pidfd, signum)
@@ -260,8 +266,20 @@ def _forward_signals(pid: int, pidfd: int | None) -> None:
         except OSError:
             pass
 
+    def forward(signum: int, _frame: object) -> None:
+        send(signum)
+
+    def stop(_signum: int, _frame: object) -> None:
+        send(signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def resume(_signum: int, _frame: object) -> None:
+        send(signal.SIGCONT)
+
     for signum in RELAYED:
         _previous[signum] = signal.signal(signum, forward)
+    _previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, stop)
+    _previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, resume)
 
 
 def _restore_signals() -> None:

@@ -99,8 +99,8 @@ def test_which_runs_go_to_the_host_and_how(monkeypatch):
             service = client.handoff(["run", "-m", "cap", "--json"])
             one_shot = client.handoff(["run", "-t", "x"])
             explain = client.handoff(["run", "-m", "cap", "--explain-scope"])
-            if interactive:  # job control, input prompts, the window: only explain, which reads nothing
-                assert (service, one_shot, explain) == (None, None, IF_UP)
+            if interactive:  # a one-shot run or an explain as anywhere (signals relayed); a service stays here
+                assert (service, one_shot, explain) == (None, IF_UP, IF_UP)
             else:  # a first one-shot run never waits for a host to start; a service's does (or `on`)
                 assert (service, one_shot, explain) == ((WAIT, WAIT, WAIT) if on else (WAIT, IF_UP, IF_UP))
         for off in ("off", "0", "no", "nonsense"):
