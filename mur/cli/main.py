@@ -86,7 +86,13 @@ def _fast(args: list[str], whole_process: bool) -> bool:
             code = client.run_via_host(args, mode)
             if code is not None:
                 _flush()
-                sys.exit(code)
+                try:
+                    sys.stderr.flush()
+                except Exception:  # noqa: BLE001 - a closed or broken stderr: nothing left to say
+                    pass
+                # this process only relayed: nothing of it needs finalizing, which took ~9 ms (the
+                # interpreter's teardown), an eighth of a warm run's wall time
+                os._exit(code)
     if args == ["--help"]:
         from mur.cli.roothelp import render
 
