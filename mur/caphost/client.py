@@ -104,7 +104,7 @@ def host_command(sock_path: Path, key: str) -> list[str]:
 
 
 def _connect(path: Path) -> socket.socket | None:
-    import socket
+    import _socket as socket  # the C module: no socket.py (its enum conversions, selectors) in a client
 
     from mur.caphost import wire
 
@@ -178,7 +178,7 @@ def run_via_host(args: list[str], mode: str = WAIT) -> int | None:
     if sock is None:
         _why("no host runs (good runs in a row start one)" if _later else "no host could be reached or started")
         return None
-    with sock:
+    try:  # a bare _socket.socket: no context manager
         try:
             sock.settimeout(START_TIMEOUT)  # a host still importing answers within this
             wire.send(sock, {"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}, [0, 1, 2])
@@ -204,6 +204,8 @@ def run_via_host(args: list[str], mode: str = WAIT) -> int | None:
         if os.environ.get("MUR_CAPSULE_HOST_DEBUG") == "2":
             print(f"note: capsule host: the capsule runs as pid {pid}, forked by the host", file=sys.stderr)
         return _relay(sock)
+    finally:
+        sock.close()
 
 
 def start_for_next() -> None:
