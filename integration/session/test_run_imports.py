@@ -21,15 +21,14 @@ MUST_NOT_LOAD = (
 )
 
 PROBE = """
-import json, sys, threading
+import atexit, json, sys, threading
 from mur.cli.main import main
+def report():  # a `mur run` process ends with its atexit handlers, then os._exit (mur.cli.main._end_process)
+    print(json.dumps({"modules": sorted(sys.modules),
+                      "threads": sorted(t.name for t in threading.enumerate() if t.is_alive())}), file=sys.stderr)
+atexit.register(report)
 sys.argv = ["mur", "run", "--task", "Ada"]
-try:
-    main()  # as the console script calls it: this process's own `mur run`
-except SystemExit as exc:
-    code = exc.code
-print(json.dumps({"code": code, "modules": sorted(sys.modules),
-                  "threads": sorted(t.name for t in threading.enumerate())}), file=sys.stderr)
+main()  # as the console script calls it: this process's own `mur run`
 """
 
 
@@ -41,7 +40,7 @@ def probe(hello, home, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
 
 def test_a_plain_task_run_loads_only_what_its_path_needs(hello, home):
     proc, report = probe(hello, home, MUR_CAPSULE_HOST="off")  # in-process: the path itself
-    assert report["code"] == 0 and proc.stdout == "Hello, Ada!\n", proc.stderr
+    assert proc.returncode == 0 and proc.stdout == "Hello, Ada!\n", proc.stderr
     loaded = report["modules"]
     offenders = [m for m in loaded if any(m == bad or m.startswith(bad + ".") for bad in MUST_NOT_LOAD)]
     assert offenders == []
@@ -52,7 +51,7 @@ def test_a_plain_task_run_loads_only_what_its_path_needs(hello, home):
 def test_a_run_the_capsule_host_takes_loads_neither_the_models_nor_the_engine_itself(hello, home):
     try:
         proc, report = probe(hello, home, MUR_CAPSULE_HOST="on", MUR_CAPSULE_HOST_IDLE_SECS="10")  # handed over
-        assert report["code"] == 0 and proc.stdout == "Hello, Ada!\n", proc.stderr
+        assert proc.returncode == 0 and proc.stdout == "Hello, Ada!\n", proc.stderr
         loaded = report["modules"]
         assert [m for m in ("pydantic", "yaml", "mur.manifest.capsule", "mur.wasm.engine", "wasmtime") if m in loaded] == []
     finally:
