@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -82,14 +83,32 @@ def preload() -> None:
     hold_components()
 
 
-def hold_components() -> None:
+def hold_components() -> int:
     """Deserialize the compiled components used last (mur.wasm.engine.hold_recent): a capsule
-    forked after finds them loaded. After every capsule too: what it compiled or used is next."""
+    forked after finds them loaded. After every capsule too: what it compiled or used is next.
+    Returns how many were added."""
     try:
         from mur.wasm.engine import hold_recent
     except ImportError:
-        return
-    hold_recent()
+        return 0
+    return hold_recent()
+
+
+@dataclass
+class Spare:
+    """The next capsule, forked ahead of its client: it waits on `chan` for the request."""
+
+    pid: int
+    chan: socket.socket
+    ready_r: int
+    go_w: int
+
+    def discard(self) -> None:
+        """It sees EOF and exits (reaped with the others)."""
+        self.chan.close()
+        for fd in (self.ready_r, self.go_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class Host:
@@ -106,6 +125,9 @@ class Host:
         self.bound = path + ".starting"  # the socket's name until the imports are done (publish)
         self.bound_ino = 0
         self.own_context = context.security_context("self")
+        # Forking this process takes ~4 ms (its page tables): the next capsule is forked while no
+        # client waits, and a request only hands it what to run.
+        self.spare: Spare | None = None
 
     # --- listening ------------------------------------------------------------------------
 
@@ -164,15 +186,22 @@ class Host:
         while True:
             if not self.children and time.monotonic() - self.last_busy >= self.idle:
                 break
+            if self.spare is None and self.idle > 0:
+                self._fork_spare()
             for key, _ in self.selector.select(timeout=1.0):
                 if key.data == "accept":
                     self._accept()
                 elif key.data == "sigchld":
                     self._reap()
-                    hold_components()
+                    if hold_components() and self.spare is not None:
+                        self.spare.discard()  # forked before those were loaded: the next one has them
+                        self.spare = None
                 else:
                     self._client_gone(key.data)
             self._kill_late_orphans()
+        if self.spare is not None:
+            self.spare.discard()
+            self.spare = None
         self._close()
 
     def _close(self) -> None:
@@ -232,19 +261,10 @@ class Host:
         return f"another security context ({', '.join(diff)})" if diff else None
 
     def _fork(self, conn: socket.socket, client: int, request: dict, fds: list[int]) -> int | None:
-        """Fork the capsule; it runs only once the client has its pid and said go (until then the
-        client may still run the capsule itself, so there is never a second one)."""
-        taken = context.settings(client)
-        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
-        go_r, go_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:  # the capsule
-            os.close(ready_r)
-            os.close(go_w)
-            conn.close()
-            self._child(ready_w, go_r, taken, request, fds)
-        os.close(ready_w)
-        os.close(go_r)
+        """Start the capsule (the spare, else a fork now); it runs only once the client has its pid
+        and said go (until then the client may still run the capsule itself, so there is never a
+        second one)."""
+        pid, ready_r, go_w = self._from_spare(client, request, fds) or self._fork_now(conn, client, request, fds)
         with os.fdopen(ready_r, "rb") as ready:
             answer = ready.read().decode(errors="replace")
         go = False
@@ -269,7 +289,50 @@ class Host:
             if not go:
                 os.waitpid(pid, 0)
 
-    def _child(self, ready_w: int, go_r: int, taken: dict, request: dict, fds: list[int]) -> None:
+    def _fork_now(self, conn: socket.socket, client: int, request: dict, fds: list[int]) -> tuple[int, int, int]:
+        taken = context.settings(client)
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the capsule
+            os.close(ready_r)
+            os.close(go_w)
+            conn.close()
+            self._child(ready_w, go_r, lambda: (taken, request, fds))
+        os.close(ready_w)
+        os.close(go_r)
+        return pid, ready_r, go_w
+
+    def _fork_spare(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the next capsule: it waits for its request
+            ours.close()
+            os.close(ready_r)
+            os.close(go_w)
+            self._child(ready_w, go_r, lambda: _await_request(theirs))
+        theirs.close()
+        os.close(ready_w)
+        os.close(go_r)
+        self.spare = Spare(pid, ours, ready_r, go_w)
+
+    def _from_spare(self, client: int, request: dict, fds: list[int]) -> tuple[int, int, int] | None:
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        try:
+            wire.send(spare.chan, {"client": client, "request": request}, fds)
+        except OSError:  # it died meanwhile: a fork now
+            spare.discard()
+            return None
+        spare.chan.close()
+        return spare.pid, spare.ready_r, spare.go_w
+
+    def _child(self, ready_w: int, go_r: int, what: Callable[[], tuple[dict, dict, list[int]]]) -> None:
+        """In the capsule: let go of the host's own files, take what to run (`what`: the client's
+        settings, its request and stdio), take over the settings, say ready, wait for go, run."""
         code = 1
         host = os.getppid()
         try:
@@ -283,6 +346,7 @@ class Host:
             self.listener.close()
             for fd in (self.wake_r, self.wake_w, self.lock_fd):
                 os.close(fd)
+            taken, request, fds = what()
             why = context.take_over(taken)
             os.write(ready_w, b"ok" if why is None else why.encode())
             os.close(ready_w)
@@ -351,6 +415,19 @@ class Host:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
                 del self.orphans[pid]
+
+
+def _await_request(chan: socket.socket) -> tuple[dict, dict, list[int]]:
+    """In a spare: the request the host hands it (its client's settings are read here); EOF (the
+    host discarded it, or ended): exit, nothing ran."""
+    try:
+        message, fds = wire.recv(chan)
+    except (OSError, ValueError):
+        message, fds = None, []
+    chan.close()
+    if not message or len(fds) != 3:
+        os._exit(0)
+    return context.settings(int(message["client"])), message["request"], fds
 
 
 def _die_with_parent(host: int) -> None:
