@@ -112,9 +112,10 @@ class SessionDisk:
         if self._tree is not None:
             self._tree.close()
             self._tree = None
-        if self._holder is not None:
-            self._holder.close()
-            self._holder = None
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.release()  # the holder's exit (~3 ms: the teardown of a fork of this process) runs
+            #                   while the files come back; reaped below
         if self.disk is not None:
             keep = False
             try:
@@ -128,6 +129,8 @@ class SessionDisk:
             self.disk.close(keep_image=keep)
             self.disk = None
         self.live_workdir = self.workdir
+        if holder is not None:
+            holder.reap()
         if self._image is not None and self._state is None:
             try:
                 with Tree(self._image.parent.parent) as parent:

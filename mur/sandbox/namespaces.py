@@ -319,6 +319,22 @@ class SessionNamespaces:
 
     def close(self) -> None:
         """Kill the pid namespace's init (every process in it dies with it), release the holder."""
+        self.release()
+        self.reap()
+
+    def reap(self) -> None:
+        """Wait for the released holder to be gone (its exit runs meanwhile: `release` first, other
+        teardown, then this)."""
+        if self.holder_pid is not None:
+            try:
+                os.waitpid(self.holder_pid, 0)
+            except ChildProcessError:
+                pass
+            self.holder_pid = None
+
+    def release(self) -> None:
+        """Kill the pid namespace's init and let the holder go (it exits once its channel closes);
+        close every fd of ours. `reap` waits for it."""
         if self.init_pidfd is not None:
             try:
                 signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
@@ -329,12 +345,6 @@ class SessionNamespaces:
         if self.chan is not None:
             self.chan.close()
             self.chan = None
-        if self.holder_pid is not None:
-            try:
-                os.waitpid(self.holder_pid, 0)
-            except ChildProcessError:
-                pass
-            self.holder_pid = None
         for fd in list(self.fds.values()) + list(self.disk_fds or ()):
             try:
                 os.close(fd)
