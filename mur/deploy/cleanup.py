@@ -86,7 +86,7 @@ def gc_shared_command(lay: Layout, keep_bundles: bool = False) -> str:
     last = "" if keep_bundles else (
         # the host's last deployment: what the runtime cached for all of them goes too
         f"if [ -z \"$(ls -A {deps} 2>/dev/null)\" ] && [ -z \"$(ls -A {q(lay.murmur + '/staging')} 2>/dev/null)\" ]; then "
-        f"rm -rf -- {w} {q(lay.probe_cache)} {q(lay.digest_cache)}; fi; ")
+        f"rm -rf -- {w} {q(lay.probe_cache)} {q(lay.digest_cache)} {q(lay.disk_templates)}; fi; ")
     empty = " ".join(q(d) for d in (
         f"{lay.bin_dir}/.refs", lay.runtime_dir, lay.bin_dir, f"{lay.wasm_cache}/.refs", lay.wasm_cache,
         f"{lay.murmur}/cache/payloads", f"{lay.murmur}/cache", f"{lay.murmur}/staging", f"{lay.murmur}/deployments"))

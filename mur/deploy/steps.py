@@ -150,6 +150,11 @@ class Layout:
         return f"{self.murmur}/cache/probe"
 
     @property
+    def disk_templates(self) -> str:
+        """The runtime's formatted session-disk images (mur.sandbox.disk), written by `mur run` there."""
+        return f"{self.murmur}/cache/disk"
+
+    @property
     def digest_cache(self) -> str:
         """The runtime's remembered file digests (mur.wasm.sources), written by every `mur run` there."""
         return f"{self.murmur}/cache/wasm-digests"

@@ -60,12 +60,13 @@ def mkfs_path() -> str | None:
     return shutil.which("mkfs.ext4", path=MKFS_PATH)
 
 
-def make_image(plan: DiskPlan, directory: Path) -> tuple[Path, int]:
+def make_image(plan: DiskPlan, directory: Path, *, template: bool = True) -> tuple[Path, int]:
     """A formatted sparse ext4 image in ``directory`` (made 0700); returns (path, an O_RDWR fd).
 
     A copy of the formatted template kept for this plan's sizes (``<cache>/disk/``: the data extents
     of a sparse file, ~0.2 ms) when one is there, else ``mkfs.ext4`` (a process: ~5 ms), whose
-    result becomes the template for the next session."""
+    result becomes the template for the next session. ``template=False`` (the kernel probe, which
+    checks that mkfs works and makes a disk no session uses): mkfs, nothing kept."""
     mkfs = mkfs_path()
     if mkfs is None:
         raise DiskError(errno.ENOENT, "mkfs.ext4 is not installed (Debian: e2fsprogs)")
@@ -74,12 +75,13 @@ def make_image(plan: DiskPlan, directory: Path) -> tuple[Path, int]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         key = _template_key(plan, mkfs)
-        if not _from_template(key, fd, plan.image_bytes):
+        if not (template and _from_template(key, fd, plan.image_bytes)):
             os.close(fd)
             fd = -1
             _mkfs(mkfs, plan, path)
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-            _keep_template(key, fd, plan.image_bytes)
+            if template:
+                _keep_template(key, fd, plan.image_bytes)
         return path, fd
     except BaseException:
         if fd >= 0:
@@ -119,7 +121,7 @@ def _reserved(plan: DiskPlan) -> str:
 # writes (sizes, reserve, the mkfs binary), so a changed plan or an upgraded e2fsprogs makes a new
 # one. Every session's disk then has the same filesystem UUID and directory-hash seed: the disks
 # are mounted only by fd, in namespaces of their own, and nothing names them by UUID.
-TEMPLATES = "disk"
+TEMPLATES = "disk"  # under the cache root; deploy's last destroy on a host removes it (Layout.disk_templates)
 TEMPLATES_KEPT = 8
 # a template is a few hundred KiB of metadata in a sparse file; one with more data (a filesystem
 # without holes holds it all) would cost more to copy than mkfs takes to write

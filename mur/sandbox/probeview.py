@@ -106,7 +106,7 @@ def _build_and_verify(names: tuple[str, ...], base: Path, mechanism: str) -> Non
     try:
         if mechanism == "ext4-loop":
             try:
-                _path, image_fd = dsk.make_image(disk, base / f"img-{mechanism}")
+                _path, image_fd = dsk.make_image(disk, base / f"img-{mechanism}", template=False)
             except OSError as exc:
                 raise _DiskRefused(exc.errno or errno.EIO, f"ext4 image: {exc}") from None
         try:

@@ -206,6 +206,11 @@ def test_destroy_stops_removes_and_releases_shared_files():
     assert "flock -n 8" in gc and gc.rstrip().endswith(f"8>>{lay.locks}/shared.lock; true")
     # an artifact or compiled component goes only when its references are all gone (never the user's store)
     assert '[ -d "$v/.refs" ]' in gc and "@@gc payload cache" in gc and 'flock -n "$p/.owner.lock" true' in gc
+    # the host's last deployment takes what the runtime cached for all of them: compiled components,
+    # the probe's answer, remembered digests, the session disk's templates (mur.sandbox.disk)
+    last = gc.split("rm -rf -- ", 2)[-1]
+    assert all(c in gc for c in (lay.wasm_cache, lay.probe_cache, lay.digest_cache, lay.disk_templates))
+    assert lay.disk_templates == "/home/u/.murmur/cache/disk" and "/cache/disk" in last
 
 
 def test_sweep_removes_only_what_interrupted_commands_left():
