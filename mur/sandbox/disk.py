@@ -29,6 +29,7 @@ import shutil
 import stat
 import struct
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +44,7 @@ MKFS_TIMEOUT = 60.0
 LOOP_CTL_GET_FREE, LOOP_CONFIGURE, LOOP_SET_FD, LOOP_SET_STATUS64, LOOP_CLR_FD = 0x4C82, 0x4C0A, 0x4C00, 0x4C04, 0x4C01
 LO_FLAGS_AUTOCLEAR = 4
 LOOP_INFO64_SIZE, LO_FLAGS_OFFSET = 232, 52
-LOOP_TRIES = 8
+LOOP_TRIES = 64  # a burst of sessions (40 services after a reboot) races for the same free device
 # A write the kernel refuses leaves some blocks free: a large folio (up to 2 MiB) is reserved whole or
 # not at all, and ext4 keeps clusters back for its metadata. "Full" is less than this much left.
 FULL_SLACK_MIN, FULL_SLACK_MAX, FULL_SLACK_SHARE = 2 << 20, 64 << 20, 50
@@ -238,7 +239,10 @@ def _loop_attach(image_fd: int) -> tuple[str, int]:
     must stay open until the device is mounted: autoclear detaches it at its last close."""
     control = os.open(_dev("/dev/loop-control"), os.O_RDWR | os.O_CLOEXEC)
     try:
-        for _ in range(LOOP_TRIES):
+        for attempt in range(LOOP_TRIES):
+            if attempt:  # another session took the one we were given: sessions started at once all ask
+                #          for the same free number; a random pause spreads them (util-linux's losetup retries too)
+                time.sleep(os.urandom(1)[0] / 255 * 0.002 * min(1 + attempt // 4, 8))
             number = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
             device = f"/dev/loop{number}"
             loop = os.open(_dev(device), os.O_RDWR | os.O_CLOEXEC)
