@@ -46,8 +46,9 @@ def open_dir(path: Path) -> int | None:
     return fd
 
 
-def read(name: str, file: str, limit: int = READ_LIMIT) -> bytes | None:
-    """The bytes of `<cache root>/<name>/<file>`, or None (absent, a link, not ours, too big)."""
+def open_file(name: str, file: str) -> tuple[int, os.stat_result] | None:
+    """`<cache root>/<name>/<file>` opened read-only, with its stat, when it is a regular file we own
+    that only we can write, in such a directory (else None); the caller closes the fd."""
     path = directory(name)
     if path is None:
         return None
@@ -62,7 +63,22 @@ def read(name: str, file: str, limit: int = READ_LIMIT) -> bytes | None:
         os.close(dirfd)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not trusted(st) or st.st_size > limit:
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode) or not trusted(st):
+        os.close(fd)
+        return None
+    return fd, st
+
+
+def read(name: str, file: str, limit: int = READ_LIMIT) -> bytes | None:
+    """The bytes of `<cache root>/<name>/<file>`, or None (absent, a link, not ours, too big)."""
+    opened = open_file(name, file)
+    if opened is None:
+        return None
+    fd, st = opened
+    try:
+        if st.st_size > limit:
             return None
         chunks, left = [], limit + 1
         while left > 0:
@@ -79,19 +95,25 @@ def read(name: str, file: str, limit: int = READ_LIMIT) -> bytes | None:
         os.close(fd)
 
 
-def write(name: str, file: str, data: bytes, keep: int | None = None) -> bool:
-    """Write `<cache root>/<name>/<file>` atomically (0600, in a 0700 directory); False (and nothing
-    written) where the directory is not ours. `keep`: then remove the oldest files beyond that many,
-    so a cache keyed by something unbounded stays small."""
+def writable_dir(name: str) -> int | None:
+    """A descriptor of `<cache root>/<name>`, created 0700 if missing, when it is ours and only we
+    can write it (else None); the caller closes it."""
     path = directory(name)
     if path is None:
-        return False
+        return None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir(mode=0o700, exist_ok=True)
     except OSError:
-        return False
-    dirfd = open_dir(path)
+        return None
+    return open_dir(path)
+
+
+def write(name: str, file: str, data: bytes, keep: int | None = None) -> bool:
+    """Write `<cache root>/<name>/<file>` atomically (0600, in a 0700 directory); False (and nothing
+    written) where the directory is not ours. `keep`: then remove the oldest files beyond that many,
+    so a cache keyed by something unbounded stays small."""
+    dirfd = writable_dir(name)
     if dirfd is None:
         return False
     from mur.fsafe import write_atomic_at

@@ -26,7 +26,6 @@ import errno
 import fcntl
 import os
 import shutil
-import stat
 import struct
 import subprocess
 import time
@@ -145,20 +144,12 @@ def _from_template(key: str, fd: int, size: int) -> bool:
     """Fill the fresh image `fd` from the kept template; False (nothing copied) when there is none usable."""
     from mur import privatecache
 
-    where = privatecache.directory(TEMPLATES)
-    dirfd = privatecache.open_dir(where) if where is not None else None
-    if dirfd is None:
+    opened = privatecache.open_file(TEMPLATES, key)
+    if opened is None:
         return False
+    src, st = opened
     try:
-        src = os.open(key, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
-    except OSError:
-        return False
-    finally:
-        os.close(dirfd)
-    try:
-        st = os.fstat(src)
-        if not (stat.S_ISREG(st.st_mode) and privatecache.trusted(st) and st.st_size == size
-                and st.st_blocks * 512 <= TEMPLATE_MAX_DATA):
+        if st.st_size != size or st.st_blocks * 512 > TEMPLATE_MAX_DATA:
             return False
         os.ftruncate(fd, size)
         copy_sparse(src, fd, size)
@@ -176,14 +167,12 @@ def _keep_template(key: str, fd: int, size: int) -> None:
 
     from mur import privatecache
 
-    where = privatecache.directory(TEMPLATES)
     try:
-        if where is None or os.fstat(fd).st_blocks * 512 > TEMPLATE_MAX_DATA:
+        if os.fstat(fd).st_blocks * 512 > TEMPLATE_MAX_DATA:
             return
-        where.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         return
-    dirfd = privatecache.open_dir(where)
+    dirfd = privatecache.writable_dir(TEMPLATES)
     if dirfd is None:
         return
     tmp = f".{key}.{secrets.token_hex(4)}"
