@@ -4,10 +4,15 @@ way. Where the probe built a composed root, a holder of its own mounts the sessi
 workdir's path in a mount namespace (a user namespace too, when mur is not root) and the runtime
 reaches it as ``/proc/<holder>/root<workdir>`` (``live_workdir``): a guest's write past the ceiling
 fails with ENOSPC. Elsewhere the watcher guards the host directory.
+
+A mechanism the probe found but this session cannot have (a burst of sessions took every free loop
+device, the image's directory is full) is decided again without it, as the shell sandbox does:
+ext4 image, then tmpfs where the plan allows one, then the watcher; the session log says why.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 import time
@@ -36,7 +41,8 @@ class SessionDisk:
         self.live_workdir = self.workdir
         self.log = log
         root = os.geteuid() == 0
-        self.plan: DiskPlan = guest_disk(caps, SessionFacts(probe, str(self.workdir), root, memory_total=memory_total()))
+        self._facts = SessionFacts(probe, str(self.workdir), root, memory_total=memory_total())
+        self.plan: DiskPlan = guest_disk(caps, self._facts)
         self._state = state_dir
         self._holder: namespaces.SessionNamespaces | None = None
         self.disk: dsk.HeldDisk | None = None
@@ -47,8 +53,7 @@ class SessionDisk:
 
     def open(self) -> "SessionDisk":
         try:
-            if self.plan.kernel:
-                self._mount()
+            self._mount_as_planned()
             self._tree = Tree(self.live_workdir)
             limit = self.plan.capacity if self.disk is not None else self.plan.limit
             self._guard = CeilingGuard(self._read, limit, self._breach, self.plan.interval, log=self.log)
@@ -58,12 +63,38 @@ class SessionDisk:
             raise
         return self
 
+    def _mount_as_planned(self) -> None:
+        """Mount the disk the plan names; one this session cannot have is decided again without it."""
+        while self.plan.kernel:  # each failure rules a mechanism out: at most ext4, tmpfs, then the watcher
+            try:
+                self._mount()
+                return
+            except (namespaces.HolderFailed, dsk.DiskError) as exc:
+                self._unmount()
+                part = "disk-loop" if self.plan.mechanism == "ext4-loop" else "disk"
+                if isinstance(exc, namespaces.HolderFailed) and exc.part != "disk":
+                    part = "view"  # no mount namespace for this session: the watcher
+                message = f"the session disk ({self.plan.mechanism}) could not be made: {exc}"
+                self._facts = self._facts.failing(part, message)
+                self.plan = guest_disk(self.caps, self._facts)
+                self.log(f"{message}; deciding again without it: {self.plan.mechanism}")
+
+    def _unmount(self) -> None:
+        """Undo a ``_mount`` that failed part-way (the holder, the image); never raises."""
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.close()
+        if self.disk is not None:
+            self.disk.close()
+            self.disk = None
+        self.live_workdir = self.workdir
+        self._drop_image()
+
     def _mount(self) -> None:
         root = os.geteuid() == 0
         image_fd = None
         if self.plan.mechanism == "ext4-loop":
-            state = self._state or Path(tempfile.mkdtemp(prefix="mur-disk-"))
-            self._image, image_fd = dsk.make_image(self.plan, state)
+            image_fd = self._make_image()
         staged = os.path.isdir(self.workdir / STAGED) and not os.path.islink(self.workdir / STAGED)
         view = plan_view(str(self.workdir), [], chains=lambda _p: None, tmp=False, proc=False, devices=False,
                          staged=staged)
@@ -84,6 +115,20 @@ class SessionDisk:
                            f"capabilities.resources.workdir_max_bytes ({self.plan.limit}) can take: "
                            f"{exc.filename} did not fit", E013_HINT) from exc
         self.live_workdir = Path(self._holder.live_root + str(self.workdir))
+
+    def _make_image(self) -> int:
+        """The session's image (``self._image``) and an fd of it; DiskError when it cannot be made."""
+        state = self._state or Path(tempfile.mkdtemp(prefix="mur-disk-"))
+        try:
+            self._image, fd = dsk.make_image(self.plan, state)
+        except OSError as exc:
+            if self._state is None:
+                try:
+                    os.rmdir(state)  # ours and empty: make_image removes its file when it fails
+                except OSError:
+                    pass
+            raise dsk.DiskError(exc.errno or errno.EIO, f"its image: {exc}") from exc
+        return fd
 
     def _read(self) -> Reading:
         if self.disk is not None:
@@ -131,9 +176,19 @@ class SessionDisk:
         self.live_workdir = self.workdir
         if holder is not None:
             holder.reap()
-        if self._image is not None and self._state is None:
-            try:
-                with Tree(self._image.parent.parent) as parent:
-                    parent.remove_tree(self._image.parent.name, deadline=time.monotonic() + 60)
-            except (OSError, fswalk.WalkTimeout):
-                pass
+        if self._state is None:
+            self._drop_image()
+
+    def _drop_image(self) -> None:
+        """Remove the image, or the temporary directory made for it when the session gave none."""
+        image, self._image = self._image, None
+        if image is None:
+            return
+        try:
+            if self._state is not None:
+                image.unlink()
+                return
+            with Tree(image.parent.parent) as parent:
+                parent.remove_tree(image.parent.name, deadline=time.monotonic() + 60)
+        except (OSError, fswalk.WalkTimeout):
+            pass
