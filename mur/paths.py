@@ -12,6 +12,7 @@ from pathlib import Path
 from mur.errors import MurError
 
 MURMUR_DIR = ".murmur"
+MANIFEST_FILENAME = "murmur.yaml"
 
 
 def home_dir() -> Path:
@@ -26,6 +27,13 @@ def home_dir() -> Path:
         raise MurError("E-IO-001", "could not determine home directory", "set HOME to your home directory")
     path = Path(raw)
     return path if path.is_absolute() else Path.cwd() / path
+
+
+def manifest_path(path: str | Path) -> Path:
+    """`path`, or `path/murmur.yaml` when `path` is a directory: `-m DIR` means the capsule in DIR for
+    every command that takes a manifest (as `mur build DIR` does)."""
+    path = Path(path)
+    return path / MANIFEST_FILENAME if path.is_dir() else path
 
 
 def murmur_home() -> Path:

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Callable, List, Optional
 
 import typer
 
+from mur.cli.options import Manifest
 from mur.cli.render import StepReporter, emit, emit_json
 
 INITS = ("auto", "systemd", "supervisor")
@@ -178,7 +179,7 @@ Force = Annotated[bool, typer.Option("--force", help="Forget it even if the remo
 
 def deploy(
     ctx: typer.Context,
-    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest."),
+    manifest: Manifest = Path("murmur.yaml"),
     host: Optional[str] = typer.Option(None, "--host", help="SSH target: an existing VM (IP or hostname)."),
     ssh_user: str = typer.Option("root", "--ssh-user", help="SSH user (non-root uses sudo -n where needed)."),
     ssh_port: int = typer.Option(22, "--ssh-port", help="SSH port."),

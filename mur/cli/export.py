@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import typer
 
+from mur.cli.options import Manifest
 from mur.cli.render import emit
 
 
@@ -31,7 +32,7 @@ def _human(r: dict) -> str:
 
 
 def k8s(
-    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest."),
+    manifest: Manifest = Path("murmur.yaml"),
     image: str = typer.Option(..., "--image", help="The capsule's image, pushed (mur image build + push): "
                               "NAME[:TAG] or NAME@sha256:DIGEST; the manifests name it by digest."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory (default ./<name>-k8s)."),

@@ -72,7 +72,7 @@ def gc(
     if manifest is not None and workdir is not None:
         raise typer.BadParameter("give --workdir or --manifest, not both", param_hint="--manifest")
     if manifest is not None:
-        from mur.manifest.load import manifest_path
+        from mur.paths import manifest_path
 
         roots = [manifest_path(manifest).parent / "workdir"]
     else:

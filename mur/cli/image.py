@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mur.cli.options import Manifest
 from mur.cli.render import emit
 
 # Every image command takes it.
@@ -49,7 +50,7 @@ def _human_ref(r: dict) -> str:
 
 
 def build(
-    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest."),
+    manifest: Manifest = Path("murmur.yaml"),
     tag: Optional[str] = typer.Option(None, "--tag", "-t", help="Image reference (default mur-<name>:<version>)."),
     base_image: str = typer.Option("mur-base:bookworm", "--base-image", help="Base image (images/build-base.sh)."),
     mur_binary: Optional[Path] = typer.Option(None, "--mur-binary", help="Use this runtime file (its version must equal the pin)."),

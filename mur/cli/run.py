@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from mur.cli.options import Manifest
 from mur.cli.runexec import RESULT_INLINE_LIMIT, TerminalReporter, ending_json  # noqa: F401 - re-exported
 
 CLASSES = ("advisory", "scoped", "sealed")
@@ -25,7 +26,7 @@ def _choice(value: Optional[str], allowed: tuple[str, ...], flag: str) -> Option
 
 
 def run(
-    manifest: Path = typer.Option(Path("murmur.yaml"), "--manifest", "-m", help="Capsule manifest: a file, or a directory holding murmur.yaml."),
+    manifest: Manifest = Path("murmur.yaml"),
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task: a file path (copied) or literal text."),
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="Override the system prompt."),
     lifecycle_task_acceptance: Optional[str] = typer.Option(

@@ -58,7 +58,7 @@ def _sessions_dir(workdir: Optional[Path], manifest: Optional[Path]) -> Path:
     if manifest is None:
         return Path("workdir")
     from mur.errors import MurError
-    from mur.manifest.load import manifest_path
+    from mur.paths import manifest_path
 
     path = manifest_path(manifest)
     if not path.is_file():

@@ -132,12 +132,6 @@ def read_dataset(path: Path) -> list[Case]:
     return cases
 
 
-def manifest_path(capsule: Path) -> Path:
-    """CAPSULE_DIR's murmur.yaml (a manifest file path is taken as is)."""
-    capsule = Path(capsule)
-    return capsule if capsule.is_file() else capsule / "murmur.yaml"
-
-
 def eval_scope(loaded: Any) -> str:
     """The directory (relative to the case's workdir) murmur-hook-eval writes eval.jsonl into.
 
@@ -304,6 +298,7 @@ def run_eval(capsule: Path, dataset: Path, workdir_root: Path | None = None, *,
     from mur.errors import set_warning_sink
     from mur.manifest import load_capsule
     from mur.session.options import RunOptions
+    from mur.paths import manifest_path
     from mur.session.prechecks import load_env_file, prepare
 
     manifest = manifest_path(capsule).absolute()

@@ -35,6 +35,7 @@ from mur.manifest.yamlio import (
     single_line_error,
     type_name,
 )
+from mur.paths import manifest_path
 
 # Free-form mappings whose contents are never touched or checked for unknown keys.
 _OPAQUE = {("inference", "driver", "config"), ("inference", "provider", "config")}
@@ -81,12 +82,6 @@ def load_capsule(path: str | Path, *, env: Mapping[str, str] | None = None, reso
         raise naming_file(err, str(path)) from err.__cause__
     loaded.path = path.resolve()
     return loaded
-
-
-def manifest_path(path: str | Path) -> Path:
-    """`path`, or `path/murmur.yaml` when `path` is a directory (`mur run -m DIR`, as `mur build DIR`)."""
-    path = Path(path)
-    return path / MANIFEST_FILENAME if path.is_dir() else path
 
 
 def parse_capsule(text: str, *, env: Mapping[str, str] | None = None, resolve_env: bool = True) -> LoadedCapsule:

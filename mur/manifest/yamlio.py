@@ -14,8 +14,7 @@ from typing import Any
 import yaml
 
 from mur.errors import MurError
-
-MANIFEST_FILENAME = "murmur.yaml"
+from mur.paths import MANIFEST_FILENAME
 
 
 class _Loader(yaml.SafeLoader):

@@ -16,7 +16,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from mur.errors import MurError
 from mur.manifest import LoadedCapsule
 from mur.manifest.capsule import Capsule
 from mur.resolve.artifacts import ResolvedArtifact, resolve_artifacts
@@ -111,8 +110,6 @@ def resolve_capsule(path: Path, *, env: Mapping[str, str], hint: str) -> Resolve
     """
     from mur.manifest.load import load_capsule
 
-    if not path.is_file():
-        raise MurError("E-IO-001", f"manifest not found: {path}")
-    loaded = load_capsule(path, resolve_env=False)
+    loaded = load_capsule(path, resolve_env=False)  # E-IO-001 with its hint when there is none
     check_env_refs(loaded, env, hint)
     return resolve_loaded(loaded)

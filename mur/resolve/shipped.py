@@ -186,8 +186,9 @@ def ship(manifest: Path, *, workdir: Path | None = None, env_args: list[str] | N
     """Read and hash everything the release needs; raises before any target is contacted."""
     from mur.manifest.config import load_config
     from mur.manifest.containment import effective_floor
+    from mur.paths import manifest_path
 
-    manifest = manifest if manifest.is_absolute() else Path.cwd() / manifest
+    manifest = manifest_path(manifest if manifest.is_absolute() else Path.cwd() / manifest)
     env, origin = resolve_env(env_args or [], env_file, manifest.parent)
     resolved = resolve_capsule(manifest, env=env, hint=ENV_HINT)
     for field_path, path, why in resolved.missing:

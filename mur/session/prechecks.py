@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from mur import __version__
 from mur.errors import MurError, warn
 from mur.manifest import LoadedCapsule, load_capsule
-from mur.manifest.load import manifest_path
+from mur.paths import manifest_path
 from mur.manifest.config import MurConfig, load_config
 from mur.manifest.containment import Floor, check_floor, effective_floor, subprocess_shortfall, view_shortfall
 from mur.session.launch_checks import Prompts, needs_subprocesses

@@ -180,6 +180,18 @@ def test_a_directory_as_manifest_means_its_murmur_yaml(tmp_path):
     assert json.loads(run.stdout)["declared_containment"] == "advisory"
 
 
+@pytest.mark.parametrize("argv", [("run", "--explain-scope"), ("deploy", "--check"), ("image", "build"),
+                                  ("export", "k8s", "--image", "x:1")], ids=lambda a: a[0])
+def test_every_command_that_reads_a_capsule_takes_its_directory(tmp_path, argv):
+    """`-m DIR` is DIR/murmur.yaml for each of them (deploy said "manifest not found: DIR", hintless)."""
+    (tmp_path / "cap").mkdir()
+    run = mur(*argv, "-m", "cap", cwd=tmp_path)
+    assert run.returncode == 1
+    error, hint = run.stderr.splitlines()[-2:]
+    assert error.startswith("error[E-IO-001]: manifest not found: ") and error.endswith("cap/murmur.yaml"), run.stderr
+    assert hint.startswith("  hint: ")
+
+
 def test_errors_name_the_manifest_file_given(tmp_path):
     """`-m conf/m.yaml` errors say `conf/m.yaml:`; the hint names the YAML slip (unquoted number, yes/no)."""
     (tmp_path / "conf").mkdir()

@@ -148,3 +148,17 @@ def test_image_build_takes_the_release_source_deploy_takes(tmp_path, monkeypatch
     with pytest.raises(MurError) as err:  # the pinned runtime is looked for there (and is not there)
         _runtime(ship(m), "linux-x86_64", BuildOptions(), QUIET)
     assert f"from release source {releases}" in err.value.message, err.value.render()
+
+
+def test_a_capsule_directory_ships_as_its_murmur_yaml(tmp_path):
+    """`-m DIR` means DIR/murmur.yaml for deploy, image and export as for run: the same capsule, the
+    same .env beside it; a directory without one is the manifest's own E-IO-001, with its hint."""
+    d = tmp_path / "cap"
+    m = write(d, 'name: c\nversion: "1"\n' + PROC + "  system_prompt: ${GREETING}\n")
+    (d / ".env").write_text("GREETING=hi\n")
+    by_dir, by_file = ship(d), ship(m)
+    assert by_dir.manifest == by_file.manifest and by_dir.env == by_file.env == {"GREETING": "hi"}
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MurError) as err:
+        ship(tmp_path / "empty")
+    assert err.value.code == "E-IO-001" and err.value.message.endswith("empty/murmur.yaml") and err.value.hint
