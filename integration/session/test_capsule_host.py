@@ -294,3 +294,35 @@ def test_by_default_a_service_run_goes_to_the_host(hello, home, host_env):
         finally:
             if service.poll() is None:
                 service.kill()
+
+
+def test_a_new_host_sweeps_what_hosts_of_other_builds_left_and_never_a_live_ones(hello, home, host_env):
+    """Hosts of other code (an older mur, an edit) that died unannounced (kill -9, a reboot) left
+    their socket, `.last` and a `.lock` naming a pid that may be anyone's now: the next host to
+    start removes them; a lock another build's live host holds stays. A host that ends clears its pid."""
+    import fcntl
+
+    run_dir = home / ".murmur" / "run"
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    dead, live = run_dir / "caphost-0000000000000dead.sock", run_dir / "caphost-00000000000000a1.sock"
+    for path in (dead, live):
+        for suffix in ("", ".last", ".lock"):
+            Path(f"{path}{suffix}").write_text(f"{os.getpid()}\n" if suffix == ".lock" else "")
+    held = os.open(f"{live}.lock", os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another build's host, alive
+    try:
+        assert host_pids(home) == [os.getpid()], "a held lock names a live host; the dead one's pid is not taken"
+        proc = mur("run", "--task", "Ada", cwd=hello, env=host_env)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and out == "Hello, Ada!\n", err
+        [ours] = [p for p in host_pids(home) if p != os.getpid()]
+        assert [p.name for p in run_dir.iterdir() if p.name.startswith(dead.name)] == []
+        assert all(Path(f"{live}{suffix}").exists() for suffix in ("", ".last", ".lock"))
+    finally:
+        os.close(held)
+    stop_hosts(home)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{ours}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [own] = [p for p in run_dir.glob("caphost-*.sock.lock") if p != Path(f"{live}.lock")]
+    assert own.read_text() == "", "an ended host leaves no pid"

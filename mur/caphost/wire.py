@@ -80,6 +80,64 @@ def socket_path(key: str) -> Path | None:
     return None if directory is None else directory / f"caphost-{key}.sock"
 
 
+LEFTOVERS = ("", ".starting", ".last")  # a host's files beside its `.lock`
+
+
+def sweep_leftovers(keep: Path) -> list[str]:
+    """Remove the files of the hosts of other code (an older mur, an edit) that no host holds:
+    the socket of one that died unannounced (a reboot, kill -9), its `.last`, its `.lock` (whose
+    pid would name a process it no longer is). Only under their lock, so never a live host's, and
+    a host that opened a lock file removed here takes a fresh one (`locked`). `keep`: the caller's
+    own socket path. Returns the keys swept."""
+    swept: list[str] = []
+    try:
+        names = os.listdir(keep.parent)
+    except OSError:
+        return swept
+    for name in names:
+        if not (name.startswith("caphost-") and name.endswith(".sock.lock")) or name == keep.name + ".lock":
+            continue
+        lock = keep.parent / name
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if not locked(fd, lock, wait=False):
+                continue
+            base = str(lock)[: -len(".lock")]
+            for suffix in LEFTOVERS:
+                try:
+                    os.unlink(base + suffix)
+                except OSError:
+                    pass
+            os.unlink(lock)  # while we hold it: whoever opened it before sees it gone (locked())
+            swept.append(name[len("caphost-"):-len(".sock.lock")])
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return swept
+
+
+def locked(fd: int, path: Path, *, wait: bool) -> bool:
+    """flock `fd` (opened from `path`) exclusively; True once held and `path` is still that file
+    (a sweep may have removed it between the open and the lock: then it is not the lock any more)."""
+    import fcntl  # here: a client never locks, and imports as little as it can
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        return False
+    try:
+        same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        same = False
+    if not same:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return same
+
+
 def addressed(sock: socket.socket, path: Path, how: str) -> None:
     """sock.bind(path) or sock.connect(path) (`how`), through /proc/self/fd when the path is longer
     than a socket address holds (a deep HOME)."""

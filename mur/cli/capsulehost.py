@@ -27,7 +27,6 @@ client for MUR_CAPSULE_HOST_IDLE_SECS (default 60) it exits.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import importlib
 import io
@@ -124,6 +123,7 @@ class Host:
         self.listener: socket.socket | None = None
         self.bound = path + ".starting"  # the socket's name until the imports are done (publish)
         self.bound_ino = 0
+        self.lock_fd = -1  # `<socket>.lock`, held (flock) from listen() to the end
         self.own_context = context.security_context("self")
         # Forking this process takes ~4 ms (its page tables): the next capsule is forked while no
         # client waits, and a request only hands it what to run.
@@ -133,19 +133,21 @@ class Host:
 
     def listen(self) -> bool:
         """Take the lock and the socket; False when another host has them."""
-        self.lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        lock = Path(self.path + ".lock")
         deadline = time.monotonic() + LOCK_WAIT
         while True:
-            try:
-                fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            if wire.locked(self.lock_fd, lock, wait=False):
                 break
-            except OSError:
-                # a holder without a named socket is on its way out (idle: it lets go in moments, and
-                # the client that started this one is waiting for a socket) or still importing (it
-                # publishes soon; this one gives up after LOCK_WAIT)
-                if os.path.exists(self.path) or time.monotonic() > deadline:
-                    return False
-                time.sleep(0.02)
+            os.close(self.lock_fd)
+            self.lock_fd = -1
+            # a holder without a named socket is on its way out (idle: it lets go in moments, and the
+            # client that started this one is waiting for a socket) or still importing (it publishes
+            # soon; this one gives up after LOCK_WAIT); or another build's host swept the file we opened
+            if os.path.exists(self.path) or time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        wire.sweep_leftovers(Path(self.path))  # other builds' hosts that died unannounced
         os.ftruncate(self.lock_fd, 0)
         os.write(self.lock_fd, f"{os.getpid()}\n".encode())  # who the host is (`kill $(cat ...lock)` stops it)
         for stale in (self.path, self.bound):  # a dead host's (we hold the lock: no live one's)
@@ -212,6 +214,9 @@ class Host:
             except OSError:
                 pass
             self.listener.close()
+        if self.lock_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.lock_fd, 0)  # still ours: the pid in it would name no host any more
 
     # --- one client -----------------------------------------------------------------------
 
