@@ -308,6 +308,9 @@ def test_a_new_host_sweeps_what_hosts_of_other_builds_left_and_never_a_live_ones
     for path in (dead, live):
         for suffix in ("", ".last", ".lock"):
             Path(f"{path}{suffix}").write_text(f"{os.getpid()}\n" if suffix == ".lock" else "")
+    lockless = run_dir / "caphost-00000000000000b2.sock"  # a build whose lock is gone already
+    for suffix in ("", ".last"):
+        Path(f"{lockless}{suffix}").write_text("")
     held = os.open(f"{live}.lock", os.O_RDONLY)
     fcntl.flock(held, fcntl.LOCK_EX)  # another build's host, alive
     try:
@@ -316,7 +319,7 @@ def test_a_new_host_sweeps_what_hosts_of_other_builds_left_and_never_a_live_ones
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0 and out == "Hello, Ada!\n", err
         [ours] = [p for p in host_pids(home) if p != os.getpid()]
-        assert [p.name for p in run_dir.iterdir() if p.name.startswith(dead.name)] == []
+        assert [p.name for p in run_dir.iterdir() if p.name.startswith((dead.name, lockless.name))] == []
         assert all(Path(f"{live}{suffix}").exists() for suffix in ("", ".last", ".lock"))
     finally:
         os.close(held)

@@ -80,44 +80,42 @@ def socket_path(key: str) -> Path | None:
     return None if directory is None else directory / f"caphost-{key}.sock"
 
 
-LEFTOVERS = ("", ".starting", ".last")  # a host's files beside its `.lock`
-
-
 def sweep_leftovers(keep: Path) -> list[str]:
-    """Remove the files of the hosts of other code (an older mur, an edit) that no host holds:
-    the socket of one that died unannounced (a reboot, kill -9), its `.last`, its `.lock` (whose
-    pid would name a process it no longer is). Only under their lock, so never a live host's, and
-    a host that opened a lock file removed here takes a fresh one (`locked`). `keep`: the caller's
-    own socket path. Returns the keys swept."""
-    swept: list[str] = []
+    """Remove what hosts of other code (an older mur, an edit) left and no host holds: the socket of
+    one that died unannounced (a reboot, kill -9), its `.last`, its `.lock` (whose pid would name a
+    process it no longer is). Under their lock, so never a live host's (a host that opened a lock
+    file removed here takes a fresh one: `locked`); without a lock file, the socket and `.last` only
+    (a host starting now makes its lock before anything else). `keep`: the caller's own socket path.
+    Returns the keys swept."""
+    import re  # a host's work: never compiled in a client
+
     try:
         names = os.listdir(keep.parent)
     except OSError:
-        return swept
-    for name in names:
-        if not (name.startswith("caphost-") and name.endswith(".sock.lock")) or name == keep.name + ".lock":
-            continue
-        lock = keep.parent / name
+        return []
+    host_file = re.compile(r"caphost-([0-9a-f]+)\.sock(?:\.last|\.lock|\.starting)?")
+    keys = {m.group(1) for m in map(host_file.fullmatch, names) if m} - {keep.name[len("caphost-"):-len(".sock")]}
+    for key in keys:
+        base = keep.parent / f"caphost-{key}.sock"
+        lock = Path(f"{base}.lock")
         try:
             fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            fd = -1
         except OSError:
             continue
         try:
-            if not locked(fd, lock, wait=False):
+            if fd >= 0 and not locked(fd, lock, wait=False):
                 continue
-            base = str(lock)[: -len(".lock")]
-            for suffix in LEFTOVERS:
+            for leftover in (base, Path(f"{base}.last"), *((lock, Path(f"{base}.starting")) if fd >= 0 else ())):
                 try:
-                    os.unlink(base + suffix)
+                    os.unlink(leftover)  # the lock last, while we hold it
                 except OSError:
                     pass
-            os.unlink(lock)  # while we hold it: whoever opened it before sees it gone (locked())
-            swept.append(name[len("caphost-"):-len(".sock.lock")])
-        except OSError:
-            pass
         finally:
-            os.close(fd)
-    return swept
+            if fd >= 0:
+                os.close(fd)
+    return sorted(keys)
 
 
 def locked(fd: int, path: Path, *, wait: bool) -> bool:
