@@ -335,7 +335,7 @@ def hold_recent(cache_dir: Path | None = None, limit: int = HOLD_MAX) -> int:
     import time
 
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    if not private_cache_dir(cache_dir):
+    if not cache_dir.is_dir() or not private_cache_dir(cache_dir):  # none yet: nothing to hold, nothing made
         return 0
     suffix = f".{engine_fingerprint(OPTIMIZED)}.cwasm"
     now, found = time.time(), []

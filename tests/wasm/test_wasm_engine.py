@@ -152,3 +152,5 @@ def test_only_recent_entries_of_a_private_cache_are_held(tiny, tmp_path):
     finally:
         cache.chmod(0o700)
         eng._HELD.pop(str(cache), None)
+    missing = tmp_path / "never-used"  # a host in a HOME that never compiled: nothing held, nothing made
+    assert eng.hold_recent(missing) == 0 and not missing.exists()
