@@ -12,12 +12,14 @@ from session_support import mur_env
 
 # Nothing of the A2A server (nobody calls this session: the listener never loads it), the inference
 # stack (hello has no inference), the deploy stack, the OTel exporter (no endpoint), hooks (none),
-# the shell sandbox (no shell), the CLI framework (the run parses without it), rich/pygments.
+# the shell sandbox (no shell), the CLI framework (the run parses without it), rich/pygments,
+# importlib.metadata (email, zipfile, csv: nothing on the path reads distribution metadata).
 MUST_NOT_LOAD = (
     "starlette", "uvicorn", "h11", "asyncio", "httpx", "httpcore", "anyio", "opentelemetry", "google.protobuf",
     "typer", "click", "rich", "pygments", "docker", "paramiko",
     "mur.a2a.server", "mur.a2a.guard", "mur.inference", "mur.deploy", "mur.otel", "mur.hooks", "mur.image",
     "mur.provision", "mur.sandbox.shell",
+    "importlib.metadata",  # pydantic's plugin loader imports it; plugins are off (mur.cli.noplugins)
 )
 
 PROBE = """

@@ -67,7 +67,9 @@ PRELOAD = (
 
 
 def preload() -> None:
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as mur.cli.main sets it
+    from mur.cli import noplugins
+
+    noplugins.disable()  # as mur.cli.main does for a command (the host is started before that)
     for name in PRELOAD:
         try:
             importlib.import_module(name)

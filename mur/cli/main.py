@@ -135,15 +135,15 @@ def _end_process(code: object) -> None:
 
 
 def _main(args: list[str], whole_process: bool) -> None:
-    # pydantic looks for plugins in every installed distribution's entry points when it builds the
-    # first model (a scan of site-packages on each start); mur uses none (pydantic's documented switch).
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
         if _fast(args, whole_process):
             _flush()
             sys.exit(0)
     except BrokenPipeError:
         sys.exit(1)
+    from mur.cli import noplugins
+
+    noplugins.disable()  # pydantic's plugins: mur uses none, and need not look for them
     from mur.cli.render import Reported
     from mur.errors import MurError
 

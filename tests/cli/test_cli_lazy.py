@@ -73,7 +73,7 @@ LOADED = (
     "except SystemExit as exc:\n"
     "    code = exc.code\n"
     "print(json.dumps({'code': code, 'loaded': sorted(m for m in sys.modules if m.startswith('mur.cli.')\n"
-    "                  and m.rsplit('.', 1)[-1] not in ('main', 'commands', 'lazy', 'render', 'roothelp'))}),\n"
+    "                  and m.rsplit('.', 1)[-1] not in ('main', 'commands', 'lazy', 'render', 'roothelp', 'noplugins'))}),\n"
     "      file=sys.stderr)\n"
 )
 

@@ -71,7 +71,7 @@ def test_a_response_slower_than_the_deadline_fails_the_request_not_the_session(h
     try:
         target = f"127.0.0.1:{server.server_port}"
         result, _ = _call(host, make_cfg, probe_wasm, target, [f"http://{target}"], limits=Limits(deadline_seconds=1))
-        assert server.reached.is_set()
+        assert server.reached.wait(10), "the request reached the server (its handler may run after the guest gave up)"
         assert result.summary.startswith("error:"), result.summary
     finally:
         server.release.set()
