@@ -2,7 +2,7 @@
 
 Measuring forks children that apply Landlock and seccomp, builds namespaces and creates a cgroup:
 tens of milliseconds on every `mur run`. Its answer holds as long as nothing it depends on changed,
-so it is stored in `<cache root>/probe/host-<uid>.json` with the key it was measured under, and a
+so it is stored in `<cache root>/probe/host-<uid>-<build>.json` with the key it was measured under, and a
 later process reads it back when its own key is the same.
 
 The key is everything the answer depends on that a process can read cheaply:
@@ -52,6 +52,7 @@ LOOP_CONTROL = "/dev/loop-control"
 MKFS_PATH = "/usr/sbin:/sbin:/usr/bin:/bin"  # diskplan.MKFS_PATH (not imported: reading the cache loads no planner)
 READ_LIMIT = 64 * 1024
 DIR_NAME = "probe"
+KEEP = 8  # answers kept (one per uid and build); the oldest go
 
 
 def enabled() -> bool:
@@ -165,13 +166,21 @@ def key() -> dict[str, Any] | None:
     }
 
 
-def file_name(uid: int) -> str:
-    return f"host-{uid}.json"
+def file_name(current: dict[str, Any]) -> str:
+    """One file per uid and build (interpreter, mur version, measuring code): two installs used in
+    turn by one user (the CLI of a venv, a deployed service's runtime bundle) keep an answer each,
+    instead of each measuring again whenever the other ran. The rest of the key is checked inside."""
+    try:
+        from _sha256 import sha256  # CPython's own: no OpenSSL loaded for a file name
+    except ImportError:  # pragma: no cover - a build without it
+        from hashlib import sha256
+    build = json.dumps([current["schema"], current["python"], current["mur"], current["code"]]).encode()
+    return f"host-{current['uid']}-{sha256(build).hexdigest()[:12]}.json"
 
 
 def load(current: dict[str, Any]) -> dict[str, Any] | None:
     """The cached probe fields measured under `current`, or None (absent, other key, untrusted, bad)."""
-    raw = privatecache.read(DIR_NAME, file_name(current["uid"]), READ_LIMIT)
+    raw = privatecache.read(DIR_NAME, file_name(current), READ_LIMIT)
     if raw is None:
         return None
     try:
@@ -186,4 +195,4 @@ def load(current: dict[str, Any]) -> dict[str, Any] | None:
 def store(current: dict[str, Any], fields: dict[str, Any]) -> bool:
     """Write the fields under `current`; False (and nothing written) where the directory is not ours."""
     data = json.dumps({"key": current, "probe": fields}, sort_keys=True).encode("utf-8")
-    return privatecache.write(DIR_NAME, file_name(current["uid"]), data)
+    return privatecache.write(DIR_NAME, file_name(current), data, keep=KEEP)

@@ -34,7 +34,7 @@ def cache_dir(home: Path) -> Path:
 
 
 def cache_file(home: Path) -> Path:
-    return cache_dir(home) / probecache.file_name(os.geteuid())
+    return cache_dir(home) / probecache.file_name(probecache.key())
 
 
 def fresh() -> probe.HostProbe:
@@ -137,3 +137,15 @@ def test_mur_probe_refresh_rewrites_the_cache(home):
                            text=True, env=env, timeout=60, check=True)
     assert json.loads(again.stdout)["landlock_abi"] != DOCTORED
     assert json.loads(cache_file(home).read_text())["probe"]["landlock_abi"] != DOCTORED
+
+
+def test_two_builds_used_in_turn_keep_an_answer_each(home):
+    """A venv's CLI and a deployed service's bundle under one user: each reads its own answer back
+    (one file per build; a single file made each measure again whenever the other had run)."""
+    probe.probe_host()
+    ours = probecache.key()
+    other = {**ours, "python": "/opt/mur-bundle/mur", "mur": "0.0.1"}
+    assert probecache.file_name(other) != probecache.file_name(ours)
+    assert probecache.store(other, {"landlock_abi": DOCTORED})
+    assert probecache.load(other) == {"landlock_abi": DOCTORED}
+    assert probecache.load(ours) is not None and fresh().landlock_abi != DOCTORED
