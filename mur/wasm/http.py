@@ -9,7 +9,8 @@ Redirects are not followed (a hop to another host would bypass the check; the gu
 and may request the Location, which is checked again). The host's proxy settings are ignored
 (``trust_env=False``): the allow list names the destination, not a proxy. Responses are capped at
 MAX_RESPONSE_BYTES; the timeout is the guest's (default DEFAULT_TIMEOUT) capped by what is left of
-the calling guest's deadline.
+the calling guest's deadline, less REPLY_MARGIN (`time_left`): a request that cannot finish fails
+while the guest still has time to handle the failure, instead of racing the deadline's interrupt.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from mur.manifest.network import AllowEntry, url_allowed
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 DEFAULT_TIMEOUT = 30.0
+REPLY_MARGIN = 0.25  # seconds of a guest's deadline kept for it to handle a request that timed out
+MIN_TIMEOUT = 0.05
 # Headers the host owns: letting a guest set them would let it lie about framing.
 _HOST_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "upgrade"}
 
@@ -38,6 +41,16 @@ def _redact(url: str) -> str:
         return url
     host = parts.netloc.rsplit("@", 1)[1]
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def time_left(deadline_at: float | None) -> float | None:
+    """Seconds a request of a guest whose deadline is `deadline_at` may take (None: no deadline):
+    what is left of it less REPLY_MARGIN, at least MIN_TIMEOUT. The guest blocks in the host while
+    it waits, where the deadline's interrupt cannot reach it; a timeout that ended at the deadline
+    itself would leave the guest no time to act on the failure before being interrupted."""
+    if deadline_at is None:
+        return None
+    return max(MIN_TIMEOUT, deadline_at - time.monotonic() - REPLY_MARGIN)
 
 
 class OutboundHttp:
@@ -68,9 +81,8 @@ class OutboundHttp:
 
     def _timeout(self, timeout_ms: int | None) -> float:
         timeout = DEFAULT_TIMEOUT if not timeout_ms else timeout_ms / 1000.0
-        if self.deadline_at is not None:
-            timeout = min(timeout, max(0.05, self.deadline_at - time.monotonic()))
-        return timeout
+        left = time_left(self.deadline_at)
+        return timeout if left is None else min(timeout, left)
 
     def send(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes | None,
              timeout_ms: int | None = None) -> dict | str:

@@ -30,7 +30,6 @@ serves nothing).
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 from typing import Any
 
@@ -254,11 +253,14 @@ def request_url(store: Any, helper: _Helper, request: Any) -> str | None:
 
 
 def _capped(store: Any, helper: _Helper, options: Any, deadline_at: float | None) -> Any:
-    """Request options whose timeouts end no later than the guest's deadline (a new resource when
-    the guest passed none)."""
-    if deadline_at is None:
+    """Request options whose timeouts end before the guest's deadline, with time left for it to act on
+    the failure (mur.wasm.http.time_left; a new resource when the guest passed none)."""
+    from mur.wasm.http import time_left
+
+    left = time_left(deadline_at)
+    if left is None:
         return options
-    cap = max(int((deadline_at - time.monotonic()) * NANOS), 1)
+    cap = int(left * NANOS)
     if options is None:
         options = helper(store, "new-options")
         wanted = (None, None, None)
