@@ -80,19 +80,18 @@ def socket_path(key: str) -> Path | None:
     return None if directory is None else directory / f"caphost-{key}.sock"
 
 
-def sweep_leftovers(keep: Path) -> list[str]:
+def sweep_leftovers(keep: Path) -> None:
     """Remove what hosts of other code (an older mur, an edit) left and no host holds: the socket of
     one that died unannounced (a reboot, kill -9), its `.last`, its `.lock` (whose pid would name a
     process it no longer is). Under their lock, so never a live host's (a host that opened a lock
     file removed here takes a fresh one: `locked`); without a lock file, the socket and `.last` only
-    (a host starting now makes its lock before anything else). `keep`: the caller's own socket path.
-    Returns the keys swept."""
+    (a host starting now makes its lock before anything else). `keep`: the caller's own socket path."""
     import re  # a host's work: never compiled in a client
 
     try:
         names = os.listdir(keep.parent)
     except OSError:
-        return []
+        return
     host_file = re.compile(r"caphost-([0-9a-f]+)\.sock(?:\.last|\.lock|\.starting)?")
     keys = {m.group(1) for m in map(host_file.fullmatch, names) if m} - {keep.name[len("caphost-"):-len(".sock")]}
     for key in keys:
@@ -105,7 +104,7 @@ def sweep_leftovers(keep: Path) -> list[str]:
         except OSError:
             continue
         try:
-            if fd >= 0 and not locked(fd, lock, wait=False):
+            if fd >= 0 and not locked(fd, lock):
                 continue
             for leftover in (base, Path(f"{base}.last"), *((lock, Path(f"{base}.starting")) if fd >= 0 else ())):
                 try:
@@ -115,16 +114,15 @@ def sweep_leftovers(keep: Path) -> list[str]:
         finally:
             if fd >= 0:
                 os.close(fd)
-    return sorted(keys)
 
 
-def locked(fd: int, path: Path, *, wait: bool) -> bool:
-    """flock `fd` (opened from `path`) exclusively; True once held and `path` is still that file
+def locked(fd: int, path: Path) -> bool:
+    """flock `fd` (opened from `path`) exclusively, without waiting; True when held and `path` is still that file
     (a sweep may have removed it between the open and the lock: then it is not the lock any more)."""
     import fcntl  # here: a client never locks, and imports as little as it can
 
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return False
     try:

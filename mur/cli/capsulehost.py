@@ -139,7 +139,7 @@ class Host:
         deadline = time.monotonic() + LOCK_WAIT
         while True:
             self.lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            if wire.locked(self.lock_fd, lock, wait=False):
+            if wire.locked(self.lock_fd, lock):
                 break
             os.close(self.lock_fd)
             self.lock_fd = -1

@@ -11,10 +11,5 @@ from mur.paths import manifest_path
 
 MANIFEST_HELP = "Capsule manifest: a file, or a directory holding murmur.yaml."
 
-
-def _manifest(value: Path) -> Path:
-    return manifest_path(value)
-
-
 # `-m DIR` means DIR/murmur.yaml for every command that reads a capsule, as for `mur build DIR`.
-Manifest = Annotated[Path, typer.Option("--manifest", "-m", help=MANIFEST_HELP, callback=_manifest)]
+Manifest = Annotated[Path, typer.Option("--manifest", "-m", help=MANIFEST_HELP, callback=manifest_path)]

@@ -70,7 +70,7 @@ class SessionDisk:
                 self._mount()
                 return
             except (namespaces.HolderFailed, dsk.DiskError) as exc:
-                self._unmount()
+                self._drop_image()  # both come before a holder or a disk exists: the image is all there is
                 part = "disk-loop" if self.plan.mechanism == "ext4-loop" else "disk"
                 if isinstance(exc, namespaces.HolderFailed) and exc.part != "disk":
                     part = "view"  # no mount namespace for this session: the watcher
@@ -78,17 +78,6 @@ class SessionDisk:
                 self._facts = self._facts.failing(part, message)
                 self.plan = guest_disk(self.caps, self._facts)
                 self.log(f"{message}; deciding again without it: {self.plan.mechanism}")
-
-    def _unmount(self) -> None:
-        """Undo a ``_mount`` that failed part-way (the holder, the image); never raises."""
-        holder, self._holder = self._holder, None
-        if holder is not None:
-            holder.close()
-        if self.disk is not None:
-            self.disk.close()
-            self.disk = None
-        self.live_workdir = self.workdir
-        self._drop_image()
 
     def _mount(self) -> None:
         root = os.geteuid() == 0

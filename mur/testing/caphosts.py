@@ -4,11 +4,12 @@ pid: mur.cli.capsulehost). Signals go only to pids read from those lock files.""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import time
 from pathlib import Path
+
+from mur.fsutil import lock_held
 
 
 def host_pids(home: Path | str, serving: bool = False) -> list[int]:
@@ -19,7 +20,7 @@ def host_pids(home: Path | str, serving: bool = False) -> list[int]:
         if serving and not lock.with_suffix("").exists():
             continue
         try:
-            if not _held(lock):  # a host that died unannounced left its pid: maybe someone else's now
+            if not lock_held(lock):  # a host that died unannounced left its pid: maybe someone else's now
                 continue
             pid = int(lock.read_text().split()[0])
             os.kill(pid, 0)
@@ -27,18 +28,6 @@ def host_pids(home: Path | str, serving: bool = False) -> list[int]:
             continue
         pids.append(pid)
     return pids
-
-
-def _held(lock: Path) -> bool:
-    """Does a host hold `lock` (flock) now?"""
-    fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def wait_for_host(home: Path | str, timeout: float = 60) -> list[int]:
