@@ -269,6 +269,7 @@ def start_thread(fn: Callable[[], Any], done: Callable[[dict[str, Any]], None]) 
             _compiling.discard(worker)
         done(box)
 
+    free_eagerly()
     worker = threading.Thread(target=run, name="mur-wasm-compile", daemon=True)
     _compiling.add(worker)
     worker.start()
@@ -283,6 +284,48 @@ def run_interruptibly(fn: Callable[[], Any]) -> Any:
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+# A compile's memory, given back. Cranelift and Winch allocate hundreds of MB on the compile
+# threads (and wasmtime's own pool); freed, glibc kept it: the heap's top is trimmed only past a
+# threshold that grows with every large free (to 64 MB), the threads' arenas are never shrunk by
+# malloc_trim, and a service that compiled at its start stayed at ~550 MB RSS for its whole idle
+# life. Measured with the two components of examples/hello compiled on a thread: 415 MB after the
+# compile, 286 MB freed, 54-67 MB after malloc_trim, 16 MB with a fixed trim threshold as well (the
+# compile no slower). Only glibc has these calls; elsewhere nothing is asked.
+M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter (malloc.h)
+TRIM_THRESHOLD = 128 << 10  # glibc's starting value, kept fixed: a free past it shrinks the heap at once
+_trimming = False
+
+
+def _glibc(name: str) -> Any:
+    import ctypes
+
+    try:
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
+
+
+def free_eagerly() -> None:
+    """From now on, memory freed at the top of any heap goes back to the kernel at once (once per process)."""
+    global _trimming
+    if _trimming:
+        return
+    _trimming = True
+    mallopt = _glibc("mallopt")
+    if mallopt is not None:
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+
+
+def give_back_memory() -> None:
+    """Return what a finished compile freed inside the heaps to the kernel (glibc's malloc_trim)."""
+    import ctypes
+
+    trim = _glibc("malloc_trim")
+    if trim is not None:
+        trim.argtypes = [ctypes.c_size_t]
+        trim(0)
 
 
 def compiling() -> bool:

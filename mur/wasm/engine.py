@@ -43,7 +43,9 @@ from mur.wasm.cachekey import (  # noqa: F401 - re-exported: what names an entry
     ENGINE_SETTINGS, FAST, OPTIMIZED, TIERS, default_cache_dir, engine_config, engine_fingerprint, entry_path,
     fingerprints,
 )
-from mur.wasm.compile import compiling, private_cache_dir, run_interruptibly, store  # noqa: F401 - compiling: mur.cli.run
+from mur.wasm.compile import (  # noqa: F401 - compiling: mur.cli.run
+    compiling, give_back_memory, private_cache_dir, run_interruptibly, store,
+)
 from mur.wasm.limits import EpochTicker, GuestError
 
 # A component smaller than this compiles optimized at once (well under a second): no tiering.
@@ -186,7 +188,8 @@ class WasmEngine:
                 raise _compile_error(item, exc) from exc
             self.stats["compiled"] += 1
             if usable:
-                self._store(self.cache_path(item.digest), component)
+                store(self.cache_path(item.digest), bytes(component.serialize()))
+            give_back_memory()
         with self._lock:
             self._components[item.digest] = component
         return component
@@ -218,7 +221,13 @@ class WasmEngine:
         here (see the module docstring): the missing ones are compiled now, in parallel
         (mur.wasm.compile) under one `progress` line, and a failure is raised here. What the cache
         holds is loaded at its first use (an mmap, milliseconds): an idle capsule maps no component
-        and imports no wasmtime until its first task."""
+        and imports no wasmtime until its first task; that holds after a compile too (what was
+        compiled is written, dropped and mapped at first use), and once the sources read for it are
+        dropped as well, the freed heap goes back to the kernel."""
+        if self._prepare(wanted):
+            give_back_memory()
+
+    def _prepare(self, wanted: list[tuple[Path, str, str]]) -> bool:
         from mur.wasm.compile import compile_parallel
 
         usable = private_cache_dir(self.cache_dir)
@@ -231,7 +240,7 @@ class WasmEngine:
             todo = [i for i in items if i.digest not in self._components]
         if not todo:
             self.stats["memory_hits"] += len(items)
-            return
+            return False
         if self._engine is None and self.tier is None:
             self.tier = self._choose_tier(todo, usable)
         missing: dict[str, Wanted] = {}
@@ -245,14 +254,17 @@ class WasmEngine:
             for item, outcome in compile_parallel(engine, list(missing.values()), self.progress):
                 if isinstance(outcome, BaseException):
                     raise _compile_error(item, outcome) from outcome
-                component, blob = outcome
                 self.stats["compiled"] += 1
-                if usable:
-                    store(self.cache_path(item.digest), blob)
-                with self._lock:
-                    self._components[item.digest] = component
+                component, blob = outcome
+                if not usable or store(self.cache_path(item.digest), blob):
+                    with self._lock:  # no entry to map it from: kept as compiled
+                        self._components[item.digest] = component
+                # else mapped from its entry at its first use, as a warm run's: an idle capsule that
+                # compiled holds no compiled code, and the compile's memory goes back (prepare)
+                del outcome, component, blob
         if self.tier == FAST and usable:
             self._schedule_tier_up(todo)
+        return bool(missing)
 
     def _choose_tier(self, todo: list[Wanted], usable: bool) -> str:
         """Optimized when nothing big lacks its optimized entry; else fast (see the module docstring)."""
@@ -282,8 +294,6 @@ class WasmEngine:
         if digests and tierup.start(self.cache_dir, digests):
             self.tier_up.extend(digests)
 
-    def _store(self, target: Path, component: Any) -> None:
-        store(target, bytes(component.serialize()))
 
 
 def _compile(engine: Any, item: Wanted) -> Any:
