@@ -9,7 +9,8 @@ clock runs from the first spawn until every capsule has answered `GET /.well-kno
 (as deploy's health check asks); a capsule that exits before answering is `lost`. Then, idle:
 
 * PSS per capsule (`/proc/<pid>/smaps_rollup`: shared pages divided among the processes mapping
-  them), and its anonymous part;
+  them), and its anonymous part, summed over every process of the capsule (the `mur run`, the
+  capsule it forked through the host, and whatever runs below either);
 * the drop in the machine's MemAvailable from before the first spawn;
 * CPU seconds each launch used (utime + stime).
 
@@ -61,6 +62,21 @@ def rollup(pid: int) -> dict[str, int]:
             if len(parts) == 3 and parts[2] == "kB":
                 out[parts[0].rstrip(":")] = int(parts[1])
     return out
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and every process below it (a capsule's own children count: a session disk's holder, a
+    shell tool, a background compile)."""
+    found, todo = [], [pid]
+    while todo:
+        cur = todo.pop()
+        found.append(cur)
+        try:
+            for task in os.listdir(f"/proc/{cur}/task"):
+                todo += [int(c) for c in Path(f"/proc/{cur}/task/{task}/children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 def cpu_seconds(pid: int) -> float:
@@ -134,7 +150,8 @@ class Round:
         took = time.monotonic() - began
         time.sleep(2.0)  # settle: idle, as a deployed capsule waits for its first task
         alive = [i for i, p in enumerate(self.procs) if i in up and p.poll() is None]
-        pids = [self.procs[i].pid for i in alive] + [self.capsules[i] for i in alive if self.capsules[i] != self.procs[i].pid]
+        tops = [self.procs[i].pid for i in alive] + [self.capsules[i] for i in alive if self.capsules[i] != self.procs[i].pid]
+        pids = sorted({pid for top in tops for pid in tree(top)})
         host = host_pid(Path(self.env["HOME"])) if self.mode == "host" else None
         if host is not None:
             pids.append(host)

@@ -183,13 +183,20 @@ def _main(args: list[str], whole_process: bool) -> None:
 
 
 def _command(args: list[str]) -> int:
-    """Run the command: a well-formed `mur run` without typer (mur.cli.runfast), else through typer;
-    its exit code (typer's own exceptions become theirs; every other one goes to the caller)."""
+    """Run the command: a well-formed `mur run` (mur.cli.runfast) or `mur supervise run` without
+    typer, else through typer; its exit code (typer's own exceptions become theirs; every other one
+    goes to the caller)."""
     if args[:1] == ["run"]:
         from mur.cli.runfast import run_fast
 
         if run_fast(args[1:]):
             return 0
+    if args[:2] == ["supervise", "run"]:
+        from mur.deploy.supervisor import run_command
+
+        code = run_command(args[2:])
+        if code is not None:
+            return code
     import typer
     from typer.exceptions import Abort, Exit, TyperException
 

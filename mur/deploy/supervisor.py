@@ -29,6 +29,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -36,7 +37,6 @@ from typing import Any, BinaryIO, Callable
 
 from mur.deploy import procid
 from mur.deploy.env import read_env_file
-from mur.deploy.health import wait_until_up
 from mur.deploy.init.service import run_argv
 from mur.errors import MurError
 
@@ -347,6 +347,24 @@ class Supervisor:
         self.log("stopped")
 
 
+def run_command(args: list[str]) -> int | None:
+    """`mur supervise run --spec FILE [--log-stdout]`, answered without typer (mur.cli.main): the
+    supervisor stays up for its service's whole life, and through typer it held ~12 MB more.
+    None for anything else (typer answers: help, usage errors)."""
+    spec, log_stdout, rest = None, False, list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--log-stdout":
+            log_stdout = True
+        elif arg == "--spec" and rest and spec is None:
+            spec = rest.pop(0)
+        else:
+            return None
+    if spec is None:
+        return None
+    return Supervisor(load_spec(spec), sys.stdout.buffer if log_stdout else None).run()
+
+
 def _read_token(path: str | None) -> str | None:
     if not path:
         return None
@@ -441,6 +459,8 @@ def _smoke_once(spec: dict[str, Any], release_dir: str, port: int, timeout: floa
             except (ValueError, KeyError, TypeError):
                 result["error"] = f"could not parse capsule startup JSON: {line[:300]!r}"
             else:
+                from mur.deploy.health import wait_until_up  # the smoke start's alone: the supervisor never asks
+
                 card = wait_until_up("127.0.0.1", int(url.rsplit(":", 1)[-1].split("/")[0]), min(30.0, timeout),
                                      token=_read_token(env.get("MURMUR_A2A_TOKEN_FILE")),
                                      pin=_tls_pin(env.get("MURMUR_A2A_TLS_CERT")))

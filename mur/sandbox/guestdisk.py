@@ -1,8 +1,8 @@
 """The disk ceiling of a session that starts no subprocess: only WASM guests and hooks write its
 workdir (through preopens), and ``capabilities.resources.workdir_max_bytes`` bounds them the same
 way. Where the probe built a composed root, a holder of its own mounts the session disk at the
-workdir's path in a mount namespace (a user namespace too, when mur is not root) and the runtime
-reaches it as ``/proc/<holder>/root<workdir>`` (``live_workdir``): a guest's write past the ceiling
+workdir's path in a mount namespace (a user namespace too, when mur is not root) and leaves; the
+runtime reaches it through its fd of that root (``live_workdir``): a guest's write past the ceiling
 fails with ENOSPC. Elsewhere the watcher guards the host directory.
 
 A mechanism the probe found but this session cannot have (a burst of sessions took every free loop
@@ -148,8 +148,7 @@ class SessionDisk:
             self._tree = None
         holder, self._holder = self._holder, None
         if holder is not None:
-            holder.release()  # the holder's exit (~3 ms: the teardown of a fork of this process) runs
-            #                   while the files come back; reaped below
+            holder.release()  # our fds of its namespace and root (the holder itself left after the mount)
         if self.disk is not None:
             keep = False
             try:

@@ -9,8 +9,10 @@ What a session gets (``policy.plan_namespaces`` decides, this module applies):
 * **mnt** -- where the probe verified it can (``sealed``): a root built for the session
   (``rootfs.py`` applies ``viewplan.ViewPlan``): the workdir on the session disk (``disk.py``), a
   private /tmp, /dev, the session's /proc and the granted paths read-only, nothing else. The
-  holder then stays alive: the runtime reaches the tools' workdir as ``/proc/<holder>/root<workdir>``
-  (``SessionNamespaces.live_root``), and the disk's fds come back to it. Otherwise the fallback:
+  runtime reaches the tools' workdir through that root (``SessionNamespaces.live_root``):
+  ``/proc/<holder>/root<workdir>`` while a pid namespace keeps the holder, else through its own fd
+  of the root (``/proc/<mur>/fd/<n><workdir>``), taken before the holder left; the disk's fds come
+  back to it. Otherwise the fallback:
   a read-only view of the whole tree except the workdir: Landlock does not mediate
   chmod, chown, utime(s) or setxattr, so without it a tool could change the mode, owner, times or
   extended attributes of any file its uid owns outside the workdir (as non-root: mur's own session
@@ -303,11 +305,18 @@ class SessionNamespaces:
     view: str = "no mount namespace"  # "composed-root", "read-only" (all but the workdir), else why writable
     disk_fds: tuple[int, int] | None = None  # (the disk's root, its work/), owned by the caller once taken
     chan: socket.socket | None = None
+    root_fd: int | None = None  # the composed root, held here once a holder with nothing else to do left
 
     @property
     def live_root(self) -> str | None:
-        """``/proc/<holder>/root``: the tools' root as the runtime reaches it (a composed root only)."""
-        return f"/proc/{self.holder_pid}/root" if self.view == "composed-root" and self.holder_pid else None
+        """The tools' root as the runtime reaches it (a composed root only): ``/proc/<holder>/root``
+        while a holder lives, else our own fd of it (``/proc/<mur>/fd/<n>``; a path walk through
+        either enters that root and its mounts, whatever namespace walks it)."""
+        if self.view != "composed-root":
+            return None
+        if self.root_fd is not None:
+            return f"/proc/{os.getpid()}/fd/{self.root_fd}"
+        return f"/proc/{self.holder_pid}/root" if self.holder_pid else None
 
     def join_order(self) -> list[tuple[int, int]]:
         """(fd, CLONE_NEW*) in the order a tool must setns() them: user first, pid last."""
@@ -345,13 +354,14 @@ class SessionNamespaces:
         if self.chan is not None:
             self.chan.close()
             self.chan = None
-        for fd in list(self.fds.values()) + list(self.disk_fds or ()):
+        for fd in list(self.fds.values()) + list(self.disk_fds or ()) + ([self.root_fd] if self.root_fd is not None else []):
             try:
                 os.close(fd)
             except OSError:
                 pass
         self.fds = {}
         self.disk_fds = None
+        self.root_fd = None
         if self.listener is not None:
             self.listener.close()
             self.listener = None
@@ -442,9 +452,16 @@ def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: in
     except BaseException:
         made.close()
         raise
-    if made.init_pidfd is None and made.view != "composed-root":
-        # nothing to hold: no pid namespace, no root the runtime reaches through the holder (the
-        # nsfs fds keep the namespaces alive)
+    if made.init_pidfd is None:
+        # nothing to hold without a pid namespace: the nsfs fds keep the namespaces alive, and a
+        # composed root is reached through our own fd of it. A holder that stayed (a session disk's,
+        # for as long as a service idles) cost ~6 MB of pages its Python code had dirtied, and a process.
+        if made.view == "composed-root":
+            try:
+                made.root_fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as exc:
+                made.close()
+                raise HolderFailed("view", f"cannot hold the tools' root: {exc}") from exc
         if made.chan is not None:
             made.chan.close()
             made.chan = None

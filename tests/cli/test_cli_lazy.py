@@ -107,3 +107,16 @@ def test_unknown_commands_and_bad_options_still_say_so(tmp_path):
     assert bad.returncode == 2 and "Invalid value for '--port'" in bad.stderr
     version = mur("-V")
     assert version.returncode == 0 and version.stdout.startswith("mur ")
+
+
+def test_the_supervisor_runs_without_typer(tmp_path):
+    """`mur supervise run` stays up for its service's whole life: typer and the deploy CLI would be
+    ~12 MB of it. A bad spec is still the supervisor's error line; anything else goes to typer."""
+    script = LOADED.replace("m.startswith('mur.cli.')", "(m.startswith('mur.cli.') or m in ('typer', 'click'))")
+    run = subprocess.run([sys.executable, "-c", script, "supervise", "run", "--spec", str(tmp_path / "none.json")],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    assert json.loads(run.stderr.strip().splitlines()[-1]) == {"code": 1, "loaded": []}
+    assert "error[E-DEPLOY-004]: cannot read service spec" in run.stderr
+    helped = subprocess.run([sys.executable, "-c", script, "supervise", "run", "--help"], capture_output=True,
+                            text=True, timeout=60, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    assert "--spec" in helped.stdout and "typer" in helped.stderr.splitlines()[-1]
