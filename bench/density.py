@@ -10,7 +10,8 @@ clock runs from the first spawn until every capsule has answered `GET /.well-kno
 
 * PSS per capsule (`/proc/<pid>/smaps_rollup`: shared pages divided among the processes mapping
   them), and its anonymous part, summed over every process of the capsule (the `mur run`, the
-  capsule it forked through the host, and whatever runs below either);
+  capsule it forked through the host, and whatever runs below either) plus, for `host`, a share of
+  the host and its pre-forked spare;
 * the drop in the machine's MemAvailable from before the first spawn;
 * CPU seconds each launch used (utime + stime).
 
@@ -56,20 +57,25 @@ def mur_command(python: str = sys.executable) -> list[str]:
 def rollup(pid: int) -> dict[str, int]:
     """smaps_rollup of `pid` in kB (Pss, Pss_Anon, Private_Dirty, ...)."""
     out: dict[str, int] = {}
-    with open(f"/proc/{pid}/smaps_rollup") as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) == 3 and parts[2] == "kB":
-                out[parts[0].rstrip(":")] = int(parts[1])
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) == 3 and parts[2] == "kB":
+                    out[parts[0].rstrip(":")] = int(parts[1])
+    except OSError:  # gone since it was listed (a short-lived child): it holds nothing now
+        return {}
     return out
 
 
-def tree(pid: int) -> list[int]:
-    """`pid` and every process below it (a capsule's own children count: a session disk's holder, a
-    shell tool, a background compile)."""
+def tree(pid: int, stop: set[int] = frozenset()) -> list[int]:  # type: ignore[assignment]
+    """`pid` and every process below it but those in `stop` and theirs (a capsule's own children
+    count: a session disk's holder, a shell tool, a background compile)."""
     found, todo = [], [pid]
     while todo:
         cur = todo.pop()
+        if cur in stop:
+            continue
         found.append(cur)
         try:
             for task in os.listdir(f"/proc/{cur}/task"):
@@ -80,7 +86,10 @@ def tree(pid: int) -> list[int]:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -151,16 +160,16 @@ class Round:
         time.sleep(2.0)  # settle: idle, as a deployed capsule waits for its first task
         alive = [i for i, p in enumerate(self.procs) if i in up and p.poll() is None]
         tops = [self.procs[i].pid for i in alive] + [self.capsules[i] for i in alive if self.capsules[i] != self.procs[i].pid]
-        pids = sorted({pid for top in tops for pid in tree(top)})
         host = host_pid(Path(self.env["HOME"])) if self.mode == "host" else None
-        if host is not None:
-            pids.append(host)
+        shared = set(tree(host)) if host is not None else set()  # the host, its spare, the capsules it forked
+        # the host is the child of the client that started it: counted once, as the host
+        pids = sorted({pid for top in tops for pid in tree(top, {host} if host is not None else set())} | shared)
         roll = [rollup(pid) for pid in pids]
         count = max(1, len(alive))
         return {
             "n": self.n, "mode": self.mode, "all_answering_s": round(took, 3), "answering": len(up),
             "lost": self.n - len(up),
-            "pss_mb": round(sum(r["Pss"] for r in roll) / count / 1024, 2) if roll else None,
+            "pss_mb": round(sum(r.get("Pss", 0) for r in roll) / count / 1024, 2) if roll else None,
             "anon_mb": round(sum(r.get("Pss_Anon", 0) for r in roll) / count / 1024, 2) if roll else None,
             "mem_available_drop_mb": round((before - mem_available_kb()) / 1024, 1),
             "cpu_s_per_launch": round(sum(cpu_seconds(p) for p in pids) / count, 3) if pids else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Mapping
 
 from mur.errors import MurError
 
@@ -15,9 +16,11 @@ MURMUR_DIR = ".murmur"
 MANIFEST_FILENAME = "murmur.yaml"
 
 
-def home_dir() -> Path:
-    """$HOME (or $USERPROFILE, or the passwd entry) as an absolute path; E-IO-001 when none is known."""
-    raw = os.environ.get("HOME") or os.environ.get("USERPROFILE")
+def home_dir(env: Mapping[str, str] | None = None) -> Path:
+    """$HOME (or $USERPROFILE, or the passwd entry) as an absolute path; E-IO-001 when none is known.
+    `env`: another process's environment (the capsule host asks for its clients'), else ours."""
+    env = os.environ if env is None else env
+    raw = env.get("HOME") or env.get("USERPROFILE")
     if not raw:
         try:
             raw = str(Path.home())
@@ -36,9 +39,9 @@ def manifest_path(path: str | Path) -> Path:
     return path / MANIFEST_FILENAME if path.is_dir() else path
 
 
-def murmur_home() -> Path:
+def murmur_home(env: Mapping[str, str] | None = None) -> Path:
     """`~/.murmur` of the user running mur."""
-    return home_dir() / MURMUR_DIR
+    return home_dir(env) / MURMUR_DIR
 
 
 def project_murmur_dir(project_dir: Path) -> Path:
@@ -56,10 +59,10 @@ def sessions_dir() -> Path:
     return murmur_home() / "sessions"
 
 
-def cache_root() -> Path:
+def cache_root(env: Mapping[str, str] | None = None) -> Path:
     """`$MUR_CACHE_DIR`, else `~/.murmur/cache`: compiled components, built guests, precompiled payloads."""
-    env = os.environ.get("MUR_CACHE_DIR")
-    return Path(env) if env else murmur_home() / "cache"
+    given = (os.environ if env is None else env).get("MUR_CACHE_DIR")
+    return Path(given) if given else murmur_home(env) / "cache"
 
 
 def bin_dir() -> Path:

@@ -84,15 +84,38 @@ def preload() -> None:
     hold_components()
 
 
-def hold_components() -> int:
-    """Deserialize the compiled components used last (mur.wasm.engine.hold_recent): a capsule
-    forked after finds them loaded. After every capsule too: what it compiled or used is next.
-    Returns how many were added."""
+HOLD_DIRS = 4  # cache directories held for at once (the clients' last; each up to HOLD_MAX entries)
+
+
+def hold_components(cache_dirs: list[str] | None = None) -> int:
+    """Deserialize the compiled components used last (mur.wasm.engine.hold_recent) of each cache
+    directory in `cache_dirs` (the host's own when None; those of other directories are let go): a
+    capsule forked after finds them loaded. After every capsule too: what it compiled or used is
+    next. Returns how many were added."""
     try:
-        from mur.wasm.engine import hold_recent
+        from mur.wasm.engine import hold_recent, let_go_except
     except ImportError:
         return 0
-    return hold_recent()
+    if cache_dirs is None:
+        return hold_recent()
+    let_go_except(cache_dirs)
+    return sum(hold_recent(Path(d)) for d in cache_dirs)
+
+
+def cache_dir_of(request: dict) -> str | None:
+    """The compile cache the capsule of `request` will use (its client's MUR_CACHE_DIR or HOME):
+    a client with another one than the host's own (a bench, a service with its own HOME) found
+    nothing held before, and deserialized its components itself (~13 ms of a ~85 ms warm run)."""
+    env = request.get("env")
+    if not isinstance(env, dict):
+        return None
+    try:
+        from mur.wasm.cachekey import default_cache_dir
+
+        found = default_cache_dir({str(k): str(v) for k, v in env.items()})
+    except Exception:  # noqa: BLE001 - no home named: the capsule will say so; nothing to hold
+        return None
+    return str(found) if found.is_absolute() else None  # relative: to the client's directory, not ours
 
 
 @dataclass
@@ -119,6 +142,7 @@ class Host:
         self.cli = cli  # what a capsule runs: mur.cli.main.main
         self.selector = selectors.DefaultSelector()
         self.children: dict[int, socket.socket] = {}  # capsule pid -> its client's connection
+        self.cache_dirs: list[str] = []  # the compile caches of the last clients, the latest last
         self.orphans: dict[int, float] = {}  # capsule pid whose client went away -> when it gets SIGKILL
         self.last_busy = time.monotonic()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -197,7 +221,7 @@ class Host:
                     self._accept()
                 elif key.data == "sigchld":
                     self._reap()
-                    if hold_components() and self.spare is not None:
+                    if hold_components(self.cache_dirs or None) and self.spare is not None:
                         self.spare.discard()  # forked before those were loaded: the next one has them
                         self.spare = None
                 else:
@@ -238,6 +262,7 @@ class Host:
             if request is None or len(fds) != 3:
                 raise ValueError("malformed request")
             client = wire.peer_pid(conn)
+            self._note_cache_dir(request)
             why = self._refusal(client)
             if why is not None:
                 wire.send(conn, {"refused": why})
@@ -260,6 +285,11 @@ class Host:
         conn.settimeout(None)
         self.children[pid] = conn
         self.selector.register(conn, selectors.EVENT_READ, pid)
+
+    def _note_cache_dir(self, request: dict) -> None:
+        found = cache_dir_of(request)
+        if found is not None:
+            self.cache_dirs = [d for d in self.cache_dirs if d != found][-(HOLD_DIRS - 1):] + [found]
 
     def _refusal(self, client: int) -> str | None:
         if threading.active_count() != 1:

@@ -14,7 +14,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from mur.paths import cache_root
 
@@ -48,8 +48,9 @@ def wasmtime_version() -> str:
         return "unknown"
 
 
-def default_cache_dir() -> Path:
-    return cache_root() / "wasm"
+def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where compiled components are cached for a process with environment `env` (else ours)."""
+    return cache_root(env) / "wasm"
 
 
 @functools.lru_cache(maxsize=None)

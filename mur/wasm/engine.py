@@ -380,6 +380,12 @@ def hold_recent(cache_dir: Path | None = None, limit: int = HOLD_MAX) -> int:
     return added
 
 
+def let_go_except(cache_dirs: list[str]) -> None:
+    """Drop what is held for any cache directory but `cache_dirs` (capsules forked later no longer use it)."""
+    for key in [k for k in _HELD if k not in cache_dirs]:
+        del _HELD[key]
+
+
 def default_engine() -> WasmEngine:
     """The process-wide engine (created on first use)."""
     global _default
