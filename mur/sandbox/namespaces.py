@@ -447,6 +447,11 @@ def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: in
         init_pid = int(init_field)
         if init_pid:
             made.init_pidfd = os.pidfd_open(init_pid)
+        elif made.view == "composed-root":  # no holder is kept (below): our own fd of its root
+            try:
+                made.root_fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise HolderFailed("view", f"cannot hold the tools' root: {exc}") from exc
         ours.sendall(b"k")
         ours.settimeout(None)
     except BaseException:
@@ -456,12 +461,6 @@ def create(names: tuple[str, ...], *, workdir: str | None = None, proxy_port: in
         # nothing to hold without a pid namespace: the nsfs fds keep the namespaces alive, and a
         # composed root is reached through our own fd of it. A holder that stayed (a session disk's,
         # for as long as a service idles) cost ~6 MB of pages its Python code had dirtied, and a process.
-        if made.view == "composed-root":
-            try:
-                made.root_fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            except OSError as exc:
-                made.close()
-                raise HolderFailed("view", f"cannot hold the tools' root: {exc}") from exc
         if made.chan is not None:
             made.chan.close()
             made.chan = None
