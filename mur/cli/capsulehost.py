@@ -109,11 +109,12 @@ def cache_dir_of(request: dict) -> str | None:
     env = request.get("env")
     if not isinstance(env, dict):
         return None
-    try:
-        from mur.wasm.cachekey import default_cache_dir
+    from mur.errors import MurError
+    from mur.wasm.cachekey import default_cache_dir
 
+    try:
         found = default_cache_dir({str(k): str(v) for k, v in env.items()})
-    except Exception:  # noqa: BLE001 - no home named: the capsule will say so; nothing to hold
+    except MurError:  # no home named: the capsule will say so; nothing to hold
         return None
     return str(found) if found.is_absolute() else None  # relative: to the client's directory, not ours
 
@@ -262,11 +263,11 @@ class Host:
             if request is None or len(fds) != 3:
                 raise ValueError("malformed request")
             client = wire.peer_pid(conn)
-            self._note_cache_dir(request)
             why = self._refusal(client)
             if why is not None:
                 wire.send(conn, {"refused": why})
                 raise ValueError(why)
+            self._note_cache_dir(request)  # a refused client runs its capsule itself: nothing to hold for it
             pid = self._fork(conn, client, request, fds)
         except (OSError, ValueError) as exc:
             for fd in fds:
