@@ -13,7 +13,9 @@ clock runs from the first spawn until every capsule has answered `GET /.well-kno
   capsule it forked through the host, and whatever runs below either) plus, for `host`, a share of
   the host and its pre-forked spare;
 * the drop in the machine's MemAvailable from before the first spawn;
-* CPU seconds each launch used (utime + stime).
+* CPU seconds each launch used (utime + stime);
+* then each capsule gets one task (a blocking ``message/send``), and PSS per capsule is measured
+  again (`after a task`): what a capsule that has served keeps (the wasm engine, its components).
 
 Two ways, each round: `host` (the default for a service's run, MUR_CAPSULE_HOST unset: the capsule
 host, mur.caphost, forks each capsule from a process that imported the runtime once; it is started by
@@ -108,6 +110,19 @@ def answers(url: str) -> bool:
         return False
 
 
+def one_task(url: str) -> None:
+    """A blocking message/send; its answer is read, whatever it is."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
+        "message": {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hello"}]},
+        "configuration": {"blocking": True}}}).encode()
+    request = urllib.request.Request(f"http://{url}/", data=body, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            resp.read()
+    except OSError:
+        pass
+
+
 MODES = ("in-process", "host")
 BEFORE = "before"  # --baseline: another install's mur, in-process
 
@@ -159,6 +174,23 @@ class Round:
         took = time.monotonic() - began
         time.sleep(2.0)  # settle: idle, as a deployed capsule waits for its first task
         alive = [i for i, p in enumerate(self.procs) if i in up and p.poll() is None]
+        idle = self.measure(alive)
+        drop = round((before - mem_available_kb()) / 1024, 1)
+        for i in alive:  # then one task each: what a capsule that has served keeps
+            one_task(urls[i])
+        time.sleep(2.0)
+        served = self.measure([i for i in alive if self.procs[i].poll() is None])
+        idle.pop("pids")
+        return {
+            "n": self.n, "mode": self.mode, "all_answering_s": round(took, 3), "answering": len(up),
+            "lost": self.n - len(up), **idle,
+            "pss_after_task_mb": served["pss_mb"], "anon_after_task_mb": served["anon_mb"],
+            "mem_available_drop_mb": drop,
+            "load": [round(x, 2) for x in os.getloadavg()],
+        }
+
+    def measure(self, alive: list[int]) -> dict:
+        """PSS and its anonymous part per capsule, over every process of the ``alive`` capsules."""
         tops = [self.procs[i].pid for i in alive] + [self.capsules[i] for i in alive if self.capsules[i] != self.procs[i].pid]
         host = host_pid(Path(self.env["HOME"])) if self.mode == "host" else None
         shared = set(tree(host)) if host is not None else set()  # the host, its spare, the capsules it forked
@@ -167,13 +199,10 @@ class Round:
         roll = [rollup(pid) for pid in pids]
         count = max(1, len(alive))
         return {
-            "n": self.n, "mode": self.mode, "all_answering_s": round(took, 3), "answering": len(up),
-            "lost": self.n - len(up),
             "pss_mb": round(sum(r.get("Pss", 0) for r in roll) / count / 1024, 2) if roll else None,
             "anon_mb": round(sum(r.get("Pss_Anon", 0) for r in roll) / count / 1024, 2) if roll else None,
-            "mem_available_drop_mb": round((before - mem_available_kb()) / 1024, 1),
             "cpu_s_per_launch": round(sum(cpu_seconds(p) for p in pids) / count, 3) if pids else None,
-            "load": [round(x, 2) for x in os.getloadavg()],
+            "pids": pids,
         }
 
     def stop(self) -> None:
@@ -247,10 +276,10 @@ def main() -> int:
         return 0
     print(f"{sys.executable} (python {sys.version.split()[0]}), {os.cpu_count()} CPUs; capsule {args.manifest.name}")
     print(f"{'N':>4} {'mode':<11} {'all answering':>14} {'lost':>5} {'PSS/capsule':>12} {'anon/capsule':>13} "
-          f"{'MemAvail drop':>14} {'CPU-s/launch':>13}  load")
+          f"{'after a task':>13} {'MemAvail drop':>14} {'CPU-s/launch':>13}  load")
     for r in rows:
         print(f"{r['n']:>4} {r['mode']:<11} {r['all_answering_s']:>12.2f} s {r['lost']:>5} {r['pss_mb'] or 0:>9.1f} MB "
-              f"{r['anon_mb'] or 0:>10.1f} MB {r['mem_available_drop_mb']:>11.0f} MB "
+              f"{r['anon_mb'] or 0:>10.1f} MB {r['pss_after_task_mb'] or 0:>10.1f} MB {r['mem_available_drop_mb']:>11.0f} MB "
               f"{r['cpu_s_per_launch'] or 0:>11.2f} s  {r['load']}")
     print(f"floor: a bare interpreter idles at {floor['pss_mb']:.1f} MB PSS ({floor['anon_mb']:.1f} MB anon)")
     print(UPSTREAM)

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mur.a2a.guard import EVICT_AFTER
+from mur.a2a.http1 import EVICT_AFTER
 from mur.testing.a2a_harness import message
 
 DEPTH = 4

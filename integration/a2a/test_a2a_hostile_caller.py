@@ -16,7 +16,8 @@ import pytest
 
 from mur.a2a import protocol as rpc
 from mur.a2a.auth import DoorAuth
-from mur.a2a.guard import EVICT_AFTER, DoorLimits
+from mur.a2a.http1 import EVICT_AFTER
+from mur.a2a.listen import DoorLimits
 from mur.testing.a2a_harness import message
 from mur.testing.sockets import read_all
 

@@ -17,7 +17,7 @@ from session_support import mur_env
 MUST_NOT_LOAD = (
     "starlette", "uvicorn", "h11", "asyncio", "httpx", "httpcore", "anyio", "opentelemetry", "google.protobuf",
     "typer", "click", "rich", "pygments", "docker", "paramiko",
-    "mur.a2a.server", "mur.a2a.guard", "mur.inference", "mur.deploy", "mur.otel", "mur.hooks", "mur.image",
+    "mur.a2a.server", "mur.a2a.http1", "mur.inference", "mur.deploy", "mur.otel", "mur.hooks", "mur.image",
     "mur.provision", "mur.sandbox.shell",
     "importlib.metadata",  # pydantic's plugin loader imports it; plugins are off (mur.cli.noplugins)
 )

@@ -115,7 +115,7 @@ def tls_files(cert: Path | str | None, key: Path | str | None) -> tuple[Path, Pa
 
     cert, key = Path(cert), Path(key)
     try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        server_tls(cert, key)
     except (OSError, ssl.SSLError) as exc:
         raise MurError(
             "E-A2A-004",
@@ -123,6 +123,16 @@ def tls_files(cert: Path | str | None, key: Path | str | None) -> tuple[Path, Pa
             hint="both must be PEM files, the key unencrypted and matching the certificate",
         ) from exc
     return cert, key
+
+
+def server_tls(cert: Path, key: Path):
+    """The door's TLS context (no client certificates asked for); OSError or ssl.SSLError when the
+    pair is unusable."""
+    import ssl
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
 
 
 def load_door_auth(token_file: Path | str | None, tls_cert: Path | str | None, tls_key: Path | str | None) -> DoorAuth:

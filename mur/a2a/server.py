@@ -1,4 +1,4 @@
-"""The HTTP door: a small ASGI app (starlette request/response objects) served by uvicorn.
+"""The HTTP door: a small ASGI-shaped app, served by mur/a2a/http1.py (h11 on asyncio).
 
 Routes (upstream section 6.1):
 
@@ -12,30 +12,25 @@ Routes (upstream section 6.1):
 * a stream (SSE) beyond the open-stream cap -> 503 carrying a JSON-RPC error;
 * anything else -> 404.
 
-uvicorn runs on a background thread with its own event loop, on a socket bound by mur.a2a.listen
-(so that a taken ``network.internal_port`` is reported as ``E-RUN-010`` before anything else
-starts, and this module is imported only once a client comes). Its connections go through
-mur/a2a/guard.py (head deadline, connection cap, write-stall deadline).
+The server runs on a background thread with its own event loop, on a socket bound by
+mur.a2a.listen (so that a taken ``network.internal_port`` is reported as ``E-RUN-010`` before
+anything else starts, and this module is imported only once a client comes). Its connections'
+limits (head deadline, connection cap, write-stall deadline) are mur/a2a/http1.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import logging
 import re
 import socket
 import threading
 import time
 from typing import AsyncIterator
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from mur import ids
 from mur.a2a import protocol as rpc
-from mur.a2a.auth import DoorAuth, bearer_matches, token_in_query
-from mur.a2a.guard import GuardedH11Protocol
+from mur.a2a.auth import DoorAuth, bearer_matches, server_tls, token_in_query
+from mur.a2a.http1 import Request, Response, serve
 from mur.a2a.listen import DoorLimits
 from mur.a2a.sse import CLOSED, HEARTBEAT, LAGGED, EventHub, Frame, format_frame
 from mur.a2a.tasks import INPUT_REQUIRED, SUBMITTED, Task, TaskRegistry
@@ -55,12 +50,6 @@ SSE_HEADERS = [
 CLOSE = {"connection": "close"}
 # A Host header the card's url may echo: a name or address and a port, nothing else.
 _HOST = re.compile(r"^[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]{2,45}\](:[0-9]{1,5})?$")
-
-# uvicorn reports bad requests and dropped streams through these loggers; a hostile client must not
-# be able to write to the capsule's stderr (Python's last-resort handler would print them).
-for _name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-    logging.getLogger(_name).addHandler(logging.NullHandler())
-
 
 def json_response(body: dict, status: int = 200, headers: dict | None = None) -> Response:
     """A JSON answer in standard JSON (protocol.dumps: no NaN, no lone surrogate)."""
@@ -102,7 +91,7 @@ class Door:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        request = Request(scope, receive)
+        request = Request(scope)
         try:
             response = await self._route(request, receive)
         except _Gone:
@@ -334,7 +323,7 @@ class EventStream:
     """An SSE response (an ASGI callable): writes ``frames`` until they end or the client goes.
 
     Counted against the door's open-stream cap from creation to its end. A client that stops
-    reading blocks the write; guard.py aborts its connection after the stall deadline, which ends
+    reading blocks the write; http1.py aborts its connection after the stall deadline, which ends
     this stream and unsubscribes it.
     """
 
@@ -396,50 +385,49 @@ def _last_event_id(request: Request) -> int | None:
 
 
 class ServerThread:
-    """uvicorn serving an ASGI app on a pre-bound socket, on a daemon thread."""
+    """The door's server (mur.a2a.http1) on a pre-bound socket, on a daemon thread with its own loop."""
+
+    GRACE = 2.0  # seconds answers in flight may take to finish once the server stops
 
     def __init__(self, app, sock: socket.socket, limits: DoorLimits | None = None, auth: DoorAuth | None = None):
-        import uvicorn
-
-        limits = limits or DoorLimits()
-        auth = auth or DoorAuth()
+        self._app = app
         self._sock = sock
-        config = uvicorn.Config(
-            app,
-            http=functools.partial(GuardedH11Protocol, limits=limits),
-            log_config=None,
-            log_level="error",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-            timeout_keep_alive=limits.keep_alive,
-            server_header=False,
-            ssl_certfile=str(auth.tls_cert) if auth.tls else None,
-            ssl_keyfile=str(auth.tls_key) if auth.tls else None,
-        )
-        self._server = uvicorn.Server(config)
+        self._limits = limits or DoorLimits()
+        self._auth = auth or DoorAuth()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="mur-a2a-door", daemon=True)
         self._error: BaseException | None = None
 
     def _serve(self) -> None:
         try:
-            self._server.run(sockets=[self._sock])
+            asyncio.run(self._main())
         except BaseException as exc:  # noqa: BLE001 - reported by start()
             self._error = exc
 
+    async def _main(self) -> None:
+        tls = server_tls(self._auth.tls_cert, self._auth.tls_key) if self._auth.tls else None
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        await serve(self._app, self._sock, self._limits, tls, self._stop, self.GRACE, ready=self._started.set)
+
     def start(self, timeout: float = 15.0) -> None:
-        """Start serving; returns once uvicorn accepts connections."""
+        """Start serving; returns once the server accepts connections."""
         self._thread.start()
         deadline = time.monotonic() + timeout
-        while not self._server.started:
+        while not self._started.wait(0.005):
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                self._server.should_exit = True
+                self.stop()
                 raise MurError("E-IO-003", f"the A2A server did not start: {self._error or 'timed out'}")
-            time.sleep(0.005)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Ask uvicorn to exit and wait for its thread."""
-        self._server.should_exit = True
+        """Stop the server and wait for its thread."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:  # the loop has ended already
+                pass
         if self._thread.is_alive():
             self._thread.join(timeout)
         try:

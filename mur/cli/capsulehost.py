@@ -58,7 +58,7 @@ PRELOAD = (
     "mur.session.driver", "mur.session.hookwiring", "mur.manifest", "mur.manifest.capsule", "mur.manifest.config",
     "mur.resolve.artifacts", "mur.artifacts.installed", "mur.artifacts.package", "mur.trace.writer",
     "mur.sandbox.scope", "mur.sandbox.probe", "mur.sandbox.shell", "mur.a2a.lifecycle", "mur.a2a.listen",
-    "mur.a2a.server", "mur.a2a.guard", "mur.wasm.host", "mur.wasm.engine", "mur.wasm.linker", "mur.wasm.callcontext",
+    "mur.a2a.server", "mur.a2a.http1", "mur.wasm.host", "mur.wasm.engine", "mur.wasm.linker", "mur.wasm.callcontext",
     "mur.wasm.compile", "mur.wasm.cachekey", "mur.wasm.tierup", "mur.inference.driver", "mur.inference.loop", "mur.hooks.launch",
     "mur.resolve.env", "mur.resolve.capsule", "mur.session.lockpins", "mur.sandbox.guestdisk", "mur.sandbox.rootfs", "mur.sandbox.probecache",
     "mur.privatecache", "mur.wasm.env", "mur.wasm.peer", "mur.wasm.wasi_http", "encodings.idna",

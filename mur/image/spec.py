@@ -29,7 +29,6 @@ PAYLOADS_DIR = "/tmp/mur-payloads"
 TOKEN_TMP_DIR = "/tmp/mur-a2a"
 RUNTIME_DIR = "/opt/mur/runtime"
 DEFAULT_PORT = 8080
-AGENT_CARD = "/.well-known/agent-card.json"
 ENTRYPOINT = "/usr/local/bin/mur-serve"
 HEALTHCHECK = "/usr/local/bin/mur-healthcheck"
 LABEL_PREFIX = "dev.mur."

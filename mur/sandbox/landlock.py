@@ -46,7 +46,6 @@ SCOPE_SIGNAL = 1 << 1  # ABI 6
 
 # Rights that make sense on a non-directory; the kernel answers EINVAL to dir-only bits on a file.
 FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
-MAX_KNOWN_ABI = 7
 
 _NAMES = {
     EXECUTE: "execute", WRITE_FILE: "write_file", READ_FILE: "read_file", READ_DIR: "read_dir",

@@ -321,10 +321,6 @@ class PathGrant:
     access: int  # Landlock access bits (already masked to the ABI)
     reason: str  # "workdir", "binary bash", "device", "interpreter_runtime python3", "locale data"
 
-    @property
-    def rights(self) -> list[str]:
-        return ll.rights_names(self.access)
-
 
 @dataclass(frozen=True)
 class LandlockPolicy:

@@ -70,9 +70,6 @@ class ViewPlan:
     tmp: str | None  # "/tmp" when the view has a private one
     notes: tuple[str, ...] = ()
 
-    def binds(self) -> list[Mount]:
-        return [m for m in self.steps if m.kind in ("bind", "device")]
-
 
 def measure_chain(path: str) -> Chain | None:
     """How ``path`` resolves on this host (lstat and readlink of each component), or None when it

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from mur.a2a.guard import EVICT_AFTER, DoorLimits
+from mur.a2a.http1 import EVICT_AFTER
+from mur.a2a.listen import DoorLimits
 from mur.testing.a2a_harness import message
 from mur.testing.sockets import read_all
 from mur.a2a.lifecycle import TaskOutcome

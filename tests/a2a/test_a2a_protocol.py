@@ -1,4 +1,4 @@
-"""The door over real HTTP on 127.0.0.1 (uvicorn): methods, errors, limits, SSE."""
+"""The door over real HTTP on 127.0.0.1 (mur.a2a.http1): methods, errors, limits, SSE."""
 
 from __future__ import annotations
 

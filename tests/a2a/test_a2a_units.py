@@ -325,7 +325,7 @@ def test_a_subscriber_reading_its_frames_frees_its_byte_budget(monkeypatch):
 
 
 def test_door_limits_come_from_the_environment_and_bad_values_keep_the_defaults():
-    from mur.a2a.guard import DoorLimits
+    from mur.a2a.listen import DoorLimits
 
     env = {
         "MURMUR_A2A_MAX_CONNECTIONS": "12",

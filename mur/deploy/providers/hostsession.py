@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from mur.deploy.apply import run_step
 from mur.deploy.lock import TargetLock
 from mur.deploy.observe import HostView, Truth, derive, observe_command, parse_observation
 from mur.deploy.providers.base import Context, Service, endpoint_check
@@ -137,16 +136,6 @@ class HostSession:
         truth = derive(view, st, bool(card.get("ok")), record, dep.pending, self.token if own else "")
         return truth, view, st, card
 
-    def logs_tail(self) -> str:
-        try:
-            return self.svc.log_tail()
-        except MurError as err:
-            return f"(log unavailable: {err.message})"
-
-    def run_init(self, steps: list) -> None:
-        assert self.t is not None
-        for step in steps:
-            run_step(self.t, step)
 
 
 def follow_truth(dep: Deployment, truth: Truth, view: HostView) -> Callable[[Deployment], None]:
