@@ -37,8 +37,8 @@ from mur.deploy.init import init_for
 from mur.deploy.init.service import prestart_script, service_env
 from mur.deploy.init.supervisor import boot_script
 from mur.deploy.init.systemd import render_unit
+from mur.deploy.runline import TOOLS_WORKDIR
 from mur.deploy.steps import (
-    TOOLS_WORKDIR,
     BundleRef, FileRef, Layout, Mkdir, Run, ServiceConfig, Step, Symlink, Tls, Upload, WriteFile,
 )
 from mur.errors import MurError

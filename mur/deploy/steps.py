@@ -17,11 +17,6 @@ __all__ = ["Mkdir", "Upload", "WriteFile", "Symlink", "Run", "Step", "FileRef", 
            "Layout", "ServiceConfig", "ServiceState", "Tls"]
 
 
-# A release's tools' workdir (`mur run --workdir`, seeded with the capsule's workdir files), beside
-# `workdir/`, which holds the runtime's session records (mur.session.workdir keeps them next to the
-# manifest when they are not inside --workdir): per release, pruned at each start, gone with destroy.
-TOOLS_WORKDIR = "work"
-
 @dataclass(frozen=True)
 class Mkdir:
     path: str

@@ -37,7 +37,7 @@ from typing import Any, BinaryIO, Callable
 
 from mur.deploy import procid
 from mur.deploy.env import read_env_file
-from mur.deploy.init.service import run_argv
+from mur.deploy.runline import run_argv
 from mur.errors import MurError
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -38,7 +38,7 @@ from mur.ids import SESSION_UID_RANGES
 from mur.jsonl import MAX_BYTES
 from mur.trace.sessions import MIN_SUFFIX, SESSION_ID, TRACE_FILE
 
-SESSIONS_DIR = "workdir"  # beside the release's tools' workdir (mur.deploy.steps.TOOLS_WORKDIR)
+SESSIONS_DIR = "workdir"  # beside the release's tools' workdir (mur.deploy.runline.TOOLS_WORKDIR)
 
 
 @dataclass(frozen=True)

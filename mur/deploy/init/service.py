@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import shlex
 
-from mur.deploy.steps import TOOLS_WORKDIR, Layout, ServiceConfig
+from mur.deploy.runline import run_argv
+from mur.deploy.steps import Layout, ServiceConfig
 
-
-def run_argv(release_dir: str, port: int, bind: str, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
-    """The `mur run` command line of a release (deploy's contract: one JSON line on stdout)."""
-    return [f"{release_dir}/mur", "run", "--manifest", f"{release_dir}/murmur.yaml",
-            "--workdir", f"{release_dir}/{TOOLS_WORKDIR}", "--json", "--bind", bind, "--port", str(port), *extra]
+__all__ = ["prestart_script", "run_argv", "service_env"]
 
 
 def prestart_script(lay: Layout, keep_sessions: int) -> str:

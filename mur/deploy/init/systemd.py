@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import shlex
 
-from mur.deploy.init.service import run_argv, service_env
+from mur.deploy.init.service import service_env
+from mur.deploy.runline import run_argv
 from mur.deploy.steps import Layout, Run, ServiceConfig, ServiceState, Step
 
 
