@@ -62,6 +62,9 @@ from mur.trace import events as ev
 DEFAULT_IDLE_TIMEOUT = 30.0
 DEFAULT_TERM_GRACE = 5.0
 DEFAULT_LINGER = 2.0
+# Seconds without a task after which the session gives back what it can load again (on_idle): long
+# enough that a stream of tasks never pays for reloading, short enough that an idle capsule is lean.
+IDLE_LET_GO_SECS = 10.0
 TERMINATED_MESSAGE = "terminated: the capsule received SIGTERM"
 INTERRUPTED_MESSAGE = "interrupted: the capsule received SIGINT (Ctrl-C)"
 
@@ -235,10 +238,16 @@ class CapsuleService:
         auth: DoorAuth | None = None,
         limits: DoorLimits | None = None,
         on_wait: Callable[[float | None], None] | None = None,
+        on_idle: Callable[[], None] | None = None,
+        idle_let_go: float = IDLE_LET_GO_SECS,
         raise_into: Callable[[BaseException], None] | None = None,
     ):
         self.lifecycle = lifecycle
         self._on_wait = on_wait  # hears each wait for an A2A task (its timeout; None = forever)
+        # called once a wait for a task has lasted IDLE_LET_GO_SECS: the session gives back what it
+        # can load again (mur.wasm.engine.WasmEngine.let_go)
+        self._on_idle = on_idle
+        self.idle_let_go = idle_let_go
         # How a signal handler raises into the running executor (mur run: mur.wasm.interrupt.raise_soon,
         # which waits until guest code is stopped); default: at once.
         self._raise_into = raise_into or _raise
@@ -368,7 +377,7 @@ class CapsuleService:
         while not self._terminating.is_set():
             if self._on_wait is not None and not self.registry.has_pending():
                 self._on_wait(self.idle_timeout)
-            task = self.registry.take(self.idle_timeout)
+            task = self._take()
             if task is None:
                 if self._terminating.is_set() or acceptance == "queue":
                     return "ok"
@@ -378,6 +387,21 @@ class CapsuleService:
             if acceptance == "single" or self.lifecycle.after_task == "exit":
                 return _status(state)
         return "ok"
+
+    def _take(self) -> Task | None:
+        """The next task within the idle timeout. A wait that lasts IDLE_LET_GO_SECS calls
+        ``on_idle`` once, then goes on for the rest of the timeout."""
+        timeout, first = self.idle_timeout, self.idle_let_go
+        if self._on_idle is None or (timeout is not None and timeout <= first):
+            return self.registry.take(timeout)
+        task = self.registry.take(first)
+        if task is not None or self._terminating.is_set():
+            return task
+        try:
+            self._on_idle()
+        except Exception:  # noqa: BLE001, S110 - giving memory back is a saving, never a reason to end
+            pass
+        return self.registry.take(None if timeout is None else timeout - first)
 
     def _run_local(self, text: str) -> str:
         task = Task(id=ids.task_id(), context_id=ids.context_id(), message_id=None, text=text, source="task_md")

@@ -109,12 +109,14 @@ class Session:
             cancel_running=capsule.inference is not None,
             auth=auth,
             on_wait=lambda timeout: reporter.waiting(self.url, timeout),
+            on_idle=self._let_go,
             raise_into=raise_soon,  # SIGTERM's Terminated never lands inside wasmtime's glue
         )
         self.serving = False  # the startup line went out
         self.interrupted = False  # a Ctrl-C ended the linger after the last task
         self.launch_warnings: list[tuple[str, str]] = []  # the shell sandbox's W-SEC-* for this host
         self._stack = ExitStack()
+        self.tools: Any = None  # mur.session.tools.SessionTools, once started
 
     # --- the stages ------------------------------------------------------------------------------
 
@@ -195,6 +197,11 @@ class Session:
         _launch_warnings(self.launch_warnings, wd)
         self.reporter.started(facts.startup(checked, self.url, self.id, self.wd, staged))
         self.serving = True
+
+    def _let_go(self) -> None:
+        """Idle for a while: the components go back to the cache until the next task."""
+        if self.tools is not None:
+            self.tools.host.engine.let_go()
 
     def serve(self) -> str:
         """Run the lifecycle to its end (mur.a2a.lifecycle); returns its status."""

@@ -194,6 +194,22 @@ class WasmEngine:
             self._components[item.digest] = component
         return component
 
+    def let_go(self) -> int:
+        """Drop the components this engine deserialized that its cache can give again, and return
+        the memory they held: what an idle capsule need not keep (mur.a2a.lifecycle calls it after
+        a while without a task; the next task maps them from the cache again, a few ms each).
+        A component the cache does not hold (not ours to write, or the write failed) is kept: it
+        would be a compile. Returns how many were dropped."""
+        if not private_cache_dir(self.cache_dir):
+            return 0
+        with self._lock:
+            gone = [d for d in self._components if d not in self._held and self.cache_path(d).is_file()]
+            for digest in gone:
+                del self._components[digest]
+        if gone:
+            give_back_memory()
+        return len(gone)
+
     def _load_cached(self, digest: str) -> Any:
         """The component from this tier's cache entry, or None (absent; a corrupt one is removed)."""
         from wasmtime import WasmtimeError

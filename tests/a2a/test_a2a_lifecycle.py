@@ -548,3 +548,26 @@ def test_a_blocking_send_to_a_closing_session_is_answered_rejected(make_service)
     waiter.join(10)
     gate.release.set()
     assert answers[0]["status"]["state"] == "rejected"
+
+
+def test_a_wait_that_lasts_gives_memory_back_once_and_the_idle_timeout_still_ends_the_queue(make_service):
+    """on_idle (the session's WasmEngine.let_go) runs once per long wait, between tasks only; a
+    failure in it ends nothing; the idle timeout still counts from the start of the wait."""
+    calls = []
+
+    def let_go():
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise RuntimeError("a saving that failed")
+
+    began = time.monotonic()
+    h = make_service(idle_timeout=1.5, task_acceptance="queue", after_task="sleep",
+                     service_kw={"on_idle": let_go, "idle_let_go": 0.2})
+    deadline = time.monotonic() + 5
+    while not calls:
+        assert time.monotonic() < deadline, "on_idle was never called"
+        time.sleep(0.02)
+    assert h.wait(h.send("after the first let-go")["id"])["status"]["state"] == "completed"
+    assert h.join(10) == "ok"  # no task for 1.5 s after the last one: the queue ends as before
+    assert len(calls) == 2  # once in the wait before the task, once in the wait after it
+    assert calls[0] - began >= 0.2

@@ -244,3 +244,26 @@ def test_two_processes_compiling_one_digest_leave_one_whole_entry(tmp_path):
 def test_no_compile_thread_outlives_a_finished_call(tmp_path):
     ensure_compiled([Source("c", data=_component(3))], engine=WasmEngine(cache_dir=tmp_path / "cache"))
     assert not compiling()
+
+
+def test_let_go_drops_what_the_cache_gives_again_and_keeps_what_it_cannot(tmp_path):
+    """An idle capsule gives its components back (mur.a2a.lifecycle's on_idle): the next use maps
+    them from the cache again. One the cache cannot give again (a cache others may write, never
+    filled) is kept: dropping it would cost a compile."""
+    cache = tmp_path / "cache"
+    files = [tmp_path / "a.wasm", tmp_path / "b.wasm"]
+    for n, p in enumerate(files):
+        p.write_bytes(_component(n + 20))
+    engine = WasmEngine(cache_dir=cache)
+    engine.prepare([(files[0], "tool", "a"), (files[1], "tool", "b")])
+    assert [_call(engine, p) for p in files] == [20, 21] and engine.stats["disk_hits"] == 2
+    assert engine.let_go() == 2 and engine.let_go() == 0
+    assert [_call(engine, p) for p in files] == [20, 21]
+    assert engine.stats == {"compiled": 2, "disk_hits": 4, "memory_hits": 0}  # mapped again, not compiled
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    unsafe = WasmEngine(cache_dir=shared)
+    assert _call(unsafe, files[0]) == 20 and unsafe.let_go() == 0
+    assert _call(unsafe, files[0]) == 20 and unsafe.stats == {"compiled": 1, "disk_hits": 0, "memory_hits": 1}
