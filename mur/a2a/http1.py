@@ -245,7 +245,7 @@ class Connection(asyncio.Protocol):
             "http_version": event.http_version.decode("ascii"),
             "method": event.method.decode("ascii"),
             "scheme": self.scheme,
-            "path": unquote(path.decode("ascii")),
+            "path": unquote(path.decode("latin-1")),  # h11 refused non-ASCII; latin-1 cannot fail anyway
             "raw_path": path,
             "query_string": query,
             "headers": [(name.lower(), value) for name, value in event.headers],
@@ -346,9 +346,8 @@ class _Cycle:
     async def run(self) -> None:
         try:
             await self.conn.app(self.scope, self.receive, self.send)
-        except BaseException:  # noqa: BLE001 - a failed answer must not take the loop with it
-            self._abandon()
-            return
+        except BaseException:  # noqa: BLE001, S110 - a failed answer must not take the loop with it
+            pass  # after a whole answer, nothing to mend (the connection may serve the next request)
         if not self.response_complete:
             self._abandon()
 

@@ -31,7 +31,8 @@ async def _body(receive) -> bytes:
 
 
 async def echo_length(scope, receive, send):
-    """Answers ``<method> <path> <body length>``; ``/boom`` fails before answering, ``/half`` after."""
+    """Answers ``<method> <path> <body length>``; ``/boom`` fails before answering, ``/half`` midway,
+    ``/after`` once its answer is out."""
     if scope["path"] == "/boom":
         raise RuntimeError("a bug")
     body = await _body(receive)
@@ -40,6 +41,8 @@ async def echo_length(scope, receive, send):
         await send({"type": "http.response.body", "body": b"part", "more_body": True})
         raise RuntimeError("a bug midway")
     await Response(f"{scope['method']} {scope['path']} {len(body)}", media_type="text/plain")(scope, receive, send)
+    if scope["path"] == "/after":
+        raise RuntimeError("a bug once the answer is out")
 
 
 async def forever(scope, receive, send):
@@ -116,8 +119,9 @@ def test_an_app_that_fails_gets_500_before_answering_and_a_cut_connection_after(
     answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 200") and not answer.endswith(b"0\r\n\r\n")  # the chunked body never ends
     sock = connect(port)
-    sock.sendall(b"GET /fine HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-    assert read_all(sock).endswith(b"GET /fine 0")
+    sock.sendall(b"GET /after HTTP/1.1\r\nhost: x\r\n\r\nGET /fine HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    answer = read_all(sock)  # a failure after a whole answer costs the connection nothing
+    assert answer.count(b"HTTP/1.1 200 OK") == 2 and answer.endswith(b"GET /fine 0")
 
 
 def test_stopping_ends_streams_and_idle_and_half_sent_connections_within_the_grace(door):
@@ -141,3 +145,13 @@ def test_headers_give_the_first_value_of_a_name_whatever_its_case():
     headers = Headers([(b"X-One", b"a"), (b"x-one", b"b"), (b"host", b"h\xe9")])
     assert headers.get("x-ONE") == "a" and "X-One" in headers and headers.get("host") == "h\xe9"
     assert headers.get("absent", "d") == "d" and 3 not in headers
+
+
+def test_a_target_with_bytes_past_ascii_gets_400_not_a_reset_and_escapes_are_decoded(door):
+    port = door(echo_length)
+    sock = connect(port)
+    sock.sendall(b"GET /caf\xe9?q=\xff HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    assert read_all(sock).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    sock = connect(port)
+    sock.sendall(b"GET /caf%C3%A9?q=%FF HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    assert read_all(sock).endswith("GET /caf\xe9 0".encode())
