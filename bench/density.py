@@ -15,7 +15,8 @@ clock runs from the first spawn until every capsule has answered `GET /.well-kno
 * the drop in the machine's MemAvailable from before the first spawn;
 * CPU seconds each launch used (utime + stime);
 * then each capsule gets one task (a blocking ``message/send``), and PSS per capsule is measured
-  again (`after a task`): what a capsule that has served keeps (the wasm engine, its components).
+  again once it is idle again (`after a task`: IDLE_LET_GO_SECS later, when it has given back what
+  it can load again): what a capsule that has served keeps (wasmtime, its engine).
 
 Two ways, each round: `host` (the default for a service's run, MUR_CAPSULE_HOST unset: the capsule
 host, mur.caphost, forks each capsule from a process that imported the runtime once; it is started by
@@ -45,6 +46,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from mur.a2a.lifecycle import IDLE_LET_GO_SECS
 from mur.testing.caphosts import host_pids
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,9 +178,9 @@ class Round:
         alive = [i for i, p in enumerate(self.procs) if i in up and p.poll() is None]
         idle = self.measure(alive)
         drop = round((before - mem_available_kb()) / 1024, 1)
-        for i in alive:  # then one task each: what a capsule that has served keeps
+        for i in alive:  # then one task each: what a capsule that has served keeps, once idle again
             one_task(urls[i])
-        time.sleep(2.0)
+        time.sleep(IDLE_LET_GO_SECS + 2.0)
         served = self.measure([i for i in alive if self.procs[i].poll() is None])
         idle.pop("pids")
         return {

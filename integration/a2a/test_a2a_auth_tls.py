@@ -236,3 +236,26 @@ def test_mur_run_refuses_an_open_door_off_loopback_and_bad_tls_inputs(hello, tmp
     mismatched = mur("run", "--tls-cert", str(server.cert), "--tls-key", str(other.key), env=env, cwd=hello)
     assert mismatched.returncode == 1 and mismatched.stderr.startswith("error[E-A2A-004]: cannot use the TLS certificate")
     assert sessions(hello) == before
+
+
+def test_a_tls_client_that_never_finishes_its_handshake_is_cut_at_the_head_deadline(make_service, certs):
+    """asyncio makes a TLS connection (and the connection cap sees it) only once its handshake is
+    done, and waits 60 s for one by default: silent or half-sent handshakes would hold file
+    descriptors past every limit. The handshake counts against the head deadline."""
+    import socket
+
+    from mur.a2a.listen import DoorLimits
+    from mur.testing.sockets import client_hello, read_all
+
+    server, _ = certs
+    h = make_service(service_kw={"auth": DoorAuth(TOKEN, server.cert, server.key),
+                                 "limits": DoorLimits(head_timeout=0.5)}, **QUEUE)
+    port = int(h.url.rsplit(":", 1)[1])
+    silent, half = socket.create_connection(("127.0.0.1", port)), socket.create_connection(("127.0.0.1", port))
+    half.sendall(client_hello("localhost")[:40])
+    started = time.monotonic()
+    for sock in (silent, half):
+        read_all(sock, timeout=10)  # ends when the door closes it
+    assert time.monotonic() - started < 5
+    card = httpx.get(h.url + "/.well-known/agent-card.json", verify=str(server.cert))
+    assert card.status_code == 200

@@ -415,7 +415,11 @@ async def serve(app, sock, limits: DoorLimits, ssl_context, stop: asyncio.Event,
     live: set[Connection] = set()
     tasks: set[asyncio.Task] = set()
     scheme = "https" if ssl_context is not None else "http"
-    server = await loop.create_server(lambda: Connection(app, limits, live, tasks, scheme), sock=sock, ssl=ssl_context, backlog=2048)
+    # A TLS client's handshake counts against the head deadline too: asyncio makes the connection
+    # (and the cap sees it) only once the handshake is done, and would otherwise wait 60 s for it.
+    handshake = limits.head_timeout if ssl_context is not None else None
+    server = await loop.create_server(lambda: Connection(app, limits, live, tasks, scheme), sock=sock, ssl=ssl_context,
+                                      ssl_handshake_timeout=handshake, backlog=2048)
     try:
         if ready is not None:
             ready()
