@@ -58,6 +58,13 @@ def _ssh_errors() -> tuple[type[BaseException], ...]:
     return (paramiko.SSHException, OSError, EOFError, socket.timeout)
 
 
+def _close(chan) -> None:  # noqa: ANN001
+    """Close a channel whatever its link's state: closing sends a message, which a dead link refuses
+    (EOFError); what the channel did is already decided."""
+    with contextlib.suppress(*_ssh_errors()):
+        chan.close()
+
+
 def _ssh_error(label: str, what: str, exc: BaseException) -> MurError:
     try:
         text = str(exc) or type(exc).__name__
@@ -431,7 +438,7 @@ class SSHTarget(Target):
                     raise self._lost("SSH command")
                 return Result(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
             finally:
-                chan.close()
+                _close(chan)
         except MurError:
             raise
         except _ssh_errors() as exc:
@@ -515,7 +522,7 @@ class SSHTarget(Target):
                     sink(data)
                 return chan.recv_exit_status()
             finally:
-                chan.close()
+                _close(chan)
         except MurError:
             raise
         except _ssh_errors() as exc:
@@ -586,8 +593,8 @@ class Forward:
                     conn.sendall(data)
         except _ssh_errors():  # either side went away: end this client connection
             pass
-        finally:
-            chan.close()
+        finally:  # on its own thread: a dead link's EOFError from close must not surface as a traceback
+            _close(chan)
             conn.close()
 
     def close(self) -> None:
