@@ -134,6 +134,25 @@ def _end_process(code: object) -> None:
         os._exit(status)
 
 
+def _quiet_threads() -> None:
+    """An exception nothing caught on a background thread is an error line, as on the main thread,
+    never Python's traceback (MUR_DEBUG=1 shows it). The command goes on: the thread's owner
+    decides what its end means."""
+    import threading
+
+    def report(args) -> None:  # noqa: ANN001 - threading.ExceptHookArgs
+        if args.exc_type is SystemExit:
+            return
+        if os.environ.get("MUR_DEBUG") == "1":
+            threading.__excepthook__(args)
+            return
+        name = args.thread.name if args.thread is not None else "?"
+        print(f"error[E-INTERNAL]: unexpected {args.exc_type.__name__} on thread {name}: {args.exc_value}", file=sys.stderr)
+        print("  hint: rerun with MUR_DEBUG=1 to see the traceback, and report it", file=sys.stderr)
+
+    threading.excepthook = report
+
+
 def _main(args: list[str], whole_process: bool) -> None:
     try:
         if _fast(args, whole_process):
@@ -144,6 +163,8 @@ def _main(args: list[str], whole_process: bool) -> None:
     from mur.cli import noplugins
 
     noplugins.disable()  # pydantic's plugins: mur uses none, and need not look for them
+    if whole_process:
+        _quiet_threads()
     from mur.cli.render import Reported
     from mur.errors import MurError
 

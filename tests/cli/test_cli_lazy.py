@@ -121,3 +121,24 @@ def test_the_supervisor_runs_without_typer(tmp_path):
     helped = subprocess.run([sys.executable, "-c", script, "supervise", "run", "--help"], capture_output=True,
                             text=True, timeout=60, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
     assert "--spec" in helped.stdout and "typer" in helped.stderr.splitlines()[-1]
+
+
+def test_an_exception_on_a_background_thread_is_an_error_line_not_a_traceback(tmp_path):
+    """What main() installs for a whole `mur` process: a thread that dies of an exception nothing
+    caught says so in one error line (MUR_DEBUG=1: Python's traceback), and the command goes on."""
+    script = (
+        "import threading, sys\n"
+        "from mur.cli import main\n"
+        "main._quiet_threads()\n"
+        "t = threading.Thread(target=lambda: 1 / 0, name='pipe-7'); t.start(); t.join()\n"
+        "print('went on')\n"
+    )
+    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stdout == "went on\n"
+    assert quiet.stderr.splitlines() == [
+        "error[E-INTERNAL]: unexpected ZeroDivisionError on thread pipe-7: division by zero",
+        "  hint: rerun with MUR_DEBUG=1 to see the traceback, and report it",
+    ]
+    loud = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={**os.environ, "MUR_DEBUG": "1"})
+    assert "Traceback" in loud.stderr and loud.stdout == "went on\n"
