@@ -106,7 +106,7 @@ CATALOGUE: dict[str, str] = {
     "E-A2A-004": "(mur) TLS for A2A unusable: bad certificate/key/CA file, or the peer's certificate is not trusted or not the pinned one",
     "E-A2A-005": "(mur) A2A door would listen off loopback without a bearer token",
     # internal
-    "E-INTERNAL": "(mur) unexpected internal error; rerun with MUR_DEBUG=1 and report it",
+    "E-INTERNAL": "(mur) unexpected internal error, on the command's thread or a background one (never a Python traceback); rerun with MUR_DEBUG=1 and report it",
     # warnings
     "W-BLD-001": "requires_files names the reserved entry murmur.yaml",
     "W-BLD-002": "capsule.wasm shadows another root *.wasm (it is always the payload)",
