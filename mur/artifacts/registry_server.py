@@ -22,6 +22,7 @@ import hmac
 import os
 import socket
 import uuid
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -223,5 +224,8 @@ def serve(
     app = create_app(data_dir, api_key, max_upload_bytes=max_upload_bytes)
     if on_ready is not None:
         on_ready(f"http://{shown}:{actual}")
+    # A Ctrl-C between uvicorn making its serve coroutine and running it leaves that coroutine
+    # unawaited, and Python warns so on stderr as the process ends: the interrupt says it all.
+    warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     uvicorn.Server(config).run(sockets=[sock])
