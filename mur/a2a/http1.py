@@ -44,9 +44,16 @@ EVICT_AFTER = 1.0  # seconds a connection must have been open before the cap may
 HIGH_WATER = 64 * 1024  # request body bytes buffered before reading pauses
 
 
+def _phrase(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:  # a status of no standard name
+        return b""
+
+
 def _refusal(status: int, body: bytes = b"", extra: bytes = b"") -> bytes:
     """A complete response written outside h11 (no request is being answered), then close."""
-    head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n".encode()
+    head = b"HTTP/1.1 %d %s\r\n" % (status, _phrase(status))
     kind = b"content-type: text/plain; charset=utf-8\r\n" if body else b""
     return head + kind + b"content-length: %d\r\n" % len(body) + extra + b"connection: close\r\n\r\n" + body
 
@@ -58,13 +65,6 @@ _REFUSALS = {
     503: _refusal(503, extra=b"retry-after: 1\r\n"),
 }
 _date = (0, b"")
-
-
-def _phrase(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:  # a status of no standard name
-        return b""
 
 
 def _http_date() -> bytes:
