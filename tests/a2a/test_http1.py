@@ -76,6 +76,13 @@ def connect(port: int) -> socket.socket:
     return sock
 
 
+def ask(port: int, raw: bytes) -> bytes:
+    """Everything the door answers to ``raw`` on a new connection, until it closes it."""
+    sock = connect(port)
+    sock.sendall(raw)
+    return read_all(sock)
+
+
 def test_a_client_that_expects_100_continue_gets_it_then_the_answer(door):
     sock = connect(door(echo_length))
     sock.sendall(b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\nexpect: 100-continue\r\nconnection: close\r\n\r\n")
@@ -87,9 +94,7 @@ def test_a_client_that_expects_100_continue_gets_it_then_the_answer(door):
 
 
 def test_head_gets_the_head_without_the_body_and_the_connection_serves_on(door):
-    sock = connect(door(echo_length))
-    sock.sendall(b"HEAD /x HTTP/1.1\r\nhost: x\r\n\r\nGET /y HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-    answer = read_all(sock)
+    answer = ask(door(echo_length), b"HEAD /x HTTP/1.1\r\nhost: x\r\n\r\nGET /y HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
     head, rest = answer.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 200") and b"content-length: 9" in head  # "HEAD /x 0", headers only
     assert rest.startswith(b"HTTP/1.1 200") and rest.endswith(b"GET /y 0")
@@ -111,16 +116,11 @@ def test_a_body_past_the_read_buffer_arrives_whole(door):
 
 def test_an_app_that_fails_gets_500_before_answering_and_a_cut_connection_after(door):
     port = door(echo_length)
-    sock = connect(port)
-    sock.sendall(b"GET /boom HTTP/1.1\r\nhost: x\r\n\r\n")
-    assert read_all(sock).startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
-    sock = connect(port)
-    sock.sendall(b"GET /half HTTP/1.1\r\nhost: x\r\n\r\n")
-    answer = read_all(sock)
+    assert ask(port, b"GET /boom HTTP/1.1\r\nhost: x\r\n\r\n").startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    answer = ask(port, b"GET /half HTTP/1.1\r\nhost: x\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 200") and not answer.endswith(b"0\r\n\r\n")  # the chunked body never ends
-    sock = connect(port)
-    sock.sendall(b"GET /after HTTP/1.1\r\nhost: x\r\n\r\nGET /fine HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-    answer = read_all(sock)  # a failure after a whole answer costs the connection nothing
+    # a failure after a whole answer costs the connection nothing
+    answer = ask(port, b"GET /after HTTP/1.1\r\nhost: x\r\n\r\nGET /fine HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
     assert answer.count(b"HTTP/1.1 200 OK") == 2 and answer.endswith(b"GET /fine 0")
 
 
@@ -149,9 +149,7 @@ def test_headers_give_the_first_value_of_a_name_whatever_its_case():
 
 def test_a_target_with_bytes_past_ascii_gets_400_not_a_reset_and_escapes_are_decoded(door):
     port = door(echo_length)
-    sock = connect(port)
-    sock.sendall(b"GET /caf\xe9?q=\xff HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-    assert read_all(sock).startswith(b"HTTP/1.1 400 Bad Request\r\n")
-    sock = connect(port)
-    sock.sendall(b"GET /caf%C3%A9?q=%FF HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-    assert read_all(sock).endswith("GET /caf\xe9 0".encode())
+    assert ask(port, b"GET /caf\xe9?q=\xff HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").startswith(
+        b"HTTP/1.1 400 Bad Request\r\n")
+    assert ask(port, b"GET /caf%C3%A9?q=%FF HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").endswith(
+        "GET /caf\xe9 0".encode())
