@@ -30,6 +30,7 @@ from mur.runtime.bundle import Bundle
 SCOPED = {"achieved": "scoped", "mechanism": "landlock+seccomp", "tier": "full", "landlock_abi": 7, "seccomp": True,
           "cgroup_mode": "hybrid", "cgroup_delegated": True, "kernel": "6.1", "mur_version": "0.1.0"}
 FAST = Deadlines(undo=5.0)
+STARTS = {"start supervisor", "restart supervisor"}
 
 
 class FakeHost:
@@ -57,6 +58,7 @@ class FakeHost:
         t.on("service status", self._status)
         t.on("start supervisor", self._start)
         t.on("stop supervisor", self._stop)
+        t.on("restart supervisor", self._restart)
         t.on("smoke start", lambda c: Result(0 if self.smoke_ok else 1,
                                              json.dumps({"ok": self.smoke_ok, "error": "boom", "stderr": "trace"}), ""))
         t.on("service log", stdout="[mur supervise] service exited with status 3\n")
@@ -97,6 +99,10 @@ class FakeHost:
         self.serving = self.current
         self.t.service.up = self.start_ok
         return Result(0, "", "")
+
+    def _restart(self, call) -> Result:
+        self._stop(call)
+        return self._start(call)
 
     def _stop(self, call) -> Result:
         self.up, self.serving = False, None
@@ -197,7 +203,7 @@ def test_first_deploy(env):
     assert after(labels, "uname", "sweep leftovers", "root helper check", "sudo check", "find systemd", "find cron",
                  "disk space", "probe", "observe the deployment", "listening ports", "create directories",
                  "record references", "commit release 1", "link /home/deployer/.murmur/deployments/"
-                 f"{res['deployment_id']}/current", "stop supervisor", "start supervisor", "install boot hook",
+                 f"{res['deployment_id']}/current", "restart supervisor", "install boot hook",
                  "service status", "observe the deployment", "prune old releases")
     assert "smoke start" not in labels  # nothing was serving
     assert t.labels("hold") == ["lock"] and t.locks_held == 0  # the lock was taken and let go
@@ -213,7 +219,7 @@ def test_first_deploy(env):
     assert oct(Path(rec.token_file).stat().st_mode & 0o777) == "0o600"
     assert "a2a-token" not in json.dumps(rec.to_dict()).replace(str(rec.token_file), "")  # path only, never the token
     # the supervisor's start went through sudo (the deploy user is not root) and so does the boot hook's script
-    assert next(c for c in t.calls if c.what == "start supervisor").sudo
+    assert next(c for c in t.calls if c.what == "restart supervisor").sudo
     lay = f"/home/deployer/.murmur/deployments/{res['deployment_id']}"
     assert b"sudo -n sh -c" in t.files[f"{lay}/boot.sh"]
     # the health check sent the deployment's token
@@ -228,7 +234,7 @@ def test_unchanged_redeploy_uploads_nothing_and_starts_nothing(env):
     assert again["unchanged"] and again["deployment_id"] == first["deployment_id"] and again["uploaded"] == 0
     assert not again["repaired"]
     assert all("/bin/" in c.dst for c in t.calls if c.kind == "put")  # (this fake has no sha256sum)
-    assert "start supervisor" not in t.labels() and "commit release 2" not in t.labels()
+    assert not STARTS & set(t.labels()) and "commit release 2" not in t.labels()
 
 
 def test_a_stopped_unchanged_service_is_repaired_never_reported_unchanged(env):
@@ -236,7 +242,7 @@ def test_a_stopped_unchanged_service_is_repaired_never_reported_unchanged(env):
     host._stop(None)
     again = run(env, t)
     assert not again["unchanged"] and "release 1 was not serving" in again["repaired"]
-    assert after(t.labels(), "observe the deployment", "start supervisor", "service status")
+    assert after(t.labels(), "observe the deployment", "restart supervisor", "service status")
     assert host.serving == 1 and record(env, first).status == "running"
 
 
@@ -262,9 +268,37 @@ def test_a_changed_release_is_smoke_started_beside_the_serving_one(env):
     second = run(env, t, env_args=("GREETING=Hola",))
     labels = t.labels()
     assert after(labels, "observe the deployment", "create directories", "commit release 2", "smoke start",
-                 "stop supervisor", "start supervisor", "prune old releases")
+                 "restart supervisor", "prune old releases")
     rec = record(env, first)
     assert second["release"] == 2 and rec.previous.n == 1 and rec.status == "running" and host.serving == 2
+
+
+def test_a_link_lost_once_the_restart_was_sent_leaves_a_release_serving(env):
+    """The link dies right after the target stopped the serving supervisor, and stays down (no undo
+    can reach). The restart was two commands once, and this left nothing serving until the next
+    deploy; whatever went out with the stop must start the service too."""
+    t, host, first = deployed(env)
+    sent = t._exec
+    lost = MurError("E-DEPLOY-003", "deployer@vm: SSH command failed: connection lost")
+
+    def exec_(cmd, timeout, stdin):
+        if not t.is_alive:
+            raise lost
+        res = sent(cmd, timeout, stdin)
+        if "kill -TERM" in cmd and 2 in host.releases:  # this command stopped the serving supervisor
+            t.is_alive = False
+            raise lost
+        return res
+
+    def reconnect(budget=None):
+        raise lost
+
+    t._exec, t.reconnect = exec_, reconnect  # type: ignore[method-assign]
+    with pytest.raises(MurError) as err:
+        run(env, t, env_args=("GREETING=Hola",))
+    assert err.value.code == "E-DEPLOY-003"
+    assert host.up and host.serving == host.current == 2
+    assert record(env, first).status == "incomplete"  # and the record does not claim the switch happened
 
 
 def test_a_release_that_fails_its_smoke_start_never_replaces_the_serving_one(env):
@@ -274,7 +308,7 @@ def test_a_release_that_fails_its_smoke_start_never_replaces_the_serving_one(env
         run(env, t, env_args=("GREETING=Hola",))
     assert err.value.code == "E-DEPLOY-004" and "previous release keeps serving" in err.value.hint
     labels = t.labels()
-    assert "start supervisor" not in labels and not any("ln -sfn releases/2" in c.cmd for c in t.calls)
+    assert not STARTS & set(labels) and not any("ln -sfn releases/2" in c.cmd for c in t.calls)
     assert after(labels, "smoke start", "stop the smoke start", "remove the new release")
     rec = record(env, first)
     assert rec.status == "running" and rec.release.n == 1 and rec.pending is None  # the record is the serving one
@@ -288,9 +322,9 @@ def test_a_failed_switch_reverts_to_the_previous_release(env):
     def start_second_fails(call):
         state["n"] += 1
         host.start_ok = state["n"] > 1  # the new release crashes; the previous one, restarted, serves
-        return host._start(call)
+        return host._restart(call)
 
-    t.on("start supervisor", start_second_fails)
+    t.on("restart supervisor", start_second_fails)
     with pytest.raises(MurError) as err:
         run(env, t, env_args=("GREETING=Hola",))
     assert err.value.code == "E-DEPLOY-004" and "remote log" in err.value.message
@@ -307,13 +341,13 @@ def test_a_first_deploy_that_does_not_start_leaves_nothing(env):
     with pytest.raises(MurError) as err:
         run(env, t)
     assert err.value.code == "E-DEPLOY-004" and "exited during startup" in err.value.message
-    assert after(t.labels(), "start supervisor", "service status", "service log", "stop supervisor",
+    assert after(t.labels(), "restart supervisor", "service status", "service log", "stop supervisor",
                  "remove boot hook", "remove deployment files", "collect unused shared files")
     assert env["store"].load() == [] and t.lock_files_removed >= 1
 
 
 @pytest.mark.parametrize("phase", ["probe", "observe the deployment", "listening ports", "create directories",
-                                   "commit release 1", "start supervisor", "service status", "prune old releases"])
+                                   "commit release 1", "restart supervisor", "service status", "prune old releases"])
 def test_an_interrupt_at_any_phase_of_a_first_deploy_leaves_nothing(env, phase):
     t, host = host_for()
     original = dict(t._rules).get(phase)
@@ -345,7 +379,7 @@ def test_an_interrupt_with_the_connection_gone_leaves_a_record_that_says_what_is
         t.is_alive = False
         raise KeyboardInterrupt
 
-    t.on("start supervisor", drop)
+    t.on("restart supervisor", drop)
 
     def dead(call):
         if gone["now"]:
@@ -408,7 +442,7 @@ def test_an_interrupted_redeploy_keeps_the_serving_release(env):
     t.on("smoke start", lambda call: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         run(env, t, env_args=("GREETING=Hola",))
-    assert "remove the new release" in t.labels() and "start supervisor" not in t.labels()
+    assert "remove the new release" in t.labels() and not STARTS & set(t.labels())
     rec = record(env, first)
     assert rec.status == "running" and rec.release.n == 1 and host.serving == 1
 
@@ -512,7 +546,7 @@ def test_a_complete_release_with_this_digest_is_switched_to_not_copied_again(env
     assert again["release"] == 2 and host.serving == 2 and not again["unchanged"]
     assert "commit release 2" not in t.labels() and "commit release 3" not in t.labels()
     assert not [c for c in t.calls if c.kind == "put" and "/staging/" in c.dst]
-    assert after(t.labels(), "smoke start", "start supervisor")  # still proven beside what serves first
+    assert after(t.labels(), "smoke start", "restart supervisor")  # still proven beside what serves first
 
 
 def test_a_committed_release_an_undo_could_not_remove_keeps_the_record_incomplete(env):

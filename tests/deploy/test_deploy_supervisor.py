@@ -165,6 +165,27 @@ def test_start_serve_restart_after_kill_9_and_stop(deployment):
     assert "stopped" in Path(lay.log_file).read_text()
 
 
+def test_a_restart_runs_to_its_end_when_its_channel_is_gone(deployment):
+    """What sshd leaves a command whose client went: stdout and stderr lead nowhere (a write is a
+    SIGPIPE) and no signal comes. The one restart command still stops the old supervisor and starts
+    a new one that serves."""
+    d = deployment()
+    lay = d["lay"]
+    start(lay)
+    wait_for(lambda: state(lay).ready)
+    old_sup, old_kid = procid.recorded_pid(lay.supervisor_pid), child_pid(lay)
+    (cmd,) = [step.cmd for step in SUPERVISOR.start(lay, False, restart=True)]
+    r, w = os.pipe()
+    os.close(r)  # the channel is gone before the command writes anything
+    shell = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL, stdout=w, stderr=w,
+                             restore_signals=True)
+    os.close(w)
+    assert shell.wait(timeout=90) == 0
+    assert not alive(old_sup) and not alive(old_kid)
+    st = wait_for(lambda: (s := state(lay)).ready and s)
+    assert st.pid not in (None, old_sup) and len(launches(d["log"])) == 2
+
+
 def test_stop_kills_the_whole_tree(deployment):
     d = deployment("child")
     lay = d["lay"]

@@ -121,24 +121,28 @@ def test_link_fault_during_the_smoke_start(lane: Lane, s: Seed) -> None:
     assert not [p for p in lane.box.mur_procs() if "smoke" in p], lane.box.mur_procs()
 
 
-def watch_switch(lane: Lane, old_n: int, action) -> threading.Thread:  # noqa: ANN001
-    """Run `action` the moment the target's `current` stops naming release `old_n` (a busy loop in
-    the container: the switch is one `mv`, the restart the next command)."""
-    root = lane.box.dep_root(lane.dep)  # type: ignore[arg-type]
-    # no sleep between the reads (the restart follows the switch within milliseconds); bounded to
-    # 120 s in case the deploy never gets there
-    cmd = (f"end=$(($(date +%s) + 120)); i=0; while [ \"$(readlink {root}/current)\" = releases/{old_n} ]; do "
-           f"i=$((i+1)); if [ $((i % 200)) = 0 ] && [ $(date +%s) -gt $end ]; then exit 0; fi; done; echo switched")
+def watch(lane: Lane, waiting: str, action) -> threading.Thread:  # noqa: ANN001
+    """A thread that runs `action` the moment the shell condition `waiting` stops holding on the
+    target (a busy loop in the container, no sleep between the reads: the step after the watched
+    one follows within milliseconds); bounded to 120 s in case the deploy never gets there."""
+    cmd = (f"end=$(($(date +%s) + 120)); i=0; while {waiting}; do "
+           f"i=$((i+1)); if [ $((i % 200)) = 0 ] && [ $(date +%s) -gt $end ]; then exit 0; fi; done; echo fired")
 
-    def watch() -> None:
+    def run() -> None:
         res = lane.box.vm.container.exec_run(["/bin/sh", "-c", cmd], stream=True)
         for chunk in res.output:
-            if b"switched" in chunk:
+            if b"fired" in chunk:
                 action()
                 return
 
-    thread = threading.Thread(target=watch, daemon=True)
-    return thread
+    return threading.Thread(target=run, daemon=True)
+
+
+def watch_switch(lane: Lane, old_n: int, action) -> threading.Thread:  # noqa: ANN001
+    """Run `action` the moment the target's `current` stops naming release `old_n` (the switch is
+    one `mv`, the restart the next command)."""
+    root = lane.box.dep_root(lane.dep)  # type: ignore[arg-type]
+    return watch(lane, f"[ \"$(readlink {root}/current)\" = releases/{old_n} ]", action)
 
 
 @scenario(cost=45)
@@ -186,3 +190,39 @@ def test_link_fault_during_the_start(lane: Lane, s: Seed) -> None:
     assert staging_leftovers(lane.box) == []
 
 
+
+
+@scenario(cost=45)
+def test_link_fault_as_the_service_restarts(lane: Lane, s: Seed) -> None:
+    """The link breaks the moment the serving supervisor is gone, before its successor starts. The
+    restart was two commands once (stop, then start): a link lost between them left nothing serving
+    until the next deploy. Once sent, the restart runs to its end on the target, so a release
+    serves without any repair: the new one, or the previous one where the undo got through, and
+    status says which."""
+    old = lane.greeting
+    pidfile = f"{lane.box.dep_root(lane.dep)}/run/supervisor.pid"  # type: ignore[arg-type]
+    was = lane.box.out(f"cat {pidfile}").strip()
+    assert was, "no supervisor recorded before the redeploy"
+    kind = s.pick(FAULTS)
+    greeting = lane.next_greeting()
+    run = lane.op.spawn(*lane.deploy_args(greeting))
+    act = inject(lane.box.relay, kind, s.rng)
+
+    def fire() -> None:
+        run.signalled_at = time.monotonic()
+        lane.box.relay.act(act)
+
+    watcher = watch(lane, f"[ \"$(cat {pidfile} 2>/dev/null)\" = '{was}' ]", fire)
+    run.on(r"· (smoke-start|switch to|start) release", watcher.start)
+    lane.notes.append(f"{kind} as the old supervisor goes; new greeting {greeting}")
+    rc = run.finish(timeout=SILENT_BOUND + 120)
+    lane.box.relay.pass_through()
+    assert run.signalled_at is not None, f"the restart was never seen (exit {rc}):\n{run.stderr[-2000:]}"
+    if expect_failure(run, rc, bound=SILENT_BOUND, allow_success=True, codes=("E-DEPLOY-003", "E-DEPLOY-004")):
+        t = check_truthful(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 60
+        while t.serving is None and time.monotonic() < deadline:  # the new supervisor may still be starting it
+            time.sleep(2)
+            t = truth(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
+        assert t.serving in (old, greeting), f"nothing serves after a fault in the restart\n  {t.describe()}"
+    lane.repair(greeting)

@@ -47,6 +47,14 @@ def stop_command(lay: Layout) -> str:
         f"rm -f {q(lay.supervisor_pid)} {q(lay.child_pid)} {q(smoke_pid(lay))} {q(smoke_parent_pid(lay))}; true")
 
 
+def restart_command(lay: Layout) -> str:
+    """Stop, then start, as one remote command: a link that dies between two commands used to leave
+    nothing serving until the next deploy. sshd signals nothing to a command without a terminal when
+    its client goes, and the stop writes only to /dev/null (a write to a dead channel is a SIGPIPE
+    that would end the shell before the start): once sent, the restart runs to its end."""
+    return f"{{ {stop_command(lay)}; }} >/dev/null 2>&1; {start_command(lay)}"
+
+
 def smoke_pid(lay: Layout) -> str:
     return f"{lay.run_dir}/smoke.pid"
 
@@ -96,8 +104,9 @@ class Supervisor:
     name = "supervisor"
 
     def start(self, lay: Layout, sudo: bool, restart: bool = False) -> list[Step]:
-        stop = self.stop(lay, sudo) if restart else []
-        return stop + [Run(start_command(lay), sudo=sudo, label="start supervisor")]
+        if restart:
+            return [Run(restart_command(lay), sudo=sudo, label="restart supervisor")]
+        return [Run(start_command(lay), sudo=sudo, label="start supervisor")]
 
     def stop(self, lay: Layout, sudo: bool) -> list[Step]:
         return [Run(stop_command(lay), sudo=sudo, check=False, label="stop supervisor")]
