@@ -304,6 +304,9 @@ class Tree:
         parts = _parts(rel)
         if not parts:
             raise LinkRefused(errno.EISDIR, "cannot write the tree root", os.fspath(rel))
+        if len(parts) == 1:  # a name in the root: written in the held directory itself
+            write_atomic_at(self.fd, parts[0], data, mode, durable)
+            return
         parent = self.makedirs("/".join(parts[:-1]))
         try:
             write_atomic_at(parent, parts[-1], data, mode, durable)
@@ -317,6 +320,14 @@ class Tree:
 
     def unlink(self, rel: str | os.PathLike, *, missing_ok: bool = True) -> None:
         """Remove the name itself (a symlink is removed, never its target)."""
+        parts = _parts(rel)
+        if len(parts) == 1:  # a name in the root: removed in the held directory itself
+            try:
+                os.unlink(parts[0], dir_fd=self.fd)
+            except FileNotFoundError:
+                if not missing_ok:
+                    raise
+            return
         try:
             parent, name = self._parent(rel)
         except FileNotFoundError:

@@ -32,32 +32,96 @@ def atomic_write(path: Path, data: str) -> None:
     atomic_write_text(path, data)
 
 
-def replace_result(path: Path, data: str) -> None:
-    """Write ``data`` (UTF-8) to ``path`` atomically, not durably (see the module docstring)."""
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            write_atomic_at(fd, path.name, data.encode("utf-8"), 0o644, durable=False, swap=True)
-        finally:
-            os.close(fd)
-
-
 def result_text(state: str, text: str) -> str:
     """What result files hold: the result, or ``error: <message>`` for a failed task (as UTF-8 can
     hold it: a lone surrogate from a model or tool becomes U+FFFD)."""
     return unicode_text(text if state == "completed" else f"error: {text}")
 
 
-def write_results(workdir: Path, task_id: str, state: str, text: str, per_task: bool) -> None:
-    """``out/result.txt`` and, when ``per_task``, ``out/result_<task_id>.txt``."""
-    content = result_text(state, text)
-    try:
-        replace_result(workdir / "out" / "result.txt", content)
-        if per_task:
-            replace_result(workdir / "out" / f"result_{task_id}.txt", content)
-    except OSError as exc:
-        raise MurError("E-IO-003", f"cannot write the task result under {workdir / 'out'}: {exc}") from exc
+class TaskFiles:
+    """What a service writes around every task, in directories held open from its first task to
+    its stop: ``out/`` of the session (results) and the tools' workdir (task.md). Opening them by
+    path for every write (walk, checks, mkdir, close) was most of a busy queue service's time: each
+    system call of the task's thread is a wait for the interpreter lock the door's thread holds.
+    A directory removed meanwhile (its link count 0) is opened again, as a path would be."""
+
+    def __init__(self, workdir: Path, task_dir: Path):
+        self.out_dir = Path(workdir) / "out"
+        self._task_dir = Path(task_dir)
+        self._out = -1
+        self._tree: Tree | None = None
+
+    @property
+    def task_dir(self) -> Path:
+        return self._task_dir
+
+    @task_dir.setter
+    def task_dir(self, path: Path) -> None:
+        """Another directory for task.md (mur run: where the tools see it once their sandbox is up)."""
+        self._task_dir = Path(path)
+        if self._tree is not None:
+            self._tree.close()
+            self._tree = None
+
+    def _out_fd(self) -> int:
+        if self._out >= 0 and os.fstat(self._out).st_nlink == 0:
+            self._close_out()
+        if self._out < 0:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._out = os.open(self.out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return self._out
+
+    def _task_tree(self, check: bool) -> Tree:
+        if check and self._tree is not None and os.fstat(self._tree.fd).st_nlink == 0:
+            self._tree.close()
+            self._tree = None
+        if self._tree is None:
+            self._tree = Tree(self.task_dir, create=check)
+        return self._tree
+
+    def write_results(self, task_id: str, state: str, text: str, per_task: bool) -> None:
+        """``out/result.txt`` and, when ``per_task``, ``out/result_<task_id>.txt`` (atomic, not durable:
+        see the module docstring; created as a plain open() would, 0666 less the umask)."""
+        data = result_text(state, text).encode("utf-8")
+        names = ["result.txt"] + ([f"result_{task_id}.txt"] if per_task else [])
+        try:
+            with writing(self.out_dir):
+                fd = self._out_fd()
+                for name in names:
+                    write_atomic_at(fd, name, data, None, durable=False, swap=True)
+        except OSError as exc:
+            raise MurError("E-IO-003", f"cannot write the task result under {self.out_dir}: {exc}") from exc
+
+    def write_task_md(self, text: str) -> None:
+        """``task.md`` holds the running task's text (upstream writes it for every A2A task).
+
+        The tools' workdir is theirs: the file is replaced by rename (whatever a tool left under
+        that name, a link included, is replaced, never written through). No fsync: nothing reads it
+        until the executor starts, and it is scratch input rewritten for every task."""
+        try:
+            self._task_tree(check=True).write_text("task.md", text, durable=False)
+        except OSError as exc:
+            raise MurError("E-IO-003", f"cannot write {self.task_dir / 'task.md'}: {exc.strerror or exc}") from exc
+
+    def remove_task_md(self) -> None:
+        """Delete ``task.md`` (queue mode, after each task); missing is fine. A link is removed, never followed."""
+        try:
+            self._task_tree(check=False).unlink("task.md")  # (no check: a removed directory has none)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise MurError("E-IO-003", f"cannot remove {self.task_dir / 'task.md'}: {exc.strerror or exc}") from exc
+
+    def _close_out(self) -> None:
+        if self._out >= 0:
+            os.close(self._out)
+            self._out = -1
+
+    def close(self) -> None:
+        self._close_out()
+        if self._tree is not None:
+            self._tree.close()
+            self._tree = None
 
 
 def history_path(workdir: Path, context_id: str) -> Path:
@@ -89,28 +153,3 @@ def save_history(workdir: Path, context_id: str, history: list) -> None:
         atomic_write(path, dumps(history))
     except OSError as exc:
         raise MurError("E-IO-003", f"cannot write {path}: {exc}") from exc
-
-
-def write_task_md(task_dir: Path, text: str) -> None:
-    """``task.md`` holds the running task's text (upstream writes it for every A2A task).
-
-    task_dir is the tools' workdir: the file is replaced by rename (whatever a tool left under that
-    name, a link included, is replaced, never written through). No fsync: nothing reads it until the
-    executor starts, and it is scratch input rewritten for every task.
-    """
-    try:
-        with Tree(task_dir, create=True) as tree:
-            tree.write_text("task.md", text, durable=False)
-    except OSError as exc:
-        raise MurError("E-IO-003", f"cannot write {task_dir / 'task.md'}: {exc.strerror or exc}") from exc
-
-
-def remove_task_md(task_dir: Path) -> None:
-    """Delete ``task.md`` (queue mode, after each task); missing is fine. A link is removed, never followed."""
-    try:
-        with Tree(task_dir) as tree:
-            tree.unlink("task.md")
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise MurError("E-IO-003", f"cannot remove {task_dir / 'task.md'}: {exc.strerror or exc}") from exc

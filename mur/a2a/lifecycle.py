@@ -253,7 +253,8 @@ class CapsuleService:
         self._raise_into = raise_into or _raise
         self.executor = executor
         self.workdir = Path(workdir)
-        self.task_dir = Path(task_dir) if task_dir is not None else self.workdir
+        # task.md's directory (the tools' workdir) and out/, held open from the first task
+        self._files = conversation.TaskFiles(self.workdir, Path(task_dir) if task_dir is not None else self.workdir)
         self.idle_timeout = resolve_idle_timeout(idle_timeout)
         self.term_grace = term_grace
         self.last_error: BaseException | None = None
@@ -276,6 +277,14 @@ class CapsuleService:
         self._sigterm_seen = False
         self.interrupted = False  # a Ctrl-C ended the session (the running task, or the wait for one)
         self.last_task: Task | None = None  # the last task that ended (its result is out/result.txt)
+
+    @property
+    def task_dir(self) -> Path:
+        return self._files.task_dir
+
+    @task_dir.setter
+    def task_dir(self, path: Path) -> None:
+        self._files.task_dir = path
 
     @property
     def threaded(self) -> bool:
@@ -365,6 +374,7 @@ class CapsuleService:
             if on_main:
                 signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
             self._flush()
+            self._files.close()  # here: the tasks' own thread, the only one that writes them
 
     def _lifecycle(self, initial_task: str | None) -> str:
         acceptance = self.lifecycle.task_acceptance
@@ -453,7 +463,7 @@ class CapsuleService:
 
     def _stage_input(self, task: Task) -> None:
         if task.source == "a2a":
-            conversation.write_task_md(self.task_dir, task.text)
+            self._files.write_task_md(task.text)
 
     def _trace_begin(self, task: Task) -> None:
         """The a2a_task_received (A2A tasks) and task_start trace events."""
@@ -495,12 +505,12 @@ class CapsuleService:
     def _write_outputs(self, task: Task, state: str, outcome: TaskOutcome) -> None:
         """Result files, threaded history (success only), and task.md removal in queue mode."""
         try:
-            conversation.write_results(self.workdir, task.id, state, outcome.text, per_task=self.threaded)
+            self._files.write_results(task.id, state, outcome.text, per_task=self.threaded)
             if self.threaded and state == COMPLETED and outcome.history is not None:
                 conversation.save_history(self.workdir, task.context_id, outcome.history)
         finally:
             if self.lifecycle.task_acceptance == "queue":
-                conversation.remove_task_md(self.task_dir)
+                self._files.remove_task_md()
 
     def _execute(self, task: Task) -> TaskOutcome:
         """Call the executor; any exception becomes a failed outcome (kept in ``last_error``)."""

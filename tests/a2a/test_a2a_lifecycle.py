@@ -180,6 +180,43 @@ def test_queue_runs_task_md_first_and_deletes_it(make_service, tmp_path):
     assert not (workdir / "task.md").exists()
 
 
+def test_the_task_files_directories_are_held_yet_follow_a_removal(make_service, tmp_path):
+    """The service holds out/ and the tools' workdir open between tasks (no walk per task), yet a
+    removed out/ is made again, a link a tool put in place of task.md is replaced (never written
+    through), and both directories are let go when the lifecycle ends."""
+    import os
+    import shutil
+
+    workdir = tmp_path / "session"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not yours")
+    seen = []
+
+    def record(request, ctx):
+        seen.append((workdir / "task.md").read_text())
+        if request.text == "first":  # the tool's turn: task.md becomes a link to a file outside
+            (workdir / "task.md").unlink()
+            (workdir / "task.md").symlink_to(outside)
+        return TaskOutcome("completed", f"done: {request.text}")
+
+    def held() -> set[str]:
+        return {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd") if fd.isdigit()
+                and os.path.exists(f"/proc/self/fd/{fd}")}
+
+    h = make_service(record, idle_timeout=0.5, **SLEEP_QUEUE)
+    assert h.wait(h.send("first")["id"])["status"]["state"] == "completed"
+    assert str(workdir / "out") in held()
+    shutil.rmtree(workdir / "out")
+    (workdir / "task.md").unlink(missing_ok=True)
+    (workdir / "task.md").symlink_to(outside)  # left for the next task's write
+    assert h.wait(h.send("second")["id"])["status"]["state"] == "completed"
+    assert (workdir / "out" / "result.txt").read_text() == "done: second"
+    assert seen == ["first", "second"] and outside.read_text() == "not yours"
+    assert not (workdir / "task.md").exists()
+    assert h.join() == "ok"
+    assert not {str(workdir), str(workdir / "out")} & held()
+
+
 def test_single_keeps_task_md(make_service, tmp_path):
     h = make_service(task_acceptance="single")
     h.send("keep me")
