@@ -81,13 +81,13 @@ def test_rolling_under_traffic_gate_stop_preflight_and_views(three_vms, home, ru
     waiting = operator(cap, home, *args, "--lock-wait", "900")
     out, err = rolling.communicate(timeout=900)
     second = json.loads(out)
-    assert rolling.returncode == 0, err
+    assert rolling.returncode == 0, err + out  # the JSON names what failed
     assert all(x["result"] == "deployed" and x["new"]["release"] == 2 for x in second["targets"]), second
     assert "error[E-FLEET-004]" in b[1] and "is being rolled" in b[1] and "mur deploy" in b[1], b[1]
     assert "error[E-FLEET-004]" in a2[1] and "from this machine" in a2[1], a2[1]
     out, err = waiting.communicate(timeout=900)
     assert waiting.returncode == 0, err
-    assert {x["result"] for x in json.loads(out)["targets"]} == {"unchanged"}
+    assert {x["result"] for x in json.loads(out)["targets"]} == {"unchanged"}, out
 
     # 3. a release whose smoke task fails on web-2: it never takes web-2's address, the rollout stops
     #    there, and web-1 (already switched) goes back to release 2
@@ -96,6 +96,7 @@ def test_rolling_under_traffic_gate_stop_preflight_and_views(three_vms, home, ru
     t = by_target(third)
     assert rc == 1 and not third["ok"] and third["stopped_at"] == "web-2", err
     assert third["code"] == "E-FLEET-006" and "without 'Hello, fleet'" in t["web-2"]["error"]
+    assert "error[E-FLEET-006]: the rollout stopped at web-2" in err and "\n  hint: " in err, err  # stderr says why
     assert t["web-1"]["result"] == "rolled back" and t["web-1"]["new"]["release"] == 2
     assert t["web-2"]["result"] == "failed" and t["web-3"]["result"] == "not started"
     assert third["left_out"] == ["here"]

@@ -75,13 +75,10 @@ def deploy_fleet(path: Path, manifest: Path, *, destination: str | None, only: l
                                    command=_command_line()), reporter, ctx).run()
     data = report.to_dict()
     emit(data, json_out, render_rollout)
-    if not report.ok:
+    if not report.ok:  # with --json too: the report on stdout, the error line on stderr
         from mur.errors import MurError
 
-        if report.code == "E-FLEET-004" or not json_out:
-            raise MurError(report.code or "E-FLEET-006", report.error or "the rollout failed",
-                           _hint(report.code))
-        raise typer.Exit(1)
+        raise MurError(report.code or "E-FLEET-006", report.error or "the rollout failed", _hint(report.code))
 
 
 def _hint(code: str | None) -> str | None:
@@ -159,7 +156,12 @@ def render_many(results: list[dict[str, Any]], verb: str) -> str:
 def many(results: list[dict[str, Any]], json_out: bool, verb: str, running: bool = False) -> None:
     """Render a fleet-wide command's results; exit 1 when one failed (3: `status` and one is not running)."""
     emit(results, json_out, lambda r: render_many(r, verb))
-    if any(not r.get("ok") for r in results):
+    failed = [r for r in results if not r.get("ok")]
+    if json_out:  # the report is on stdout; what failed is said on stderr too (the ✗ lines otherwise)
+        for r in failed:
+            first = (str(r.get("error") or "").splitlines() or [""])[0]
+            sys.stderr.write(f"{r['address']}: error[{r.get('code')}]: {first}\n")
+    if failed:
         raise typer.Exit(1)
     if running and any(r.get("status") != "running" for r in results):
         raise typer.Exit(3)
