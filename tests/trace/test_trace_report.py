@@ -83,10 +83,11 @@ def test_human_report(workdir: Path):
     assert heads == [f"Session {sid(1)[:12]}...  1.0s  2 turns", f"Session {sid(2)[:12]}...  2.0s  3 turns",
                      f"Session {sid(3)[:12]}...  1.5s  2 turns", f"Session {sid(4)[:12]}...  4.0s  4 turns"]
     at = lines.index(heads[1])
+    # started: the session_start event's time, 1 ms after t0 (a NOW ending in .999 is the next second)
     assert lines[at + 1: at + 8] == [
         "",
         f"  Id:            {sid(2)}",
-        f"  Status:        failed  (started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime((NOW - AGO[2]) / 1000))} UTC)",
+        f"  Status:        failed  (started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime((NOW - AGO[2] + 1) / 1000))} UTC)",
         "  Tool calls:    2  (1 ok, 1 error)",
         "  Shell calls:   1  exit codes: 1 ok",
         "  Avg latency:   tool 20ms  shell 25ms",
