@@ -304,14 +304,13 @@ class Tree:
         parts = _parts(rel)
         if not parts:
             raise LinkRefused(errno.EISDIR, "cannot write the tree root", os.fspath(rel))
-        if len(parts) == 1:  # a name in the root: written in the held directory itself
-            write_atomic_at(self.fd, parts[0], data, mode, durable)
-            return
-        parent = self.makedirs("/".join(parts[:-1]))
+        # a name in the root is written in the held directory itself
+        parent = self.fd if len(parts) == 1 else self.makedirs("/".join(parts[:-1]))
         try:
             write_atomic_at(parent, parts[-1], data, mode, durable)
         finally:
-            os.close(parent)
+            if parent != self.fd:
+                os.close(parent)
 
     def write_text(self, rel: str | os.PathLike, text: str, mode: int | None = None, *, durable: bool = True) -> None:
         self.write_bytes(rel, text.encode("utf-8"), mode, durable=durable)
@@ -322,25 +321,22 @@ class Tree:
         """Remove the name itself (a symlink is removed, never its target)."""
         parts = _parts(rel)
         if len(parts) == 1:  # a name in the root: removed in the held directory itself
+            parent, name = self.fd, parts[0]
+        else:
             try:
-                os.unlink(parts[0], dir_fd=self.fd)
+                parent, name = self._parent(rel)
             except FileNotFoundError:
-                if not missing_ok:
-                    raise
-            return
-        try:
-            parent, name = self._parent(rel)
-        except FileNotFoundError:
-            if missing_ok:
-                return
-            raise
+                if missing_ok:
+                    return
+                raise
         try:
             os.unlink(name, dir_fd=parent)
         except FileNotFoundError:
             if not missing_ok:
                 raise
         finally:
-            os.close(parent)
+            if parent != self.fd:
+                os.close(parent)
 
     def remove_tree(self, rel: str | os.PathLike, *, deadline: float | None = None) -> None:
         """rm -rf of ``rel`` through directory fds: a link inside is removed, never followed; any

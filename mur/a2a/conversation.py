@@ -47,37 +47,20 @@ class TaskFiles:
 
     def __init__(self, workdir: Path, task_dir: Path):
         self.out_dir = Path(workdir) / "out"
-        self._task_dir = Path(task_dir)
-        self._out = -1
-        self._tree: Tree | None = None
+        self.task_dir = Path(task_dir)  # mur run moves it where the tools see it once their sandbox is up
+        self._out: Tree | None = None
+        self._task: Tree | None = None
 
-    @property
-    def task_dir(self) -> Path:
-        return self._task_dir
-
-    @task_dir.setter
-    def task_dir(self, path: Path) -> None:
-        """Another directory for task.md (mur run: where the tools see it once their sandbox is up)."""
-        self._task_dir = Path(path)
-        if self._tree is not None:
-            self._tree.close()
-            self._tree = None
-
-    def _out_fd(self) -> int:
-        if self._out >= 0 and os.fstat(self._out).st_nlink == 0:
-            self._close_out()
-        if self._out < 0:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            self._out = os.open(self.out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        return self._out
-
-    def _task_tree(self, check: bool) -> Tree:
-        if check and self._tree is not None and os.fstat(self._tree.fd).st_nlink == 0:
-            self._tree.close()
-            self._tree = None
-        if self._tree is None:
-            self._tree = Tree(self.task_dir, create=check)
-        return self._tree
+    @staticmethod
+    def _held(tree: Tree | None, path: Path, check: bool) -> Tree:
+        """`tree` while it is still `path`'s open directory, else `path` opened (and made) anew;
+        `check` also asks whether the directory was removed meanwhile. (A reopening that failed left
+        `tree` closed: the next call tries again.)"""
+        if tree is not None:
+            if tree.fd >= 0 and tree.path == path and not (check and os.fstat(tree.fd).st_nlink == 0):
+                return tree
+            tree.close()
+        return Tree(path, create=check)
 
     def write_results(self, task_id: str, state: str, text: str, per_task: bool) -> None:
         """``out/result.txt`` and, when ``per_task``, ``out/result_<task_id>.txt`` (atomic, not durable:
@@ -86,9 +69,9 @@ class TaskFiles:
         names = ["result.txt"] + ([f"result_{task_id}.txt"] if per_task else [])
         try:
             with writing(self.out_dir):
-                fd = self._out_fd()
+                self._out = self._held(self._out, self.out_dir, check=True)
                 for name in names:
-                    write_atomic_at(fd, name, data, None, durable=False, swap=True)
+                    write_atomic_at(self._out.fd, name, data, None, durable=False, swap=True)
         except OSError as exc:
             raise MurError("E-IO-003", f"cannot write the task result under {self.out_dir}: {exc}") from exc
 
@@ -99,29 +82,27 @@ class TaskFiles:
         that name, a link included, is replaced, never written through). No fsync: nothing reads it
         until the executor starts, and it is scratch input rewritten for every task."""
         try:
-            self._task_tree(check=True).write_text("task.md", text, durable=False)
+            self._task = self._held(self._task, self.task_dir, check=True)
+            self._task.write_text("task.md", text, durable=False)
         except OSError as exc:
             raise MurError("E-IO-003", f"cannot write {self.task_dir / 'task.md'}: {exc.strerror or exc}") from exc
 
     def remove_task_md(self) -> None:
         """Delete ``task.md`` (queue mode, after each task); missing is fine. A link is removed, never followed."""
         try:
-            self._task_tree(check=False).unlink("task.md")  # (no check: a removed directory has none)
+            # no check: a removed directory has no task.md to remove
+            self._task = self._held(self._task, self.task_dir, check=False)
+            self._task.unlink("task.md")
         except FileNotFoundError:
             pass
         except OSError as exc:
             raise MurError("E-IO-003", f"cannot remove {self.task_dir / 'task.md'}: {exc.strerror or exc}") from exc
 
-    def _close_out(self) -> None:
-        if self._out >= 0:
-            os.close(self._out)
-            self._out = -1
-
     def close(self) -> None:
-        self._close_out()
-        if self._tree is not None:
-            self._tree.close()
-            self._tree = None
+        for tree in (self._out, self._task):
+            if tree is not None:
+                tree.close()
+        self._out = self._task = None
 
 
 def history_path(workdir: Path, context_id: str) -> Path:

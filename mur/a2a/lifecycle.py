@@ -284,7 +284,7 @@ class CapsuleService:
 
     @task_dir.setter
     def task_dir(self, path: Path) -> None:
-        self._files.task_dir = path
+        self._files.task_dir = Path(path)
 
     @property
     def threaded(self) -> bool:

@@ -138,20 +138,9 @@ def watch(lane: Lane, waiting: str, action) -> threading.Thread:  # noqa: ANN001
     return threading.Thread(target=run, daemon=True)
 
 
-def watch_switch(lane: Lane, old_n: int, action) -> threading.Thread:  # noqa: ANN001
-    """Run `action` the moment the target's `current` stops naming release `old_n` (the switch is
-    one `mv`, the restart the next command)."""
-    root = lane.box.dep_root(lane.dep)  # type: ignore[arg-type]
-    return watch(lane, f"[ \"$(readlink {root}/current)\" = releases/{old_n} ]", action)
-
-
-@scenario(cost=45)
-def test_link_fault_right_after_the_switch(lane: Lane, s: Seed) -> None:
-    """The issue's first finding: the link breaks just after `current` was switched, before the
-    service restarts. Nothing may then say `unchanged` while the old release serves: status tells
-    the truth, the next deploy serves what it was asked to, and rollback finds the previous release."""
-    old = lane.greeting
-    old_n = truth(lane.box, lane.op, lane.dep).current  # type: ignore[arg-type]
+def fault_when(lane: Lane, s: Seed, waiting: str, what: str):  # noqa: ANN201
+    """Deploy a new greeting and break the link (the seed's kind) the moment the shell condition
+    `waiting` stops holding on the target; returns (run, rc, greeting) once the deploy ended."""
     kind = s.pick(FAULTS)
     greeting = lane.next_greeting()
     run = lane.op.spawn(*lane.deploy_args(greeting))
@@ -161,12 +150,26 @@ def test_link_fault_right_after_the_switch(lane: Lane, s: Seed) -> None:
         run.signalled_at = time.monotonic()
         lane.box.relay.act(act)
 
-    watcher = watch_switch(lane, old_n, fire)  # type: ignore[arg-type]
-    run.on(r"· (smoke-start|switch to|start) release", watcher.start)  # watching before the switch
-    lane.notes.append(f"{kind} right after the switch; new greeting {greeting}")
+    watcher = watch(lane, waiting, fire)
+    run.on(r"· (smoke-start|switch to|start) release", watcher.start)  # watching before the step
+    lane.notes.append(f"{kind} {what}; new greeting {greeting}")
     rc = run.finish(timeout=SILENT_BOUND + 120)
     lane.box.relay.pass_through()
-    assert run.signalled_at is not None, f"the switch was never seen (exit {rc}):\n{run.stderr[-2000:]}"
+    assert run.signalled_at is not None, f"{what}: never seen (exit {rc}):\n{run.stderr[-2000:]}"
+    return run, rc, greeting
+
+
+@scenario(cost=45)
+def test_link_fault_right_after_the_switch(lane: Lane, s: Seed) -> None:
+    """The issue's first finding: the link breaks just after `current` was switched, before the
+    service restarts. Nothing may then say `unchanged` while the old release serves: status tells
+    the truth, the next deploy serves what it was asked to, and rollback finds the previous release."""
+    old = lane.greeting
+    old_n = truth(lane.box, lane.op, lane.dep).current  # type: ignore[arg-type]
+    root = lane.box.dep_root(lane.dep)  # type: ignore[arg-type]
+    # the switch is one `mv`, the restart the next command
+    run, rc, greeting = fault_when(lane, s, f"[ \"$(readlink {root}/current)\" = releases/{old_n} ]",
+                                   "right after the switch")
     if expect_failure(run, rc, bound=SILENT_BOUND, allow_success=True, codes=("E-DEPLOY-003", "E-DEPLOY-004")):
         check_truthful(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
     res = lane.deploy(greeting)
@@ -190,8 +193,6 @@ def test_link_fault_during_the_start(lane: Lane, s: Seed) -> None:
     assert staging_leftovers(lane.box) == []
 
 
-
-
 @scenario(cost=45)
 def test_link_fault_as_the_service_restarts(lane: Lane, s: Seed) -> None:
     """The link breaks the moment the serving supervisor is gone, before its successor starts. The
@@ -203,21 +204,8 @@ def test_link_fault_as_the_service_restarts(lane: Lane, s: Seed) -> None:
     pidfile = f"{lane.box.dep_root(lane.dep)}/run/supervisor.pid"  # type: ignore[arg-type]
     was = lane.box.out(f"cat {pidfile}").strip()
     assert was, "no supervisor recorded before the redeploy"
-    kind = s.pick(FAULTS)
-    greeting = lane.next_greeting()
-    run = lane.op.spawn(*lane.deploy_args(greeting))
-    act = inject(lane.box.relay, kind, s.rng)
-
-    def fire() -> None:
-        run.signalled_at = time.monotonic()
-        lane.box.relay.act(act)
-
-    watcher = watch(lane, f"[ \"$(cat {pidfile} 2>/dev/null)\" = '{was}' ]", fire)
-    run.on(r"· (smoke-start|switch to|start) release", watcher.start)
-    lane.notes.append(f"{kind} as the old supervisor goes; new greeting {greeting}")
-    rc = run.finish(timeout=SILENT_BOUND + 120)
-    lane.box.relay.pass_through()
-    assert run.signalled_at is not None, f"the restart was never seen (exit {rc}):\n{run.stderr[-2000:]}"
+    run, rc, greeting = fault_when(lane, s, f"[ \"$(cat {pidfile} 2>/dev/null)\" = '{was}' ]",
+                                   "as the old supervisor goes")
     if expect_failure(run, rc, bound=SILENT_BOUND, allow_success=True, codes=("E-DEPLOY-003", "E-DEPLOY-004")):
         t = check_truthful(lane.box, lane.op, lane.dep)  # type: ignore[arg-type]
         deadline = time.monotonic() + 60
