@@ -87,7 +87,22 @@ def test_a_name_rebound_to_loopback_is_refused_one_that_always_was_is_not():
 
     upstream = socket.create_server(("127.0.0.1", 0))
     port = upstream.getsockname()[1]
-    threading.Thread(target=lambda: [upstream.accept()[0].sendall(b"hello") for _ in range(2)], daemon=True).start()
+    reached: list[int] = []
+
+    def serve_once() -> None:
+        # Only local.test may arrive: one accept, bounded, so the thread ends before the test does
+        # (a thread left blocked in accept() on a socket the test closes fails a later test).
+        upstream.settimeout(10)
+        try:
+            conn, _ = upstream.accept()
+        except OSError:
+            return
+        with conn:
+            reached.append(1)
+            conn.sendall(b"hello")
+
+    server = threading.Thread(target=serve_once, daemon=True)
+    server.start()
     launch = {"rebind.test": ["93.184.216.34"], "local.test": ["127.0.0.1"]}
     now = {"rebind.test": ["127.0.0.1"], "local.test": ["127.0.0.1"]}
     answers = launch
@@ -106,6 +121,9 @@ def test_a_name_rebound_to_loopback_is_refused_one_that_always_was_is_not():
         assert refused.startswith(b"HTTP/1.1 403") and b"DNS rebinding" in refused, refused
         assert connect("local.test").startswith(b"HTTP/1.1 200")
         assert any("DNS rebinding" in d for _, d in proxy.decisions)
+        server.join(10)
+        assert reached == [1], "the rebound name must never reach the upstream; the loopback one once"
     finally:
         proxy.close()
+        server.join(10)
         upstream.close()
