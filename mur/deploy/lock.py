@@ -7,8 +7,10 @@ small POSIX sh script (`holder_script`) started over its own channel of the comm
 random token), answers `@@locked`, and then lives exactly as long as the command: it reads one
 heartbeat byte every MUR_DEPLOY_KEEPALIVE seconds and exits at end of input (the command ended,
 was killed with -9, or its connection was reset) or after DEAD_AFTER + KEEPALIVE seconds of
-silence (a blackholed link). The kernel drops the flock with the process: a dead holder never
-blocks anyone, and nothing is ever released by age.
+silence (a blackholed link), but not before what that command sent has ended: a stop or restart
+goes on on the target when its link dies (mur.deploy.init.supervisor.hold_run_dir), and the holder
+waits for it (up to AFTER_WAIT_SECS), so no other command starts beside it. The kernel drops the
+flock with the process: a dead holder never blocks anyone, and nothing is ever released by age.
 
 A second command waits up to `--lock-wait` seconds (default 0: fail at once) and then fails with
 E-DEPLOY-013 naming the holder. Commands that write shared files (the runtime, artifacts, compiled
@@ -39,6 +41,7 @@ from mur.errors import MurError
 from mur.progress import QUIET, Reporter
 
 SHARED = "shared"
+AFTER_WAIT_SECS = 100  # the holder's wait for a stop its command left running (60 s stop + margin)
 
 
 def locks_dir(home: str) -> str:
@@ -76,7 +79,10 @@ def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, releas
         ".) ;; "
         "u) flock -u 8 2>/dev/null; exec 8>&-; echo @@unshared;; "
         "r) rm -f \"$d/$n.lock\" \"$d/$n.holder\"; echo @@removed;; "
-        "*) break;; esac; done"
+        "*) break;; esac; done; "
+        # what the command sent may outlive it (a stop or restart whose link died goes on): the
+        # lock stays held until that ends (mur.deploy.init.supervisor.hold_run_dir)
+        f"r=\"$d/../deployments/$n/run\"; if [ -d \"$r\" ]; then flock -w {AFTER_WAIT_SECS} \"$r\" true 2>/dev/null; fi; true"
     )
 
 

@@ -150,3 +150,35 @@ def test_the_last_collection_removes_every_cache_the_runtime_writes(target, tmp_
     lay = Layout(str(tmp_path), "dep_x")
     target.run(gc_shared_command(lay))
     assert not (tmp_path / ".murmur").exists(), sorted(p.name for p in (tmp_path / ".murmur").rglob("*"))
+
+
+def test_a_stop_that_outlives_its_command_keeps_the_deployment_locked(target, tmp_path):
+    """A stop (or restart) whose link died goes on on the target; the command's lock must not be
+    free for another command until it has ended (it used to be, for up to the stop's 60 s)."""
+    from mur.deploy.init.supervisor import hold_run_dir
+    from mur.deploy.lock import held_here
+    from mur.deploy.steps import Layout
+
+    lay = Layout(str(tmp_path), "dep_o")
+    os.makedirs(lay.run_dir)
+    first = lock(target, "dep_o").acquire()
+    left = subprocess.Popen(["sh", "-c", f"{hold_run_dir(lay)}; sleep 4"])  # what the command sent, still running
+    try:
+        deadline = time.monotonic() + 5
+        while not held_here(lay.run_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert held_here(lay.run_dir)
+        first._stop.set()  # the command's link dies: its holder sees the end of its input, nothing more
+        first.held.proc.stdin.close()
+        time.sleep(0.5)
+        with pytest.raises(MurError) as err:
+            lock(target, "dep_o", command="mur deploy stop dep_o").acquire()
+        assert err.value.code == "E-DEPLOY-013"
+        t0 = time.monotonic()
+        lock(target, "dep_o", wait=20).acquire().release()  # taken once the stop ended
+        assert left.poll() is not None and time.monotonic() - t0 < 10
+    finally:
+        left.kill()
+        left.wait()
+        first.release()
+    lock(target, "dep_x").acquire().release()  # any other deployment: never waits for it

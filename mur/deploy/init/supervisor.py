@@ -16,15 +16,29 @@ from mur.deploy.procid import SH_ALIVE
 from mur.deploy.steps import Layout, Run, ServiceConfig, ServiceState, Step
 
 STOP_WAIT_TENTHS = 600  # 60 s for the supervisor to stop the service and clean its cgroup
+HOLD_WAIT_SECS = 90  # the longest a stop waits for another's flock on the run directory (hold_run_dir)
+
+
+def hold_run_dir(lay: Layout) -> str:
+    """This shell holds an flock on the deployment's run directory (fd 7) until it exits.
+
+    A stop (or restart) goes on when the link of the command that sent it dies; the lock holder of
+    that command (mur.deploy.lock) waits for this flock before it lets the deployment's lock go, so
+    no other command starts while it runs. A directory opened read-only: nothing is created, and
+    nothing a planted link could make root write. Best effort: no directory, no flock, no wait."""
+    q = shlex.quote
+    return (f"{{ [ -d {q(lay.run_dir)} ] && command exec 7<{q(lay.run_dir)} && "
+            f"flock -w {HOLD_WAIT_SECS} 7; }} 2>/dev/null")
 
 
 def start_command(lay: Layout) -> str:
-    """Start the supervisor of `current` unless the recorded one still runs (no runtime start to fork)."""
+    """Start the supervisor of `current` unless the recorded one still runs (no runtime start to fork).
+    The supervisor gets no fd 7: it must not hold a restart's flock (hold_run_dir) for its life."""
     q = shlex.quote
     return (f"{SH_ALIVE}; if mur_alive {q(lay.supervisor_pid)}; then echo already running; else "
             f"rm -f {q(lay.supervisor_pid)} {q(lay.state_file)}; cd / && MUR_RUNTIME_DIR={q(lay.runtime_dir)} "
             f"setsid -f {q(lay.current + '/mur')} supervise run --spec {q(lay.current + '/service.json')} "
-            f"</dev/null >>{q(lay.log_file)} 2>&1; fi")
+            f"</dev/null >>{q(lay.log_file)} 2>&1 7<&-; fi")
 
 
 def stop_command(lay: Layout) -> str:
@@ -36,7 +50,7 @@ def stop_command(lay: Layout) -> str:
     """
     q = shlex.quote
     return (
-        f"{SH_ALIVE}; if mur_alive {q(lay.supervisor_pid)}; then p=$mur_pid; s=$mur_start; kill -TERM $p; i=0; "
+        f"{hold_run_dir(lay)}; {SH_ALIVE}; if mur_alive {q(lay.supervisor_pid)}; then p=$mur_pid; s=$mur_start; kill -TERM $p; i=0; "
         f"while mur_same $p $s && [ $i -lt {STOP_WAIT_TENTHS} ]; do sleep 0.1; i=$((i+1)); done; "
         "mur_same $p $s && kill -KILL $p; fi; "
         f"{_kill_recorded(lay.child_pid, smoke_parent_pid(lay), smoke_pid(lay))}; "
