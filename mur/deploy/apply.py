@@ -111,7 +111,7 @@ def apply_steps(target: Target, steps: Iterable[Step], dep_id: str = "",
 
 def run_step(target: Target, step: Run) -> Result:
     return target.run(step.cmd, sudo=step.sudo, check=step.check, timeout=step.timeout, what=step.label or "command",
-                      helper=step.helper)
+                      helper=step.helper, first=step.first)
 
 
 def _size(n: int) -> str:

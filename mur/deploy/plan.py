@@ -292,8 +292,8 @@ def artifact_verify_command(lay: Layout, artifacts: tuple[ArtifactRef, ...]) -> 
     return f"printf '%s\\n' {' '.join(shlex.quote(x) for x in lines)} | sha256sum -c --quiet -"
 
 
-def activate_steps(lay: Layout, n: int, svc: ServiceConfig, sudo: bool) -> list[Step]:
-    """Switch `current` to release n, (re)start the service from it, keep it across reboots."""
+def activate_steps(lay: Layout, n: int, svc: ServiceConfig, sudo: bool, restart: bool = True) -> list[Step]:
+    """Switch `current` to release n and (re)start the service from it (one remote command where the
+    init system allows: InitSystem.start), keep it across reboots."""
     init = init_for(svc.init)
-    return [Symlink(f"releases/{n}", lay.current), *init.start(lay, sudo, restart=True),
-            *init.install_boot(lay, svc, sudo)]
+    return [*init.start(lay, sudo, restart=restart, switch=f"releases/{n}"), *init.install_boot(lay, svc, sudo)]

@@ -78,6 +78,10 @@ class Run:
     # The root helper's subcommand that does the privileged part of `cmd` on a prepared host (where
     # the deploy user may run only the helper as root); a step without one needs no root there.
     helper: tuple[str, ...] = ()
+    # Run first, as the connecting user (never elevated), in the same remote command: `cmd` runs only
+    # when it succeeded. What must not be split from `cmd` by a lost link (the switch of `current`
+    # before the restart: sent together, they run to their end together).
+    first: str = ""
 
 
 Step = Union[Mkdir, Upload, WriteFile, Symlink, Run]

@@ -202,9 +202,9 @@ def test_first_deploy(env):
     labels = t.labels()
     assert after(labels, "uname", "sweep leftovers", "root helper check", "sudo check", "find systemd", "find cron",
                  "disk space", "probe", "observe the deployment", "listening ports", "create directories",
-                 "record references", "commit release 1", "link /home/deployer/.murmur/deployments/"
-                 f"{res['deployment_id']}/current", "restart supervisor", "install boot hook",
+                 "record references", "commit release 1", "restart supervisor", "install boot hook",
                  "service status", "observe the deployment", "prune old releases")
+    assert not [x for x in labels if x.startswith("link ") and x.endswith("/current")]  # no switch of its own
     assert "smoke start" not in labels  # nothing was serving
     assert t.labels("hold") == ["lock"] and t.locks_held == 0  # the lock was taken and let go
     assert "flock -s" in t.holds[0].cmd  # with the host's shared lock: it writes shared files
@@ -218,8 +218,12 @@ def test_first_deploy(env):
     assert t.files[token] == Path(rec.token_file).read_bytes().strip()  # the same token both ends
     assert oct(Path(rec.token_file).stat().st_mode & 0o777) == "0o600"
     assert "a2a-token" not in json.dumps(rec.to_dict()).replace(str(rec.token_file), "")  # path only, never the token
-    # the supervisor's start went through sudo (the deploy user is not root) and so does the boot hook's script
-    assert next(c for c in t.calls if c.what == "restart supervisor").sudo
+    # the supervisor's start went through sudo (the deploy user is not root) and so does the boot hook's
+    # script; the switch of `current` went with it, in the same command, as the deploy user
+    restart = next(c for c in t.calls if c.what == "restart supervisor")
+    assert restart.sudo
+    sent = next(x for x in t.sent if "kill -TERM" in x and "ln -sfn releases/1 " in x)
+    assert sent.index("ln -sfn releases/1 ") < sent.index("sudo -n sh -c") < sent.index("kill -TERM")
     lay = f"/home/deployer/.murmur/deployments/{res['deployment_id']}"
     assert b"sudo -n sh -c" in t.files[f"{lay}/boot.sh"]
     # the health check sent the deployment's token
@@ -299,6 +303,41 @@ def test_a_link_lost_once_the_restart_was_sent_leaves_a_release_serving(env):
     assert err.value.code == "E-DEPLOY-003"
     assert host.up and host.serving == host.current == 2
     assert record(env, first).status == "incomplete"  # and the record does not claim the switch happened
+
+
+@pytest.mark.parametrize("command", ["deploy", "rollback"])
+def test_a_link_lost_right_after_the_switch_leaves_current_naming_what_serves(env, command):
+    """The link dies the moment `current` names the new release, and stays down (no undo can reach).
+    The switch and the restart were two commands once: this left the old release serving under a
+    `current` that named the new one (`diverged`) until the next deploy. Sent as one, they both ran."""
+    t, host, first = deployed(env)
+    if command == "rollback":
+        run(env, t, env_args=("GREETING=Hola",))
+        assert host.current == host.serving == 2
+    sent = t._exec
+    lost = MurError("E-DEPLOY-003", "deployer@vm: SSH command failed: connection lost")
+    to = 2 if command == "deploy" else 1
+
+    def exec_(cmd, timeout, stdin):
+        if not t.is_alive:
+            raise lost
+        res = sent(cmd, timeout, stdin)
+        if f"ln -sfn releases/{to} " in cmd and "/current" in cmd:
+            t.is_alive = False  # the switch went out: nothing after it reaches the target
+            raise lost
+        return res
+
+    def reconnect(budget=None):
+        raise lost
+
+    t._exec, t.reconnect = exec_, reconnect  # type: ignore[method-assign]
+    with pytest.raises(MurError) as err:
+        if command == "deploy":
+            run(env, t, env_args=("GREETING=Hola",))
+        else:
+            operations.rollback(first["deployment_id"], ctx=ctx_for(env, t))
+    assert err.value.code == "E-DEPLOY-003"
+    assert host.up and host.current == host.serving == to
 
 
 def test_a_release_that_fails_its_smoke_start_never_replaces_the_serving_one(env):

@@ -18,8 +18,10 @@ __all__ = ["InitSystem", "init_for", "prestart_script", "run_argv", "service_env
 class InitSystem(Protocol):
     name: str
 
-    def start(self, lay: Layout, sudo: bool, restart: bool = False) -> list[Step]:
-        """(Re)start the service of `current` (restart: it may be running an older release)."""
+    def start(self, lay: Layout, sudo: bool, restart: bool = False, switch: str | None = None) -> list[Step]:
+        """(Re)start the service of `current` (restart: it may be running an older release); with
+        `switch` (`releases/N`), point `current` there first, in the same remote command as the
+        (re)start where the init system allows it, so a lost link cannot split them."""
 
     def stop(self, lay: Layout, sudo: bool) -> list[Step]:
         """Stop the whole process tree; idempotent."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 
+from mur.deploy.apply import symlink_command
 from mur.deploy.procid import SH_ALIVE
 from mur.deploy.steps import Layout, Run, ServiceConfig, ServiceState, Step
 
@@ -117,10 +118,13 @@ def boot_script(lay: Layout, sudo: bool) -> bytes:
 class Supervisor:
     name = "supervisor"
 
-    def start(self, lay: Layout, sudo: bool, restart: bool = False) -> list[Step]:
+    def start(self, lay: Layout, sudo: bool, restart: bool = False, switch: str | None = None) -> list[Step]:
+        # the switch of `current` goes with the (re)start: once sent, both run to their end, so a
+        # link lost between them can no longer leave `current` naming a release that does not serve
+        first = symlink_command(switch, lay.current) if switch else ""
         if restart:
-            return [Run(restart_command(lay), sudo=sudo, label="restart supervisor")]
-        return [Run(start_command(lay), sudo=sudo, label="start supervisor")]
+            return [Run(restart_command(lay), sudo=sudo, label="restart supervisor", first=first)]
+        return [Run(start_command(lay), sudo=sudo, label="start supervisor", first=first)]
 
     def stop(self, lay: Layout, sudo: bool) -> list[Step]:
         return [Run(stop_command(lay), sudo=sudo, check=False, label="stop supervisor")]

@@ -23,7 +23,7 @@ import shlex
 
 from mur.deploy.init.service import service_env
 from mur.deploy.runline import run_argv
-from mur.deploy.steps import Layout, Run, ServiceConfig, ServiceState, Step
+from mur.deploy.steps import Layout, Run, ServiceConfig, ServiceState, Step, Symlink
 
 
 def _quote(arg: str) -> str:
@@ -76,10 +76,14 @@ def render_unit(lay: Layout, svc: ServiceConfig, capsule: str = "", release: str
 class Systemd:
     name = "systemd"
 
-    def start(self, lay: Layout, sudo: bool, restart: bool = False) -> list[Step]:
+    def start(self, lay: Layout, sudo: bool, restart: bool = False, switch: str | None = None) -> list[Step]:
         q = shlex.quote
         verb = "restart" if restart else "start"
+        # the unit is installed from `current` (so is the root helper's `install-unit`): the switch is
+        # its own command before it, and a link lost right after it leaves `current` ahead of what
+        # serves until the next deploy (`diverged` in status; docs/deploy.md)
         return [
+            *([Symlink(switch, lay.current)] if switch else []),
             Run(f"install -m 0644 {q(lay.current + '/' + lay.unit_name)} {q(lay.unit_path)} && systemctl daemon-reload",
                 sudo=sudo, label="install unit", helper=("install-unit", lay.dep_id)),
             # enabled: the unit comes back after a reboot

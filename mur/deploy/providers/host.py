@@ -36,8 +36,8 @@ from mur.deploy.init import init_for
 from mur.deploy.init.supervisor import stop_smoke_command
 from mur.deploy.observe import HostView
 from mur.deploy.plan import (
-    KEEP_RELEASES, LISTENING_COMMAND, ReleaseInputs, ReleasePlan, artifact_verify_command, choose_port,
-    listening_ports, pick_port, plan_release,
+    KEEP_RELEASES, LISTENING_COMMAND, ReleaseInputs, ReleasePlan, activate_steps, artifact_verify_command,
+    choose_port, listening_ports, pick_port, plan_release,
 )
 from mur.deploy.preflight import Report, preflight_host
 from mur.deploy.providers.base import (
@@ -280,16 +280,15 @@ class HostDeploy:
                        f"switch back to release {back}", lambda: self._switch_back(back))
         with uninterrupted():
             ctx.store.update(job.dep_id, lambda d: d.pending and d.pending.update(phase="switching"))
-        with ctx.phase("switch", f"switch to release {n}", t, release=n):
+        with ctx.phase("start", f"start release {n} ({s.init})", t, release=n):
             if self.old_init != s.init:  # the service moves to another init system
                 other = init_for(self.old_init)
                 apply_steps(t, [*other.stop(lay, s.sudo), *other.remove(lay, s.sudo)])
             served = before.serving if before.serving in before.releases else before.current
             # `previous` first: whatever happens next, rollback knows what served before
-            apply_steps(t, ([Symlink(f"releases/{served}", lay.previous)] if served not in (None, n) else [])
-                        + [Symlink(f"releases/{n}", lay.current)])
-        a.advance(Phase.SWITCHED)
-        with ctx.phase("start", f"start release {n} ({s.init})", t, release=n):
+            if served not in (None, n):
+                apply_steps(t, [Symlink(f"releases/{served}", lay.previous)])
+            # then `current` and the restart, sent as one command (InitSystem.start)
             self._start_and_verify(n, f"switched back: release {before.serving} serves again" if self.was_serving
                                    else ("nothing of this deploy is left on the target" if self.first else
                                          f"current names release {before.current} again"))
@@ -327,6 +326,7 @@ class HostDeploy:
         s, t = self.s, self.s.t
         assert t is not None
         self._activate(n, restart=True)
+        self.a.advance(Phase.SWITCHED)
         card = s.svc.wait(self.port, self.token, self.pin, self.job.req.start_timeout)
         if not card.get("ok"):
             raise s.svc.failed(card, after)
@@ -339,10 +339,8 @@ class HostDeploy:
     def _activate(self, n: int, restart: bool) -> None:
         """`current` -> release n, (re)start the service from it, keep it across reboots."""
         s = self.s
-        init = init_for(s.init)
         svc = ServiceConfig(port=self.port, init=s.init, boot=self.rec.boot if self.rec else "none")
-        apply_steps(s.t, [Symlink(f"releases/{n}", s.lay.current), *init.start(s.lay, s.sudo, restart=restart),
-                          *init.install_boot(s.lay, svc, s.sudo)])
+        apply_steps(s.t, activate_steps(s.lay, n, svc, s.sudo, restart=restart))
 
     def _smoke(self, plan: ReleasePlan, busy: set[int]) -> None:
         t = self.s.t
@@ -473,16 +471,15 @@ class HostDeploy:
         steps: list = []
         if self.old_init and self.old_init != s.init:  # the new release came up under another init system
             steps += [*new.stop(lay, s.sudo), *new.remove(lay, s.sudo)]
-        steps.append(Symlink(f"releases/{back}", lay.current))
         before = self.before
         if before is not None and before.previous is not None:
             steps.append(Symlink(f"releases/{before.previous}", lay.previous))
         else:
             steps.append(Run(f"rm -f {shlex.quote(lay.previous)}", check=False, label="forget previous"))
         if self.was_serving:
-            steps += old.start(lay, s.sudo, restart=True)
+            steps += old.start(lay, s.sudo, restart=True, switch=f"releases/{back}")
         else:
-            steps += new.stop(lay, s.sudo)
+            steps += [Symlink(f"releases/{back}", lay.current), *new.stop(lay, s.sudo)]
         apply_steps(t, steps)
         if self.was_serving and self.a.remaining() > 2:
             # it served before this deploy: give it the rest of the budget to answer again, so the

@@ -203,12 +203,10 @@ def parse_view(t: Any, lay: Layout) -> HostView:
 
 
 def _activate(s: HostSession, dep: Deployment, n: int, restart: bool) -> None:
-    from mur.deploy.init import init_for
+    from mur.deploy.plan import activate_steps
 
-    init = init_for(s.init)
     svc = ServiceConfig(port=int(dep.service_port or 0), init=s.init, boot=dep.boot)
-    apply_steps(s.t, [Symlink(f"releases/{n}", s.lay.current), *init.start(s.lay, s.svc.sudo, restart=restart),
-                      *init.install_boot(s.lay, svc, s.svc.sudo)])
+    apply_steps(s.t, activate_steps(s.lay, n, svc, s.svc.sudo, restart=restart))
 
 
 def _switch(s: HostSession, dep: Deployment, ctx: Context, view: HostView, to: int) -> Deployment:

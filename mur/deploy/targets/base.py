@@ -183,10 +183,13 @@ class Target:
         return self.is_root or self.run("sudo -n sh -c true", check=False, what="sudo check").rc == 0
 
     def run(self, cmd: str, *, sudo: bool = False, check: bool = True, timeout: float | None = None,
-            stdin: bytes | None = None, what: str = "", helper: tuple[str, ...] = ()) -> Result:
-        """Run `cmd` under sh; `sudo` elevates it (see `elevated`) when the user is not root."""
+            stdin: bytes | None = None, what: str = "", helper: tuple[str, ...] = (), first: str = "") -> Result:
+        """Run `cmd` under sh; `sudo` elevates it (see `elevated`) when the user is not root; `first`
+        (never elevated) runs before it in the same command, and `cmd` only when it succeeded."""
         if sudo:
             cmd = self.elevated(cmd, helper)
+        if first:
+            cmd = f"{{ {first}; }} && {{ {cmd}\n}}"
         res = self._exec(cmd, timeout, stdin)
         if res.rc != 0 and any(t in res.stderr for t in DISK_FULL_TEXT):
             raise self.disk_full(what or "command", detail=res.stderr.strip()[-300:])

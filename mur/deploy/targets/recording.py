@@ -156,10 +156,11 @@ class RecordingTarget(Target):
         self._rules.append((what, response if response is not None else Result(rc, stdout, stderr)))
 
     def run(self, cmd: str, *, sudo: bool = False, check: bool = True, timeout: float | None = None,
-            stdin: bytes | None = None, what: str = "", helper: tuple[str, ...] = ()) -> Result:
-        self.calls.append(Call("run", what, cmd, sudo and not self.is_root))
+            stdin: bytes | None = None, what: str = "", helper: tuple[str, ...] = (), first: str = "") -> Result:
+        self.calls.append(Call("run", what, f"{first} && {cmd}" if first else cmd, sudo and not self.is_root))
         self._what = what
-        return super().run(cmd, sudo=sudo, check=check, timeout=timeout, stdin=stdin, what=what, helper=helper)
+        return super().run(cmd, sudo=sudo, check=check, timeout=timeout, stdin=stdin, what=what, helper=helper,
+                           first=first)
 
     def _exec(self, cmd: str, timeout: float | None, stdin: bytes | None) -> Result:
         self.sent.append(cmd)  # as it goes over the wire: elevated
