@@ -277,11 +277,9 @@ def test_a_changed_release_is_smoke_started_beside_the_serving_one(env):
     assert second["release"] == 2 and rec.previous.n == 1 and rec.status == "running" and host.serving == 2
 
 
-def test_a_link_lost_once_the_restart_was_sent_leaves_a_release_serving(env):
-    """The link dies right after the target stopped the serving supervisor, and stays down (no undo
-    can reach). The restart was two commands once, and this left nothing serving until the next
-    deploy; whatever went out with the stop must start the service too."""
-    t, host, first = deployed(env)
+def lose_the_link_after(t, sent_when) -> None:
+    """The link dies right after the first command for which `sent_when(cmd)` holds went out (the
+    target ran it), and stays down: nothing after it reaches the target, no undo, no reconnect."""
     sent = t._exec
     lost = MurError("E-DEPLOY-003", "deployer@vm: SSH command failed: connection lost")
 
@@ -289,7 +287,7 @@ def test_a_link_lost_once_the_restart_was_sent_leaves_a_release_serving(env):
         if not t.is_alive:
             raise lost
         res = sent(cmd, timeout, stdin)
-        if "kill -TERM" in cmd and 2 in host.releases:  # this command stopped the serving supervisor
+        if sent_when(cmd):
             t.is_alive = False
             raise lost
         return res
@@ -298,6 +296,15 @@ def test_a_link_lost_once_the_restart_was_sent_leaves_a_release_serving(env):
         raise lost
 
     t._exec, t.reconnect = exec_, reconnect  # type: ignore[method-assign]
+
+
+def test_a_link_lost_once_the_restart_was_sent_leaves_a_release_serving(env):
+    """The link dies right after the target stopped the serving supervisor, and stays down (no undo
+    can reach). The restart was two commands once, and this left nothing serving until the next
+    deploy; whatever went out with the stop must start the service too."""
+    t, host, first = deployed(env)
+    # this command stopped the serving supervisor
+    lose_the_link_after(t, lambda cmd: "kill -TERM" in cmd and 2 in host.releases)
     with pytest.raises(MurError) as err:
         run(env, t, env_args=("GREETING=Hola",))
     assert err.value.code == "E-DEPLOY-003"
@@ -314,23 +321,8 @@ def test_a_link_lost_right_after_the_switch_leaves_current_naming_what_serves(en
     if command == "rollback":
         run(env, t, env_args=("GREETING=Hola",))
         assert host.current == host.serving == 2
-    sent = t._exec
-    lost = MurError("E-DEPLOY-003", "deployer@vm: SSH command failed: connection lost")
     to = 2 if command == "deploy" else 1
-
-    def exec_(cmd, timeout, stdin):
-        if not t.is_alive:
-            raise lost
-        res = sent(cmd, timeout, stdin)
-        if f"ln -sfn releases/{to} " in cmd and "/current" in cmd:
-            t.is_alive = False  # the switch went out: nothing after it reaches the target
-            raise lost
-        return res
-
-    def reconnect(budget=None):
-        raise lost
-
-    t._exec, t.reconnect = exec_, reconnect  # type: ignore[method-assign]
+    lose_the_link_after(t, lambda cmd: f"ln -sfn releases/{to} " in cmd and "/current" in cmd)
     with pytest.raises(MurError) as err:
         if command == "deploy":
             run(env, t, env_args=("GREETING=Hola",))
