@@ -6,6 +6,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from mur.digits import is_digits
+
 _FORBIDDEN_HOST_CHARS = frozenset(" \t\n\r#%/:<>?@[\\]^|")
 _IPV4_PART = re.compile(r"^(?:0[xX][0-9a-fA-F]*|[0-9]+)$")
 
@@ -75,7 +77,7 @@ def url_host(netloc: str) -> str:
 
 
 def valid_port_text(text: str) -> bool:
-    return text == "" or (text.isascii() and text.isdigit() and int(text) <= 65535)
+    return text == "" or (is_digits(text) and int(text) <= 65535)
 
 
 def normalize_host(host: str) -> str:

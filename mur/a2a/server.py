@@ -34,6 +34,7 @@ from mur.a2a.http1 import Request, Response, serve
 from mur.a2a.listen import DoorLimits
 from mur.a2a.sse import CLOSED, HEARTBEAT, LAGGED, EventHub, Frame, format_frame
 from mur.a2a.tasks import INPUT_REQUIRED, SUBMITTED, Task, TaskRegistry
+from mur.digits import is_digits
 from mur.errors import MurError
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -151,7 +152,7 @@ class Door:
         within reason), 408 when it is not complete within the body deadline."""
         loop = asyncio.get_running_loop()
         declared = request.headers.get("content-length", "")
-        too_big = declared.isascii() and declared.isdigit() and int(declared) > self.max_body
+        too_big = is_digits(declared) and int(declared) > self.max_body
         deadline = loop.time() + (DRAIN_SECS if too_big else self.limits.body_timeout)
         chunks: list[bytes] = []
         size = 0
@@ -381,7 +382,7 @@ def _traceparent(request: Request) -> str | None:
 
 def _last_event_id(request: Request) -> int | None:
     value = request.headers.get("last-event-id", "").strip()
-    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
+    return int(value) if is_digits(value) and len(value) <= 18 else None
 
 
 class ServerThread:

@@ -34,6 +34,7 @@ from mur.artifacts.store import (
     split_platform,
     validate_version_segment,
 )
+from mur.digits import is_digits
 from mur.errors import MurError
 from mur.paths import home_dir
 from mur.platform import current_platform
@@ -245,7 +246,7 @@ def version_key(version: str) -> tuple:
     main, dash, pre = core.partition("-")
 
     def fields(text: str) -> tuple:
-        return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.]", text) if p != "")
+        return tuple((0, int(p), "") if is_digits(p) else (1, 0, p) for p in re.split(r"[.]", text) if p != "")
 
     return (fields(main), 0 if dash else 1, fields(pre))
 

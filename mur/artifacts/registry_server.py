@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from mur.artifacts.store import RUNTIME_TYPES, ArtifactMeta, Store, split_platform, validate_version_segment
+from mur.digits import is_digits
 from mur.errors import MurError
 
 DEFAULT_BIND = "127.0.0.1:7800"
@@ -95,7 +96,7 @@ def create_app(data_dir: Path, api_key: str, *, max_upload_bytes: int = DEFAULT_
             if pair not in platforms:
                 platforms.append(pair)
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > max_upload_bytes:
+        if declared and is_digits(declared) and int(declared) > max_upload_bytes:
             return _err(413, f"artifact exceeds the {max_upload_bytes}-byte upload limit")
 
         tmp = uploads / f"{uuid.uuid4().hex}.upload"
@@ -186,7 +187,7 @@ def create_app(data_dir: Path, api_key: str, *, max_upload_bytes: int = DEFAULT_
 def parse_bind(bind: str) -> tuple[str, int]:
     """`host:port` or `[v6]:port` -> (host, port); E-IO-003 when malformed."""
     host, sep, port = bind.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not is_digits(port) or not host:
         raise MurError("E-IO-003", f"invalid bind address '{bind}' (expected host:port, e.g. 127.0.0.1:7800)")
     return host.strip("[]"), int(port)
 

@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mur.digits import is_digits
+
 # option -> (RunOptions field, kind): "path", "str", "port", "flag"
 VALUED: dict[str, tuple[str, str]] = {
     "--manifest": ("manifest", "path"),
@@ -57,7 +59,7 @@ def _value(kind: str, raw: str) -> Any:
     if kind == "path":
         return Path(raw)
     if kind == "port":
-        if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) < 65536:
+        if not is_digits(raw) or not 0 < int(raw) < 65536:
             return None
         return int(raw)
     return raw

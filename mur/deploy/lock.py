@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from mur.deploy.deadlines import Deadlines, current as current_deadlines
 from mur.deploy.targets.base import Held, Target
+from mur.digits import is_digits
 from mur.errors import MurError
 from mur.progress import QUIET, Reporter
 
@@ -124,7 +125,7 @@ class Holder:
     @classmethod
     def parse(cls, text: str) -> "Holder | None":
         since, _, rest = text.strip().partition(" ")
-        if not since.isdigit():
+        if not is_digits(since):
             return None
         try:
             d = json.loads(rest) if rest.strip() else {}
@@ -248,7 +249,7 @@ class TargetLock:
 
 def _holder_and_now(rest: str) -> tuple[Holder | None, int | None]:
     now, _, text = rest.partition(" ")
-    return Holder.parse(text), (int(now) if now.isdigit() else None)
+    return Holder.parse(text), (int(now) if is_digits(now) else None)
 
 
 def busy_error(what: str, where: str, holder: Holder | None, now: int | None, waited: float) -> MurError:

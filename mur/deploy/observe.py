@@ -27,6 +27,7 @@ from typing import Any
 
 from mur.deploy.lock import Holder, probe_command
 from mur.deploy.steps import DEPLOYMENT_TMP_GLOBS, Layout, ServiceState
+from mur.digits import is_digits
 
 STATES = ("running", "starting", "crash-looping", "stopped", "diverged", "incomplete")
 
@@ -115,7 +116,7 @@ def release_of(path: str, lay: Layout) -> int | None:
     if not path.startswith(prefix):
         return None
     head = path[len(prefix):].split("/", 1)[0].split(" ", 1)[0]
-    return int(head) if head.isdigit() else None
+    return int(head) if is_digits(head) else None
 
 
 def parse_observation(out: str, lay: Layout) -> HostView:
@@ -126,22 +127,22 @@ def parse_observation(out: str, lay: Layout) -> HostView:
             v.exists = True
             v.current_raw = rest.strip()
             name = v.current_raw.rstrip("/").rsplit("/", 1)[-1]
-            v.current = int(name) if name.isdigit() else None
+            v.current = int(name) if is_digits(name) else None
         elif tag == "@@previous":
             name = rest.strip().rstrip("/").rsplit("/", 1)[-1]
-            v.previous = int(name) if name.isdigit() else None
+            v.previous = int(name) if is_digits(name) else None
         elif tag == "@@release":
             n, _, body = rest.partition(" ")
             try:
                 meta = json.loads(body)
             except ValueError:
                 meta = None
-            if n.isdigit():
+            if is_digits(n):
                 if isinstance(meta, dict):
                     v.releases[int(n)] = meta
                 else:  # an unreadable release.json is not a complete release
                     v.partial.append(int(n))
-        elif tag == "@@partial" and rest.strip().isdigit():
+        elif tag == "@@partial" and is_digits(rest.strip()):
             v.partial.append(int(rest.strip()))
         elif tag == "@@tmp" and rest.strip():
             v.tmp.append(rest.strip())
@@ -152,12 +153,12 @@ def parse_observation(out: str, lay: Layout) -> HostView:
             if kind == "held":
                 v.lock_held = True
                 now, _, text = more.partition(" ")
-                v.holder_now = int(now) if now.isdigit() else None
+                v.holder_now = int(now) if is_digits(now) else None
                 v.holder = Holder.parse(text)
         elif tag == "@@serving":
             v.listener = True
             pid, _, cwd = rest.partition(" ")
-            v.serving_pid = int(pid) if pid.isdigit() else None
+            v.serving_pid = int(pid) if is_digits(pid) else None
             v.serving_cwd = cwd.strip() if cwd.strip() != "?" else ""
             v.serving = release_of(v.serving_cwd, lay)
     return v

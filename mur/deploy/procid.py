@@ -17,6 +17,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from mur.digits import is_digits
+
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
@@ -67,7 +69,7 @@ def recorded_pid(path: Path | str) -> int | None:
         parts = Path(path).read_text().split()
     except OSError:
         return None
-    if len(parts) != 3 or not parts[0].isdigit():
+    if len(parts) != 3 or not is_digits(parts[0]):
         return None
     pid, start, boot = int(parts[0]), parts[1], parts[2]
     return pid if boot == boot_id() and start_time(pid) == start else None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mur.digits import is_digits
 from mur.resolve.env import parse, parse_env_args
 from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
@@ -82,7 +83,7 @@ def parse_batch(text: str) -> int | str:
     from mur.fleet.config import PERCENT
 
     text = text.strip()
-    if text.isdigit() and int(text) >= 1:
+    if is_digits(text) and int(text) >= 1:
         return int(text)
     if PERCENT.match(text):
         return text

@@ -13,6 +13,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
+from mur.digits import is_digits
+
 MAX_HEAD = 64 * 1024
 MAX_BODY = 8 * 1024 * 1024  # the door refuses past 1 MiB with its own JSON-RPC 413; the front lets it say so
 # Hop-by-hop headers (RFC 9110 7.6.1): never forwarded as they came; the front sets its own framing.
@@ -57,7 +59,7 @@ class Head:
         if len(values) > 1 or self.all("transfer-encoding"):
             raise BadMessage("ambiguous message length")
         (value,) = values
-        if not value.isascii() or not value.isdigit() or len(value) > 12:
+        if not is_digits(value) or len(value) > 12:
             raise BadMessage(f"bad Content-Length {value[:20]!r}")
         return int(value)
 
@@ -101,7 +103,7 @@ def request_line(head: Head) -> RequestLine:
 
 def status_of(head: Head) -> int:
     parts = head.first.split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not is_digits(parts[1]):
         raise BadMessage(f"bad status line {head.first[:80]!r}", 502)
     return int(parts[1])
 

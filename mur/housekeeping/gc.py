@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable
 
 from mur import fswalk
+from mur.digits import is_digits
 from mur.errors import MurError
 from mur.fsafe import Tree
 
@@ -110,7 +111,7 @@ def _real_dirs(parent: Path, pattern: re.Pattern) -> list[Path]:
 def open_paths(proc: Path = Path("/proc")) -> set[str]:
     """Every path some process has open or as its working directory (those we may read)."""
     found: set[str] = set()
-    for pid in (p for p in _listdir(proc) if p.isdigit()):
+    for pid in (p for p in _listdir(proc) if is_digits(p)):
         base = proc / pid
         for link in [base / "cwd", *((base / "fd" / fd) for fd in _listdir(base / "fd"))]:
             try:

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mur.digits import is_digits
+
 # The non-root user the capsule runs as (also in the exported pod's securityContext).
 UID = GID = 10001
 USER = "mur"
@@ -39,7 +41,7 @@ SECOND = 1_000_000_000  # Docker's Healthcheck durations are nanoseconds
 def source_date_epoch(env: dict[str, str]) -> int:
     """SOURCE_DATE_EPOCH when set (reproducible-builds.org), else 0: the image does not record build time."""
     raw = env.get("SOURCE_DATE_EPOCH", "").strip()
-    return int(raw) if raw.isdigit() else 0
+    return int(raw) if is_digits(raw) else 0
 
 
 def rfc3339(epoch: int) -> str:

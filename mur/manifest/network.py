@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from mur.digits import is_digits
 from mur.errors import MurError
 from mur.hostnames import ip_literal, normalize_host, url_host, valid_port_text  # noqa: F401 (re-exported)
 from mur.manifest.yamlio import one_line
@@ -90,7 +91,7 @@ def valid_host(host: str) -> bool:
 
 
 def _port(entry: str, text: str) -> int:
-    if not text.isdigit():
+    if not is_digits(text):
         raise _bad(entry, "invalid port number")
     port = int(text)
     if not 0 < port <= 65535:

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from mur.deploy.state import Deployment
 from mur.deploy.steps import Layout
+from mur.digits import is_digits
 from mur.errors import MurError
 from mur.ids import SESSION_UID_RANGES
 from mur.jsonl import MAX_BYTES
@@ -72,7 +73,7 @@ def _session_uid(uid: int | None) -> bool:
 
 
 def _release_numbers(names: list[str]) -> list[int]:
-    return sorted(int(n) for n in names if n.isdigit())
+    return sorted(int(n) for n in names if is_digits(n))
 
 
 class SftpSessions:
@@ -269,7 +270,7 @@ def pick(address: str | None, refs: list[SessionRef], where: str) -> SessionRef:
     text = (address or "@1").strip()
     lowered = text.lower()
     if text.startswith("@"):
-        n = int(text[1:]) if text[1:].isdigit() else 0
+        n = int(text[1:]) if is_digits(text[1:]) else 0
         if n < 1:
             raise MurError("E-TRC-002", f"bad session address '{text}': @N counts from @1 (the most recent)")
         if n > len(refs):

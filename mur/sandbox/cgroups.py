@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from mur.digits import is_digits
+
 CGROUP_ROOT = "/sys/fs/cgroup"
 PARENT = "mur"
 CPU_PERIOD_US = 100_000
@@ -151,7 +153,7 @@ def _flat_keyed(text: str) -> dict[str, int]:
     out = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+        if len(parts) == 2 and is_digits(parts[1].lstrip("-")):
             out[parts[0]] = int(parts[1])
     return out
 

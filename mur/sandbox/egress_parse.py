@@ -17,6 +17,7 @@ import socket
 import struct
 from typing import Iterable
 
+from mur.digits import is_digits
 from mur.hostnames import normalize_host, url_host
 
 _TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
@@ -48,7 +49,7 @@ def split_authority(text: str, default_port: int | None = None) -> tuple[str, in
         raise ValueError("bad authority")
     port_text = rest[1:]
     if port_text:
-        if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
+        if not (is_digits(port_text)) or not 0 < int(port_text) < 65536:
             raise ValueError("bad port")
         port = int(port_text)
     elif default_port is not None:
@@ -109,7 +110,7 @@ def body_framing(headers: list[tuple[str, str]]) -> int | None:
         return None
     if not lengths:
         return 0
-    if len(lengths) > 1 or not all(v.isascii() and v.isdigit() and len(v) < 19 for v in lengths):
+    if len(lengths) > 1 or not all(is_digits(v) and len(v) < 19 for v in lengths):
         raise ValueError("a bad or repeated Content-Length")
     return int(lengths.pop())
 

@@ -33,6 +33,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
+from mur.digits import is_digits
+
 UNLIMITED_V1 = 1 << 62  # memory.limit_in_bytes reads 9223372036854771712 (PAGE_COUNTER_MAX pages) when unset
 E012_HINT = ("the systemd user unit `mur` runs under needs `Delegate=yes` for memory, pids, cpu and io; or run mur in "
              "a cgroup it cannot change whose memory limit (and pids.max, if set) is at or below "
@@ -219,7 +221,7 @@ def evidence(bound: EnclosingBound, read: Callable[[str], str | None] = _read) -
     def key(path: str, name: str) -> int:
         for line in (read(path) or "").splitlines():
             parts = line.split()
-            if len(parts) == 2 and parts[0] == name and parts[1].isdigit():
+            if len(parts) == 2 and parts[0] == name and is_digits(parts[1]):
                 return int(parts[1])
         return 0
 

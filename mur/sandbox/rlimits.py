@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import resource
 
+from mur.digits import is_digits
+
 NAMES = {
     "NPROC": resource.RLIMIT_NPROC,
     "NOFILE": resource.RLIMIT_NOFILE,
@@ -34,7 +36,7 @@ def uid_task_count(uid: int, proc: str = "/proc") -> int:
     except OSError:
         return 0
     for entry in entries:
-        if not entry.isdigit():
+        if not is_digits(entry):
             continue
         real_uid = threads = None
         try:

@@ -26,6 +26,8 @@ import signal
 import time
 from typing import Iterable
 
+from mur.digits import is_digits
+
 PR_SET_CHILD_SUBREAPER = 36
 SESSION_FILTERS = 2  # seccomp.install() loads two programs per tool
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -69,7 +71,7 @@ def tool_processes(root: int | None = None, proc: str = "/proc") -> dict[int, st
     except OSError:
         return {}
     for entry in entries:
-        if entry.isdigit() and int(entry) != root:
+        if is_digits(entry) and int(entry) != root:
             st = _status(entry, proc)
             if st is not None:
                 table[int(entry)] = st

@@ -27,6 +27,7 @@ import signal
 import stat
 from dataclasses import dataclass
 
+from mur.digits import is_digits
 from mur.ids import SESSION_UID_RANGES
 
 RANGES = SESSION_UID_RANGES
@@ -125,7 +126,7 @@ def _try_lock(dir_fd: int, name: str) -> int | None:
 
 def _sweep_stale(dir_fd: int) -> None:
     for name in os.listdir(dir_fd):
-        if not name.isdigit():
+        if not is_digits(name):
             continue
         try:
             if not stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):

@@ -24,6 +24,7 @@ import re
 import stat
 from pathlib import Path
 
+from mur.digits import is_digits
 from mur.errors import MurError
 from mur.ids import SESSION_UID_RANGES
 from mur.paths import MURMUR_DIR
@@ -113,7 +114,7 @@ def _path(path: Path) -> Path:
 
 def _ordinal(address: str, workdir: Path) -> Path:
     digits = address[1:]
-    if not digits.isdigit():  # upstream's words for both
+    if not is_digits(digits):  # upstream's words for both
         raise MurError("E-TRC-002", f"invalid ordinal '{address}' — expected @1, @2, ...",
                        hint="@1 is the most recent session, @2 the one before it")
     n = int(digits)

@@ -24,6 +24,7 @@ import shlex
 from mur.deploy.init.service import service_env
 from mur.deploy.runline import run_argv
 from mur.deploy.steps import Layout, Run, ServiceConfig, ServiceState, Step, Symlink
+from mur.digits import is_digits
 
 
 def _quote(arg: str) -> str:
@@ -122,7 +123,7 @@ class Systemd:
         active = props.get("ActiveState") or "unknown"
         if props.get("LoadState") == "not-found":
             active = "absent"
-        pid = int(props["MainPID"]) if props.get("MainPID", "").isdigit() and props["MainPID"] != "0" else None
+        pid = int(props["MainPID"]) if is_digits(props.get("MainPID", "")) and props["MainPID"] != "0" else None
         restarts = int(props.get("NRestarts") or 0)
         sub = props.get("SubState", "")
         last = props.get("ExecMainStatus", "")
@@ -132,7 +133,7 @@ class Systemd:
             exited=active in ("failed", "inactive", "absent"), restarts=restarts, pid=pid,
             detail=(("sub_state", sub), ("enabled", props.get("UnitFileState", ""))),
             looping=sub == "auto-restart" or (active == "activating" and restarts > 0),
-            last_exit=int(last) if last.lstrip("-").isdigit() and (restarts or active != "active") else None)
+            last_exit=int(last) if is_digits(last.lstrip("-")) and (restarts or active != "active") else None)
 
     def logs(self, lay: Layout, lines: int, follow: bool, sudo: bool) -> Run:
         cmd = f"journalctl -u {shlex.quote(lay.unit_name)} --no-pager -o cat -n {int(lines)}" + (" -f" if follow else "")
