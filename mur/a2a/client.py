@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import httpx
 
-from mur.digits import is_digits
+from mur.digits import digits_int
 from mur.errors import MurError
 
 WAITING_STATES = ("submitted", "working")
@@ -344,4 +344,4 @@ def _parse_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
             elif name == "data":
                 data.append(value)
             elif name == "id":
-                event_id = int(value) if is_digits(value) else None
+                event_id = digits_int(value)

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from mur.deploy.deadlines import Deadlines, current as current_deadlines
+from mur.deploy.steps import Layout
 from mur.deploy.targets.base import Held, Target
-from mur.digits import is_digits
+from mur.digits import digits_int, is_digits
 from mur.errors import MurError
 from mur.progress import QUIET, Reporter
 
@@ -49,7 +50,8 @@ def locks_dir(home: str) -> str:
     return f"{home.rstrip('/')}/.murmur/locks"
 
 
-def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, release_after: float, holder: str) -> str:
+def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, release_after: float, holder: str,
+                  after: str = "") -> str:
     """The remote half of the lock (POSIX sh + util-linux flock + coreutils: all in minbase)."""
     q = shlex.quote
     d, n = q(lock_dir), q(name)
@@ -81,9 +83,9 @@ def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, releas
         "u) flock -u 8 2>/dev/null; exec 8>&-; echo @@unshared;; "
         "r) rm -f \"$d/$n.lock\" \"$d/$n.holder\"; echo @@removed;; "
         "*) break;; esac; done; "
-        # what the command sent may outlive it (a stop or restart whose link died goes on): the
-        # lock stays held until that ends (mur.deploy.init.supervisor.hold_run_dir)
-        f"r=\"$d/../deployments/$n/run\"; if [ -d \"$r\" ]; then flock -w {AFTER_WAIT_SECS} \"$r\" true 2>/dev/null; fi; true"
+        # `after`: what the command sent may outlive it (a stop or restart whose link died goes on,
+        # holding this directory: mur.deploy.init.supervisor.hold_run_dir): the lock stays held until it ends
+        f"r={q(after)}; if [ -n \"$r\" ] && [ -d \"$r\" ]; then flock -w {AFTER_WAIT_SECS} \"$r\" true 2>/dev/null; fi; true"
     )
 
 
@@ -176,7 +178,8 @@ class TargetLock:
 
     def acquire(self) -> "TargetLock":
         script = holder_script(locks_dir(self.t.home), self.name, shared=self.shared, wait=self.wait,
-                               release_after=self.dl.lock_release, holder=json.dumps(self.me, sort_keys=True))
+                               release_after=self.dl.lock_release, holder=json.dumps(self.me, sort_keys=True),
+                               after=Layout(self.t.home, self.name).run_dir)
         held = self.t.hold(script)
         limit = time.monotonic() + self.wait + 70 + self.dl.dead_after
         while True:
@@ -249,7 +252,7 @@ class TargetLock:
 
 def _holder_and_now(rest: str) -> tuple[Holder | None, int | None]:
     now, _, text = rest.partition(" ")
-    return Holder.parse(text), (int(now) if is_digits(now) else None)
+    return Holder.parse(text), digits_int(now)
 
 
 def busy_error(what: str, where: str, holder: Holder | None, now: int | None, waited: float) -> MurError:

@@ -27,7 +27,7 @@ from typing import Any
 
 from mur.deploy.lock import Holder, probe_command
 from mur.deploy.steps import DEPLOYMENT_TMP_GLOBS, Layout, ServiceState
-from mur.digits import is_digits
+from mur.digits import digits_int, is_digits
 
 STATES = ("running", "starting", "crash-looping", "stopped", "diverged", "incomplete")
 
@@ -116,7 +116,7 @@ def release_of(path: str, lay: Layout) -> int | None:
     if not path.startswith(prefix):
         return None
     head = path[len(prefix):].split("/", 1)[0].split(" ", 1)[0]
-    return int(head) if is_digits(head) else None
+    return digits_int(head)
 
 
 def parse_observation(out: str, lay: Layout) -> HostView:
@@ -127,10 +127,10 @@ def parse_observation(out: str, lay: Layout) -> HostView:
             v.exists = True
             v.current_raw = rest.strip()
             name = v.current_raw.rstrip("/").rsplit("/", 1)[-1]
-            v.current = int(name) if is_digits(name) else None
+            v.current = digits_int(name)
         elif tag == "@@previous":
             name = rest.strip().rstrip("/").rsplit("/", 1)[-1]
-            v.previous = int(name) if is_digits(name) else None
+            v.previous = digits_int(name)
         elif tag == "@@release":
             n, _, body = rest.partition(" ")
             try:
@@ -153,12 +153,12 @@ def parse_observation(out: str, lay: Layout) -> HostView:
             if kind == "held":
                 v.lock_held = True
                 now, _, text = more.partition(" ")
-                v.holder_now = int(now) if is_digits(now) else None
+                v.holder_now = digits_int(now)
                 v.holder = Holder.parse(text)
         elif tag == "@@serving":
             v.listener = True
             pid, _, cwd = rest.partition(" ")
-            v.serving_pid = int(pid) if is_digits(pid) else None
+            v.serving_pid = digits_int(pid)
             v.serving_cwd = cwd.strip() if cwd.strip() != "?" else ""
             v.serving = release_of(v.serving_cwd, lay)
     return v
