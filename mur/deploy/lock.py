@@ -50,6 +50,10 @@ def locks_dir(home: str) -> str:
     return f"{home.rstrip('/')}/.murmur/locks"
 
 
+# The descriptor the lock holder keeps the deployment's lock on (a status looks for it: held_here).
+HOLDER_FD = 9
+
+
 def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, release_after: float, holder: str,
                   after: str = "") -> str:
     """The remote half of the lock (POSIX sh + util-linux flock + coreutils: all in minbase)."""
@@ -67,14 +71,14 @@ def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, releas
         "while :; do i=$((i+1)); if [ $i -gt 50 ]; then echo \"@@error cannot open the lock files in $d\"; exit 70; fi; "
         "mkdir -p \"$d\" 2>/dev/null; chmod 700 \"$d\" 2>/dev/null; "
         f"{take_shared}"
-        "command exec 9>>\"$d/$n.lock\" || { exec 8>&-; sleep 0.1; continue; }; "
-        "if ! flock -n 9; then "
+        f"command exec {HOLDER_FD}>>\"$d/$n.lock\" || {{ exec 8>&-; sleep 0.1; continue; }}; "
+        f"if ! flock -n {HOLDER_FD}; then "
         f"if [ \"$w\" = 0 ]; then printf '@@busy %s %s\\n' \"$(date +%s)\" \"$({who})\"; exit 75; fi; "
         f"printf '@@waiting %s %s\\n' \"$(date +%s)\" \"$({who})\"; "
-        f"flock -w \"$w\" 9 || {{ printf '@@busy %s %s\\n' \"$(date +%s)\" \"$({who})\"; exit 75; }}; fi; "
+        f"flock -w \"$w\" {HOLDER_FD} || {{ printf '@@busy %s %s\\n' \"$(date +%s)\" \"$({who})\"; exit 75; }}; fi; "
         # the file may have been removed (destroy) while we waited: hold the lock of the file that is there
-        f"[ \"$({same.format('$n.lock', 9)} ] && break; "
-        "exec 9>&- 8>&-; w=0; done; "
+        f"[ \"$({same.format('$n.lock', HOLDER_FD)} ] && break; "
+        f"exec {HOLDER_FD}>&- 8>&-; w=0; done; "
         f"prev=$({who}); "
         f"printf '%s %s\\n' \"$(date +%s)\" {q(holder)} > \"$d/$n.holder.$$\" && mv -f \"$d/$n.holder.$$\" \"$d/$n.holder\"; "
         "printf '@@locked %s\\n' \"$prev\"; "
@@ -91,25 +95,48 @@ def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, releas
 
 def probe_command(lock_path: str, holder_path: str) -> str:
     """`@@lock held <now> <holder line>` or `@@lock free`, without taking the lock (a status must
-    never make a deploy fail): the kernel's table of flocks (/proc/locks) is read for the file's
-    device and inode."""
+    never make a deploy fail); `held_here`'s two reads, in sh."""
     q = shlex.quote
-    return (f"if [ -e {q(lock_path)} ]; then d=$(stat -c %d {q(lock_path)}); i=$(stat -c %i {q(lock_path)}); "
+    lock = q(lock_path)
+    return (f"if [ -e {lock} ]; then h=; d=$(stat -c %d {lock}); i=$(stat -c %i {lock}); "
             "k=$(printf '%02x:%02x:%s' $(( (d >> 8) & 0xfff )) $(( (d & 0xff) | ((d >> 12) & 0xfff00) )) \"$i\"); "
-            "if grep -q \" FLOCK .* $k \" /proc/locks 2>/dev/null; then "
+            "grep -q \" FLOCK .* $k \" /proc/locks 2>/dev/null && h=1; "
+            f"if [ -z \"$h\" ]; then for f in /proc/[0-9]*/fd/{HOLDER_FD}; do [ \"$f\" -ef {lock} ] || continue; "
+            f"p=${{f%/fd/{HOLDER_FD}}}; grep -q '^lock:' \"$p/fdinfo/{HOLDER_FD}\" 2>/dev/null && {{ h=1; break; }}; done; fi; "
+            "if [ -n \"$h\" ]; then "
             f"printf '@@lock held %s %s\\n' \"$(date +%s)\" \"$(head -c 2000 {q(holder_path)} 2>/dev/null)\"; "
             "else echo '@@lock free'; fi; fi")
 
 
 def held_here(lock_path: str) -> bool:
-    """Whether some process on this machine holds an flock on `lock_path` (read, never taken)."""
+    """Whether some process on this machine holds an flock on `lock_path` (read, never taken).
+
+    Two reads, since neither sees every holder: the kernel's table (/proc/locks, by device and
+    inode) shows any user's lock, but in a PID namespace (a container) it hides a lock whose taker
+    has exited, which is the case here (holder_script's `flock 9` is a child that returns); a
+    holder's own descriptor (/proc/<pid>/fdinfo/9 lists the locks held through it) shows it there,
+    for the processes this user may inspect."""
     try:
         st = os.stat(lock_path)
         table = open("/proc/locks", encoding="ascii").read()  # noqa: SIM115
     except OSError:
         return False
     key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
-    return any(" FLOCK " in line and key in line for line in table.splitlines())
+    if any(" FLOCK " in line and key in line for line in table.splitlines()):
+        return True
+    for pid in os.listdir("/proc"):
+        if not is_digits(pid):
+            continue
+        try:
+            fd = os.stat(f"/proc/{pid}/fd/{HOLDER_FD}")
+            if (fd.st_dev, fd.st_ino) != (st.st_dev, st.st_ino):
+                continue
+            with open(f"/proc/{pid}/fdinfo/{HOLDER_FD}", encoding="ascii") as info:
+                if any(line.startswith("lock:") for line in info):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 @dataclass(frozen=True)

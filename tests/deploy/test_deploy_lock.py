@@ -187,3 +187,26 @@ def flocked(path: str) -> bool:
     """Someone holds an flock on `path` (asked with a non-blocking flock: /proc/locks names the
     underlying inode on overlayfs, as in the clean container, not the path's own)."""
     return subprocess.run(["flock", "-n", path, "true"]).returncode != 0
+
+
+def test_a_status_sees_a_held_lock_and_its_holder_without_taking_it(target, tmp_path):
+    """Both probes (held_here on this machine, probe_command's sh on a target) say held while a
+    command holds the lock and free once it let go, also in a container: there /proc/locks hides a
+    lock whose taker (the holder's `flock` child) has exited, which only /proc/locks was read for."""
+    from mur.deploy.lock import held_here, locks_dir, probe_command
+
+    base = f"{locks_dir(str(tmp_path))}/dep_x"
+
+    def probe() -> str:
+        return subprocess.run(["sh", "-c", probe_command(base + ".lock", base + ".holder")],
+                              capture_output=True, text=True, check=True).stdout
+
+    held = lock(target).acquire()
+    try:
+        assert held_here(base + ".lock")
+        out = probe()
+        assert out.startswith("@@lock held ") and "mur deploy dep_x" in out
+    finally:
+        held.release()
+    assert not held_here(base + ".lock")
+    assert probe() == "@@lock free\n"
