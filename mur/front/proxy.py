@@ -211,7 +211,10 @@ class Front:
                 if head is None:
                     return
                 first = False
-                if not await self.serve_one(head, reader, writer) or self.closing:
+                # An answer that said keep-alive is kept to even when this front stopped accepting
+                # meanwhile: the client may send its next request at once, and a connection closed
+                # under it is a reset. _next_head waits for that request (answered with `close`).
+                if not await self.serve_one(head, reader, writer):
                     return
         except (http.BadMessage, ConnectionError, asyncio.TimeoutError) as exc:
             status = exc.status if isinstance(exc, http.BadMessage) else 0
@@ -219,20 +222,23 @@ class Front:
                 writer.write(http.simple_response(status, rpc_error(None, -32600, f"Invalid Request: {exc}"),
                                                   close=True))
         finally:
-            self.connections -= 1
-            await self._close(writer)
+            try:
+                await self._close(writer)
+            finally:  # counted until closed: a front that stops waits for this, then exits
+                self.connections -= 1
 
     async def _next_head(self, reader: asyncio.StreamReader, timeout: float, first: bool) -> http.Head | None:
         """The next request head; on an idle keep-alive connection of a front that stopped accepting,
         None after CLOSING_IDLE (a client reuses such a connection soon or never; either way its next
         request is answered with `connection: close` and goes to the new front)."""
         read = asyncio.ensure_future(http.read_head(reader))
-        deadline = time.monotonic() + timeout
+        idle_since = time.monotonic()
+        deadline = idle_since + timeout
         try:
             while True:
                 left = deadline - time.monotonic()
-                if self.closing and not first:
-                    left = min(left, self.closing + CLOSING_IDLE - time.monotonic())
+                if self.closing and not first:  # the client drops it CLOSING_IDLE after its last answer at most
+                    left = min(left, max(self.closing, idle_since) + CLOSING_IDLE - time.monotonic())
                 if left <= 0:
                     if self.closing and not first:
                         return None
