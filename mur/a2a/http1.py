@@ -325,6 +325,10 @@ class Connection(asyncio.Protocol):
         self.transport.close()
 
 
+class ClientGone(ConnectionResetError):
+    """An app sent to a client that has disconnected."""
+
+
 class _Cycle:
     """One request and its answer: what the app's ``receive`` and ``send`` see."""
 
@@ -373,8 +377,9 @@ class _Cycle:
         return message
 
     async def send(self, message: dict) -> None:
+        """As ASGI asks: OSError once the client is gone, so that an app writing a stream ends."""
         if self.disconnected:
-            return
+            raise ClientGone("the client disconnected")
         conn = self.conn
         if not self.response_started:
             if message["type"] != "http.response.start":
@@ -391,7 +396,7 @@ class _Cycle:
         if not conn.writable.is_set():
             await conn.writable.wait()
             if self.disconnected:
-                return
+                raise ClientGone("the client disconnected")
         body = message.get("body", b"")
         events = [h11.Data(data=body)] if body and self.scope["method"] != "HEAD" else []
         head, self._unsent = self._unsent, b""

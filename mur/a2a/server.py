@@ -158,8 +158,9 @@ class Door:
         size = 0
         while True:
             try:
-                message = await asyncio.wait_for(receive(), deadline - loop.time())
-            except asyncio.TimeoutError:
+                async with asyncio.timeout_at(deadline):  # not wait_for: it can swallow a cancel (sse.py)
+                    message = await receive()
+            except TimeoutError:
                 if too_big:
                     break
                 why = f"Invalid Request: the body did not arrive within {self.limits.body_timeout:g} s"

@@ -85,7 +85,10 @@ class Subscriber:
         """The next queued item; raises asyncio.TimeoutError after ``timeout`` seconds."""
         import asyncio
 
-        item = await asyncio.wait_for(self.queue.get(), timeout)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for returns the item when a cancel arrives as
+        # it is dequeued, and the stream whose client went away would then never end
+        async with asyncio.timeout(timeout):
+            item = await self.queue.get()
         if isinstance(item, Frame):
             self._queued_bytes -= len(item.text)
         return item

@@ -324,6 +324,28 @@ def test_a_subscriber_reading_its_frames_frees_its_byte_budget(monkeypatch):
         loop.close()
 
 
+def test_a_stream_cancelled_as_its_next_frame_arrives_ends():
+    """The stream of a client that went away is cancelled; if a frame is dequeued at that moment
+    the cancel must still win (3.11's wait_for returned the frame, and the stream wrote on into
+    nothing, subscribed for ever: the hostile-door test caught it under load)."""
+    import asyncio
+
+    import pytest as _pytest
+
+    from mur.a2a import sse
+
+    async def main() -> None:
+        sub = sse.Subscriber(asyncio.get_running_loop())
+        waiting = asyncio.create_task(sub.next(30))
+        await asyncio.sleep(0)  # it waits on the empty queue
+        sub._put(_frames(1)[0])  # the frame arrives ...
+        waiting.cancel()  # ... as the client's disconnect cancels the stream
+        with _pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(main())
+
+
 def test_door_limits_come_from_the_environment_and_bad_values_keep_the_defaults():
     from mur.a2a.listen import DoorLimits
 

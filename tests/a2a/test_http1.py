@@ -153,3 +153,27 @@ def test_a_target_with_bytes_past_ascii_gets_400_not_a_reset_and_escapes_are_dec
         b"HTTP/1.1 400 Bad Request\r\n")
     assert ask(port, b"GET /caf%C3%A9?q=%FF HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").endswith(
         "GET /caf\xe9 0".encode())
+
+
+def test_a_stream_whose_client_went_away_ends_at_its_next_write(door):
+    """An app that streams without watching `receive` learns the client is gone from `send`
+    (OSError, as ASGI asks): before, `send` returned quietly and such a stream wrote into nothing
+    for as long as its frames came."""
+    ended: list[BaseException] = []
+
+    async def stream(scope, receive, send):
+        try:
+            await forever(scope, receive, send)
+        except BaseException as exc:
+            ended.append(exc)
+            raise
+
+    port = door(stream)
+    sock = connect(port)
+    sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    sock.close()
+    deadline = time.monotonic() + 5
+    while not ended and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ended and isinstance(ended[0], OSError)
