@@ -34,6 +34,7 @@ from mur.a2a.http1 import Request, Response, serve
 from mur.a2a.listen import DoorLimits
 from mur.a2a.sse import CLOSED, HEARTBEAT, LAGGED, EventHub, Frame, format_frame
 from mur.a2a.tasks import INPUT_REQUIRED, SUBMITTED, Task, TaskRegistry
+from mur.aio import wait_for
 from mur.digits import is_digits
 from mur.errors import MurError
 
@@ -158,8 +159,7 @@ class Door:
         size = 0
         while True:
             try:
-                async with asyncio.timeout_at(deadline):  # not wait_for: it can swallow a cancel (sse.py)
-                    message = await receive()
+                message = await wait_for(receive(), deadline - loop.time())
             except TimeoutError:
                 if too_big:
                     break

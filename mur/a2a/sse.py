@@ -83,12 +83,9 @@ class Subscriber:
 
     async def next(self, timeout: float) -> object:
         """The next queued item; raises asyncio.TimeoutError after ``timeout`` seconds."""
-        import asyncio
+        from mur.aio import wait_for  # not asyncio's: a cancel as a frame is dequeued must end the stream
 
-        # asyncio.timeout, not wait_for: on 3.11 wait_for returns the item when a cancel arrives as
-        # it is dequeued, and the stream whose client went away would then never end
-        async with asyncio.timeout(timeout):
-            item = await self.queue.get()
+        item = await wait_for(self.queue.get(), timeout)
         if isinstance(item, Frame):
             self._queued_bytes -= len(item.text)
         return item

@@ -30,6 +30,7 @@ import ssl
 import time
 from typing import Any, Callable
 
+from mur.aio import wait_for
 from mur.front import http
 from mur.front.config import Backend, FrontConfig
 from mur.front.drain import TaskBook, DrainStatus, follow
@@ -145,7 +146,7 @@ class Front:
                 tries += [b for b in self.cfg.backends if b.role == "standby"]
             for b in tries:
                 try:
-                    reader, writer = await asyncio.wait_for(self.open_backend(b), 5.0)
+                    reader, writer = await wait_for(self.open_backend(b), 5.0)
                     return b, reader, writer
                 except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
                     last = f"backend {b.name} (port {b.port}): {exc or type(exc).__name__}"
@@ -166,17 +167,17 @@ class Front:
         if token:
             headers.append(("authorization", f"Bearer {token}"))
         try:
-            reader, writer = await asyncio.wait_for(self.open_backend(backend), 5.0)
+            reader, writer = await wait_for(self.open_backend(backend), 5.0)
         except asyncio.TimeoutError as exc:
             raise OSError("connect timed out") from exc
         try:
             writer.write(http.render_head("POST / HTTP/1.1", headers + [("content-length", str(len(body))),
                                                                          ("connection", "close")]) + body)
             await writer.drain()
-            head = await asyncio.wait_for(http.read_head(reader), 10.0)
+            head = await wait_for(http.read_head(reader), 10.0)
             if head is None:
                 raise OSError("closed")
-            data = await asyncio.wait_for(http.read_body(reader, head, until_close=True), 10.0)
+            data = await wait_for(http.read_body(reader, head, until_close=True), 10.0)
         except (http.BadMessage, asyncio.TimeoutError) as exc:
             raise OSError(str(exc)) from exc
         finally:
@@ -252,7 +253,7 @@ class Front:
 
     async def _close(self, writer: asyncio.StreamWriter) -> None:
         try:
-            await asyncio.wait_for(writer.drain(), 5.0)
+            await wait_for(writer.drain(), 5.0)
         except (OSError, asyncio.TimeoutError, RuntimeError):
             pass
         writer.close()
@@ -263,7 +264,7 @@ class Front:
         self.counts["requests"] += 1
         if "100-continue" in head.tokens("expect"):
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await asyncio.wait_for(http.read_body(reader, head), BODY_TIMEOUT)
+        body = await wait_for(http.read_body(reader, head), BODY_TIMEOUT)
         keep = line.version == "HTTP/1.1" and "close" not in head.tokens("connection") and not self.closing
         rpc = _rpc(body) if line.method == "POST" else {}
         tid = _task_of(rpc)
@@ -358,7 +359,7 @@ class Front:
             try:
                 bwriter.write(out)
                 await bwriter.drain()
-                rhead = await asyncio.wait_for(http.read_head(breader), ANSWER_TIMEOUT)
+                rhead = await wait_for(http.read_head(breader), ANSWER_TIMEOUT)
                 if rhead is None:
                     raise ConnectionResetError("closed before answering")
                 status = http.status_of(rhead)
@@ -402,11 +403,11 @@ class Front:
                 seen.extend(data[: (1 << 20) - len(seen)])
                 self.book.learn(bytes(seen[-len(data) - 40:]), backend.name)
             writer.write(data)
-            await asyncio.wait_for(writer.drain(), STALL_TIMEOUT)
+            await wait_for(writer.drain(), STALL_TIMEOUT)
 
         try:
             clean = await http.relay_body(breader, rhead, send, status, method)
-            await asyncio.wait_for(writer.drain(), STALL_TIMEOUT)
+            await wait_for(writer.drain(), STALL_TIMEOUT)
         except (ConnectionError, http.BadMessage, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
             raise RelayBroken(str(exc) or type(exc).__name__) from exc
         return keep and clean

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mur import __version__ as VERSION  # what state.json says runs (a deploy of another runtime replaces it)
+from mur.aio import wait_for
 from mur.front import handoff, http
 from mur.front.config import CONTROL_NAME, STATE_NAME, TASKS_NAME, ConfigError, FrontConfig, load, read_state, write_json
 from mur.front.proxy import Front, server_tls
@@ -42,12 +43,12 @@ async def card_answers(front: Front, port: int, wait: float) -> str | None:
     why = "no answer"
     while True:
         try:
-            reader, writer = await asyncio.wait_for(front.open_backend(probe), 5.0)
+            reader, writer = await wait_for(front.open_backend(probe), 5.0)
             try:
                 writer.write(http.render_head("GET /.well-known/agent-card.json HTTP/1.1",
                                               [("host", f"127.0.0.1:{front.cfg.listen_port}"), ("connection", "close")]))
                 await writer.drain()
-                head = await asyncio.wait_for(http.read_head(reader), 5.0)
+                head = await wait_for(http.read_head(reader), 5.0)
                 status = http.status_of(head) if head else 0
                 if status == 200:
                     return None
@@ -160,7 +161,7 @@ class FrontProcess:
         last_state = 0.0
         while not self.stopping.is_set():
             try:
-                await asyncio.wait_for(self.reload_now.wait(), POLL)
+                await wait_for(self.reload_now.wait(), POLL)
             except asyncio.TimeoutError:
                 pass
             self.reload_now.clear()

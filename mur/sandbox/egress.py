@@ -38,6 +38,7 @@ import threading
 from collections import deque
 from typing import Callable, Iterable
 
+from mur.aio import wait_for
 from mur.sandbox.egress_parse import (LOOKS_LIKE_HTTP, address_scope, body_framing, chunk_size,  # noqa: F401
                                       client_hello_sni, header, is_ip, parse_head, same_host, split_authority,
                                       tls_record_length)
@@ -203,7 +204,7 @@ class EgressProxy:
         last: Exception | None = None
         for address in addresses:
             try:
-                return await asyncio.wait_for(asyncio.open_connection(address, port, limit=CHUNK), CONNECT_TIMEOUT)
+                return await wait_for(asyncio.open_connection(address, port, limit=CHUNK), CONNECT_TIMEOUT)
             except (OSError, asyncio.TimeoutError) as exc:
                 last = exc
         raise Refused(502, f"cannot connect to {host}:{port} ({last})")
@@ -252,14 +253,14 @@ class EgressProxy:
             return None, None
         try:
             while _undecided(feed.pending):  # a ClientHello or request line dribbled out byte by byte
-                more = await asyncio.wait_for(feed.reader.read(CHUNK), self.head_timeout)
+                more = await wait_for(feed.reader.read(CHUNK), self.head_timeout)
                 if not more:
                     break
                 feed.pending += more
             data = feed.pending
             if data[:2] == b"\x16\x03":
                 while (total := tls_record_length(feed.pending)) is None or len(feed.pending) < min(total, TLS_RECORD_LIMIT):
-                    more = await asyncio.wait_for(feed.reader.read(CHUNK), self.head_timeout)
+                    more = await wait_for(feed.reader.read(CHUNK), self.head_timeout)
                     if not more:
                         raise Refused(400, "truncated ClientHello")
                     feed.pending += more

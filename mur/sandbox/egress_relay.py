@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+from mur.aio import wait_for
 from mur.sandbox.egress_parse import chunk_size, parse_head
 
 HEAD_LIMIT = 16 * 1024
@@ -35,7 +36,7 @@ class Idle:
     async def read(self, reader: asyncio.StreamReader, size: int) -> bytes:
         while True:
             try:
-                data = await asyncio.wait_for(reader.read(size), self.seconds)
+                data = await wait_for(reader.read(size), self.seconds)
                 self.touch()
                 return data
             except asyncio.TimeoutError:
@@ -71,7 +72,7 @@ class Feed:
             data, self.pending = self.pending[: end + 4], self.pending[end + 4:]
             return data
         try:
-            data = await asyncio.wait_for(fill(), timeout)
+            data = await wait_for(fill(), timeout)
         except asyncio.TimeoutError:
             raise Refused(408, f"no complete request head within {timeout:g}s") from None
         self.idle.touch()
