@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from deploy_support import ROOT, a2a_send, mur, mur_json
+from deploy_support import ROOT, Deploying, a2a_send, mur, mur_json
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_sshd, pytest.mark.slow]
 
@@ -101,7 +101,16 @@ def test_root_deploy_redeploy_rollback_stop_destroy(sshd_vm, home, runtime_bundl
     logs = mur_json("deploy", "logs", dep, "-n", "50", home=home)
     assert any('"session_id"' in line for line in logs["lines"]) and any("mur supervise" in x for x in logs["lines"])
 
-    stopped = mur_json("deploy", "stop", dep, home=home)
+    # A status names the command that holds the deployment (read, never taken). This target is a
+    # container: /proc/locks there hides a lock whose flock(1) has exited; the holder's fd is read too.
+    holder = Deploying(["deploy", "stop", dep], home, stop_at="stop:begin",
+                       env={"MUR_DEPLOY_DEAD_AFTER": "120", "MUR_DEPLOY_KEEPALIVE": "1"})
+    holder.stopped()
+    held = mur_json("deploy", "status", dep, home=home)
+    assert held["state"]["locked_by"]["command"] == f"mur deploy stop {dep}"
+    holder.kill()
+
+    stopped = mur_json("deploy", "stop", dep, "--lock-wait", "30", home=home)
     assert stopped["status"] == "stopped"
     assert not [p for p in vm.procs() if "mur" in p], vm.procs()
     assert vm.sh(f"find /sys/fs/cgroup -name {dep}")[1].strip() == ""
