@@ -30,6 +30,7 @@ import os
 import secrets
 import shlex
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -95,7 +96,13 @@ def holder_script(lock_dir: str, name: str, *, shared: bool, wait: float, releas
 
 def probe_command(lock_path: str, holder_path: str) -> str:
     """`@@lock held <now> <holder line>` or `@@lock free`, without taking the lock (a status must
-    never make a deploy fail); `held_here`'s two reads, in sh."""
+    never make a deploy fail).
+
+    Two reads, since neither sees every holder: the kernel's table (/proc/locks, by device and
+    inode) shows any user's lock, but in a PID namespace (a container) it hides a lock whose taker
+    has exited, which is the case here (holder_script's `flock 9` is a child that returns); a
+    holder's own descriptor (/proc/<pid>/fdinfo/9 lists the locks held through it) shows it there,
+    for the processes this user may inspect."""
     q = shlex.quote
     lock = q(lock_path)
     return (f"if [ -e {lock} ]; then h=; d=$(stat -c %d {lock}); i=$(stat -c %i {lock}); "
@@ -109,34 +116,13 @@ def probe_command(lock_path: str, holder_path: str) -> str:
 
 
 def held_here(lock_path: str) -> bool:
-    """Whether some process on this machine holds an flock on `lock_path` (read, never taken).
-
-    Two reads, since neither sees every holder: the kernel's table (/proc/locks, by device and
-    inode) shows any user's lock, but in a PID namespace (a container) it hides a lock whose taker
-    has exited, which is the case here (holder_script's `flock 9` is a child that returns); a
-    holder's own descriptor (/proc/<pid>/fdinfo/9 lists the locks held through it) shows it there,
-    for the processes this user may inspect."""
+    """Whether some process on this machine holds an flock on `lock_path` (probe_command, run here)."""
     try:
-        st = os.stat(lock_path)
-        table = open("/proc/locks", encoding="ascii").read()  # noqa: SIM115
-    except OSError:
+        out = subprocess.run(["sh", "-c", probe_command(lock_path, "/dev/null")], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
         return False
-    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
-    if any(" FLOCK " in line and key in line for line in table.splitlines()):
-        return True
-    for pid in os.listdir("/proc"):
-        if not is_digits(pid):
-            continue
-        try:
-            fd = os.stat(f"/proc/{pid}/fd/{HOLDER_FD}")
-            if (fd.st_dev, fd.st_ino) != (st.st_dev, st.st_ino):
-                continue
-            with open(f"/proc/{pid}/fdinfo/{HOLDER_FD}", encoding="ascii") as info:
-                if any(line.startswith("lock:") for line in info):
-                    return True
-        except OSError:
-            continue
-    return False
+    return out.startswith("@@lock held ")
 
 
 @dataclass(frozen=True)

@@ -184,8 +184,8 @@ def test_a_stop_that_outlives_its_command_keeps_the_deployment_locked(target, tm
 
 
 def flocked(path: str) -> bool:
-    """Someone holds an flock on `path` (asked with a non-blocking flock: /proc/locks names the
-    underlying inode on overlayfs, as in the clean container, not the path's own)."""
+    """Someone holds an flock on `path` (asked with a non-blocking flock: in a PID namespace, as in
+    the clean container, /proc/locks hides a lock whose taker, `flock` in hold_run_dir, has exited)."""
     return subprocess.run(["flock", "-n", path, "true"]).returncode != 0
 
 
