@@ -33,12 +33,13 @@ CATALOGUE: dict[str, str] = {
     "E-CFG-002": "unsupported config key",
     "E-CFG-003": "(mur) config file is not valid YAML or has a wrong type",
     # deploy
-    "E-DEPLOY-001": "bad deploy arguments (no target, bad --env)",
+    "E-DEPLOY-001": "bad deploy arguments (no target, a `--host` that is no SSH address, bad --env)",
     "E-DEPLOY-003": "SSH / transfer failure talking to the target",
     "E-DEPLOY-004": "the capsule did not start on the target (no startup JSON / service failed)",
     "E-DEPLOY-006": "the pinned mur runtime could not be obtained or verified",
     "E-DEPLOY-007": "(mur) target preflight failed (kernel, cgroups, disk, runtime mismatch)",
-    "E-DEPLOY-008": "(mur) unknown or ambiguous deployment id",
+    "E-DEPLOY-008": "(mur) unknown or ambiguous deployment id; a `mur send/watch/cancel` target that is no "
+                    "deployment, capsule name or URL (a bare word: a capsule's URL has a port)",
     "E-DEPLOY-009": "(mur) SSH host key unknown or changed",
     "E-DEPLOY-010": "(mur) Docker engine unavailable or container operation failed",
     "E-DEPLOY-011": "(mur) nothing to roll back to",

@@ -175,14 +175,18 @@ JsonOut = Annotated[bool, typer.Option("--json", help="One JSON line.")]
 LockWait = Annotated[float, typer.Option("--lock-wait", min=0, metavar="SECONDS", help=LOCK_WAIT_HELP)]
 Only = Annotated[List[str], typer.Option("--only", help="A fleet: only these targets or groups.")]
 Force = Annotated[bool, typer.Option("--force", help="Forget it even if the remote cleanup fails.")]
+SshUser = Annotated[Optional[str], typer.Option(
+    "--ssh-user", show_default=False, help="SSH user (default root; non-root uses sudo -n where needed).")]
+SshPort = Annotated[Optional[int], typer.Option("--ssh-port", min=1, max=65535, show_default=False,
+                                                help="SSH port (default 22).")]
 
 
 def deploy(
     ctx: typer.Context,
     manifest: Manifest = Path("murmur.yaml"),
-    host: Optional[str] = typer.Option(None, "--host", help="SSH target: an existing VM (IP or hostname)."),
-    ssh_user: str = typer.Option("root", "--ssh-user", help="SSH user (non-root uses sudo -n where needed)."),
-    ssh_port: int = typer.Option(22, "--ssh-port", help="SSH port."),
+    host: Optional[str] = typer.Option(None, "--host", help="SSH target: an existing VM, HOST or USER@HOST:PORT."),
+    ssh_user: SshUser = None,
+    ssh_port: SshPort = None,
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key (default: agent, ~/.ssh/id_*)."),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
     trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Record an unknown host key (trust on first use)."),
@@ -266,9 +270,8 @@ def deploy(
         raise MurError("E-DEPLOY-001", "--destination, --only, --batch and --skip-unreachable need a fleet file",
                        "write deploy.yaml beside murmur.yaml (docs/deploy.md, \"Fleets\"), or pass --fleet FILE")
     if host:
-        spec = TargetSpec("ssh", host=host, port=ssh_port, user=ssh_user,
-                          key_file=str(ssh_key.expanduser().resolve()) if ssh_key else None,
-                          known_hosts=str(known_hosts.expanduser().resolve()) if known_hosts else None)
+        spec = TargetSpec.ssh(host, ssh_user, ssh_port, key_file=str(ssh_key.expanduser().resolve()) if ssh_key else None,
+                              known_hosts=str(known_hosts.expanduser().resolve()) if known_hosts else None)
     else:
         spec = TargetSpec("docker" if docker else "local")
     ctx = _context(lock_wait, start_timeout)
@@ -412,9 +415,9 @@ def rollback(dep: DepId,
 
 
 def gc(deps: List[str] = typer.Argument(None, metavar="[ID...]"),
-       host: Optional[str] = typer.Option(None, "--host", help="An SSH target (with or without deployments here)."),
-       ssh_user: str = typer.Option("root", "--ssh-user", help="SSH user."),
-       ssh_port: int = typer.Option(22, "--ssh-port", help="SSH port."),
+       host: Optional[str] = typer.Option(None, "--host", help="An SSH target, HOST or USER@HOST:PORT (with or without deployments here)."),
+       ssh_user: SshUser = None,
+       ssh_port: SshPort = None,
        ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key."),
        known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file."),
        docker: bool = typer.Option(False, "--docker", help="The Docker engine."),
@@ -429,9 +432,8 @@ def gc(deps: List[str] = typer.Argument(None, metavar="[ID...]"),
         raise typer.BadParameter("choose one target: --host, --docker or --local", param_hint="--host")
     spec = None
     if host:
-        spec = TargetSpec("ssh", host=host, port=ssh_port, user=ssh_user,
-                          key_file=str(ssh_key.expanduser().resolve()) if ssh_key else None,
-                          known_hosts=str(known_hosts.expanduser().resolve()) if known_hosts else None)
+        spec = TargetSpec.ssh(host, ssh_user, ssh_port, key_file=str(ssh_key.expanduser().resolve()) if ssh_key else None,
+                              known_hosts=str(known_hosts.expanduser().resolve()) if known_hosts else None)
     elif docker or local:
         spec = TargetSpec("docker" if docker else "local")
     ctx = _context()

@@ -69,9 +69,11 @@ def _human(r: dict) -> str:
 
 
 def prepare(
-    host: str = typer.Option(..., "--host", help="The host to prepare (IP or hostname)."),
-    ssh_user: str = typer.Option("root", "--ssh-user", help="Who connects: root, or a user with passwordless sudo."),
-    ssh_port: int = typer.Option(22, "--ssh-port", help="SSH port."),
+    host: str = typer.Option(..., "--host", help="The host to prepare: HOST or USER@HOST:PORT."),
+    ssh_user: Optional[str] = typer.Option(None, "--ssh-user", show_default=False,
+                                           help="Who connects: root (the default), or a user with passwordless sudo."),
+    ssh_port: Optional[int] = typer.Option(None, "--ssh-port", min=1, max=65535, show_default=False,
+                                           help="SSH port (default 22)."),
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key (default: agent, ~/.ssh/id_*)."),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
     trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Record an unknown host key (trust on first use)."),
@@ -88,12 +90,14 @@ def prepare(
 ) -> None:
     """Plan, apply (idempotent), reboot if a kernel change needs it, then run the deploy preflight."""
     from mur.provision.prepare import PrepareRequest, prepare as run
+    from mur.deploy.targets.address import ssh_coordinates
     from mur.provision.remote import SSHCoords
     from mur.provision.userdata import KERNELS, UserDataInputs
 
     if kernel not in KERNELS:
         raise typer.BadParameter(f"'{kernel}' is not one of: {', '.join(KERNELS)}", param_hint="--kernel")
-    coords = SSHCoords(host, ssh_user, ssh_port, str(ssh_key.expanduser().resolve()) if ssh_key else None,
+    address, user, port = ssh_coordinates(host, ssh_user, ssh_port)
+    coords = SSHCoords(address, user, port, str(ssh_key.expanduser().resolve()) if ssh_key else None,
                        str(known_hosts.expanduser().resolve()) if known_hosts else None)
     inputs = UserDataInputs(ssh_authorized_keys=_public_keys(authorized_key, ssh_key), deploy_user=deploy_user,
                             kernel=kernel)

@@ -262,8 +262,13 @@ class DeploymentStore:
             return dep, True
 
 
+class UnknownDeployment(MurError):
+    """No deployment has this id or id prefix (E-DEPLOY-008): a caller may read the word otherwise."""
+
+
 def _unknown(ident: str) -> MurError:
-    return MurError("E-DEPLOY-008", f"no deployment found with id '{ident}'", "list deployments with `mur deploy ls`")
+    return UnknownDeployment("E-DEPLOY-008", f"no deployment found with id '{ident}'",
+                             "list deployments with `mur deploy ls`")
 
 
 def fleet_tag(rec: Deployment) -> dict[str, Any]:

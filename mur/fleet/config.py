@@ -32,6 +32,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from mur.deploy.targets.address import split_address
 from mur.errors import MurError
 
 FLEET_FILENAME = "deploy.yaml"
@@ -88,8 +89,8 @@ class Target(Settings):
         if len(kinds) != 1:
             raise ValueError("a target is exactly one of: host (SSH), docker, local: true"
                              + (f" (it sets {', '.join(kinds)})" if kinds else ""))
-        if self.host is not None and not self.host.strip():
-            raise ValueError("host is empty")
+        if self.host is not None:
+            split_address(self.host)  # HOST, USER@HOST:PORT, ...: a ValueError says what is wrong
         return self
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 from mur.digits import is_digits
 from mur.resolve.env import parse, parse_env_args
 from mur.deploy.targets import TargetSpec
+from mur.deploy.targets.address import split_address
 from mur.errors import MurError
 from mur.fleet.config import Fleet, Settings, Smoke, Target
 
@@ -144,13 +145,24 @@ def target_plan(fleet: Fleet, name: str, base: Path, cli_env: dict[str, str]) ->
     s = {k: _setting(fleet, t, k) for k in SETTINGS}
     env, secrets = target_env(fleet, t, base, cli_env)
     if t.kind == "ssh":
-        spec = TargetSpec("ssh", host=str(t.host).strip(), port=s["port"] or 22, user=s["user"] or "root",
-                          key_file=_path(s["key"], base), known_hosts=_path(s["known_hosts"], base))
+        spec = TargetSpec.ssh(str(t.host), s["user"], s["port"], key_file=_path(s["key"], base),
+                              known_hosts=_path(s["known_hosts"], base), where=f"target {name}: host", code="E-FLEET-001")
     else:
         spec = TargetSpec(t.kind)
     return TargetPlan(name=name, kind=t.kind, spec=spec, groups=tuple(t.groups), env=tuple(sorted(env.items())),
                       secret_keys=frozenset(secrets), publish=bool(s["publish"]), tls=s["tls"], init=s["init"] or "auto",
                       base_image=s["base_image"], no_boot_hook=bool(s["no_boot_hook"]))
+
+
+def _same_host(written: str, asked: str) -> bool:
+    """Whether `--host asked` names the target written `host: written` (its host, and its user and
+    port where both say one: `--host h` selects `host: deployer@h:2222`)."""
+    try:
+        mine, theirs = split_address(written), split_address(asked)
+    except ValueError:
+        return False
+    return mine[0].lower().rstrip(".") == theirs[0].lower().rstrip(".") and all(
+        a is None or b is None or a == b for a, b in zip(mine[1:], theirs[1:]))
 
 
 def select(fleet: Fleet, only: list[str], host: str | None) -> list[str]:
@@ -165,7 +177,7 @@ def select(fleet: Fleet, only: list[str], host: str | None) -> list[str]:
                                                                      if fleet.groups else ""))
         names = [n for n in names if n in wanted or set(fleet.targets[n].groups) & set(wanted)]
     if host is not None:
-        names = [n for n in names if fleet.targets[n].host is not None and fleet.targets[n].host.strip() == host.strip()]
+        names = [n for n in names if fleet.targets[n].host is not None and _same_host(fleet.targets[n].host, host)]
         if not names:
             hosts = sorted({t.host for t in fleet.targets.values() if t.host})
             raise MurError("E-FLEET-002", f"--host {host}: no selected target of the fleet is that host",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
-from mur.deploy.state import Deployment, DeploymentStore, resolve_id
+from mur.deploy.state import Deployment, DeploymentStore, UnknownDeployment, resolve_id
 from mur.errors import MurError
 
 CONNECT_BUDGET = 15.0  # seconds of SSH connection retries before the command fails (deploy takes 30)
@@ -42,21 +42,24 @@ class Named:
 
 
 def lookup(address: str, store: DeploymentStore | None = None) -> Named:
-    """The deployment `address` names (an id, a unique id prefix, or a URL a deployment recorded),
-    else the address itself as the URL."""
+    """The deployment `address` names (an id, a unique id prefix, NAME@TARGET, or a URL a deployment
+    recorded), else the address itself as the URL; E-DEPLOY-008 for a word that names none of them
+    (no scheme, no port: it would only have been tried as http://WORD:80)."""
     records = (store or DeploymentStore()).load()
     wanted = address.strip().rstrip("/")
     urls = {wanted} if "://" in wanted else {f"http://{wanted}", f"https://{wanted}"}
     for dep in records:
         if dep.url and dep.url.rstrip("/") in urls:
             return Named(dep.url, dep)
-    if ":" not in wanted:
+    if ":" not in wanted:  # no scheme, no port: not a capsule's URL (`mur run` prints localhost:PORT)
         try:
             dep = resolve_id(records, address)
-        except MurError:
-            pass
-        else:
-            return Named(dep.url, dep)
+        except UnknownDeployment:
+            raise MurError("E-DEPLOY-008", f"'{address}' is no deployment id, NAME@TARGET or capsule name here, "
+                           "and no URL (a capsule's URL has a port: localhost:PORT)",
+                           "list deployments with `mur deploy ls`; a `mur run` prints its URL "
+                           "(murmur: url localhost:<port>)") from None
+        return Named(dep.url, dep)
     return Named(address)
 
 

@@ -160,6 +160,17 @@ def _prompt_artifact_text(resolved: ResolvedCapsule, name: str) -> str:
         ) from exc
 
 
+def _shown(path: Path) -> str:
+    """`path` as the user would type it here: relative to the working directory when inside it."""
+    import shlex
+
+    try:
+        shown = str(path.resolve().relative_to(Path.cwd().resolve())) or "."
+    except (OSError, ValueError):
+        shown = str(path)
+    return shlex.quote(shown)
+
+
 def check_capsule_component(resolved: ResolvedCapsule) -> Path | None:
     """A capsule without an inference block runs its own component: `capsule.wasm` beside murmur.yaml
     (E-RUN-004 when the resolver found none); returns its path (None for an agent capsule)."""
@@ -170,8 +181,9 @@ def check_capsule_component(resolved: ResolvedCapsule) -> Path | None:
         raise MurError(
             "E-RUN-004",
             f"capsule wasm not found at {resolved.dir / 'capsule.wasm'}",
-            "a capsule without an `inference:` block runs its own component: build it to capsule.wasm next to "
-            "murmur.yaml (for the examples: scripts/build-examples), or add an inference block",
+            "a capsule without an `inference:` block runs its own component: build it with "
+            f"`mur build {_shown(resolved.dir)}` (capsule.wasm next to murmur.yaml; for this repository's "
+            "examples: scripts/build-examples), or add an inference block",
         )
     return Path(found.src)
 

@@ -11,6 +11,7 @@ import pytest
 
 from mur.deploy.state import Deployment, DeploymentStore
 from mur.deploy.targets import TargetSpec
+from mur.errors import MurError
 from mur.remote.reach import Named, endpoint, lookup
 
 DEP = "dep_0196a0a0a0a07000800000000000abcd"
@@ -57,7 +58,19 @@ def test_lookup_by_id_prefix_or_recorded_url(home):
         assert named.deployment is not None and named.deployment.deployment_id == DEP, address
         assert named.url == "http://127.0.0.1:41000"
     assert lookup("http://127.0.0.1:9") == Named("http://127.0.0.1:9")
-    assert lookup("dep_ffff") == Named("dep_ffff")
+    assert lookup("localhost:9") == Named("localhost:9")
+
+
+def test_a_word_that_names_nothing_is_an_error_not_a_url(home):
+    """`dep_ffff` or a capsule name with no deployment used to become http://dep_ffff:80 and fail as
+    'cannot reach the capsule: Name or service not known'; an ambiguous prefix was read as a URL too."""
+    DeploymentStore().save(ssh_dep())
+    DeploymentStore().save(Deployment(DEP[:-4] + "ffff", "local", TargetSpec("local"), url="http://127.0.0.1:9"))
+    for word, says in (("dep_ffff", "is no deployment id"), ("hello", "is no deployment id"),
+                       (DEP[:12], "ambiguous prefix")):
+        with pytest.raises(MurError) as err:
+            lookup(word)
+        assert err.value.code == "E-DEPLOY-008" and says in err.value.message, word
 
 
 def test_a_loopback_ssh_deployment_is_reached_through_a_forward_closed_after_the_block():

@@ -26,6 +26,16 @@ class TargetSpec:
     key_file: str | None = None
     known_hosts: str | None = None
 
+    @classmethod
+    def ssh(cls, address: str, user: str | None = None, port: int | None = None, key_file: str | None = None,
+            known_hosts: str | None = None, where: str = "--host", code: str = "E-DEPLOY-001") -> "TargetSpec":
+        """An SSH target from an address as typed (mur.deploy.targets.address: USER@HOST:PORT and its
+        shorter forms) and the user and port given apart (None: not given). MurError(`code`) if bad."""
+        from mur.deploy.targets.address import ssh_coordinates
+
+        host, user, port = ssh_coordinates(address, user, port, where=where, code=code)
+        return cls("ssh", host=host, port=port, user=user, key_file=key_file, known_hosts=known_hosts)
+
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -41,6 +41,8 @@ from mur.errors import MurError
 from mur.paths import known_hosts_path
 
 CONNECT_BUDGET = 30.0
+# getaddrinfo's "no such name" answers (EAI_NODATA is glibc's; absent elsewhere)
+_NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 
 # paramiko logs refused channels and transport errors at WARNING through the root logger's
 # last-resort handler; every failure that matters is raised as a MurError instead.
@@ -313,6 +315,12 @@ class SSHTarget(Target):
                         "first use",
                     ) from exc
                 last = exc
+            except socket.gaierror as exc:
+                client.close()
+                if exc.errno in _NO_SUCH_NAME:  # the resolver's final answer: waiting changes nothing
+                    raise MurError("E-DEPLOY-003", f"{self.host} does not resolve: {exc.strerror}",
+                                   "check the host name (or give its IP address)") from exc
+                last = exc  # EAI_AGAIN and the like: the resolver may answer later
             except (OSError, EOFError) as exc:  # socket.timeout is an OSError
                 client.close()
                 last = exc
