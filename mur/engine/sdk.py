@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Self, TypeVar
 
@@ -62,6 +63,23 @@ def explanation(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+def unreachable(exc: BaseException) -> str:
+    """Why no engine answered, in plain words: where mur looked and the socket's own error (the SDK
+    wraps it three deep: "Error while fetching server API version: ('Connection aborted.',
+    FileNotFoundError(2, 'No such file or directory'))"), else the SDK's explanation."""
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.strerror:
+            return f"nothing answers at {where}: {e.strerror}"
+        todo.extend(x for x in (*e.args, e.__cause__, e.__context__) if isinstance(x, BaseException))
+    return f"{where}: {explanation(exc)}"
+
+
 def classify(what: str, exc: BaseException) -> Fault:
     from docker.errors import NotFound  # ImageNotFound is one
 
@@ -83,7 +101,7 @@ class Connection:
             client = docker.from_env(timeout=timeout)
             client.ping()
         except sdk_errors() as exc:
-            raise codes(Fault(Kind.UNAVAILABLE, CONNECT, explanation(exc))) from exc
+            raise codes(Fault(Kind.UNAVAILABLE, CONNECT, unreachable(exc))) from exc
         return cls(client)
 
     def call(self, codes: Codes, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

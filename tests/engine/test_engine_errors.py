@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import inspect
 import io
+import json
+import socket
+import subprocess
+import sys
 
 import docker.errors
 import pytest
@@ -156,8 +160,32 @@ def test_no_engine_is_e_img_001_for_images_and_e_deploy_010_for_deploy(monkeypat
     with pytest.raises(MurError) as err:
         DockerEngine.for_deploy()
     assert err.value.code == "E-DEPLOY-010"
-    assert err.value.message.startswith("docker: connect to the engine failed: ")
+    assert err.value.message == (f"docker: connect to the engine failed: nothing answers at unix://{tmp_path}"
+                                 "/no-such.sock: No such file or directory")  # not the SDK's three-deep repr
     assert err.value.hint == "is the engine running (docker info)? see docs/deploy.md"
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
+    with pytest.raises(MurError) as err:
+        DockerEngine.for_deploy()
+    assert err.value.message.endswith(f"nothing answers at tcp://127.0.0.1:{port}: Connection refused")
+
+
+def test_a_docker_deploy_that_finds_no_engine_leaves_no_record(tmp_path):
+    """The deployment's record is reserved before the engine is reached; a deploy that never reached
+    one used to leave it as an `incomplete` deployment (and its token) that destroy could not remove."""
+    project = tmp_path / "capsule"
+    project.mkdir()
+    (project / "murmur.yaml").write_text("name: x\nversion: 0.1.0\n")
+    env = {"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    deploy = subprocess.run([sys.executable, "-m", "mur", "deploy", "--docker", "-m", str(project / "murmur.yaml")],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert deploy.returncode == 1 and "error[E-DEPLOY-010]" in deploy.stderr, deploy.stderr
+    listed = subprocess.run([sys.executable, "-m", "mur", "deploy", "ls", "--json"], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stdout
+    assert not list((tmp_path / "home" / ".murmur").glob("deploy_keys/*"))
 
 
 def test_each_side_connects_with_its_own_timeout(monkeypatch):

@@ -280,6 +280,20 @@ class Service:
                         f"remote log:\n{quoted(log)}", after)
 
 
+def forget_reservation(job: DeployJob) -> None:
+    """Forget the record this command reserved (mur.deploy.operations), if it is still only that:
+    nothing was deployed, so no `incomplete` record and no credentials are left for a deployment
+    that never existed (a target that could not be reached, an engine that is not running)."""
+    if not job.created:
+        return
+    token = job.reservation
+    with uninterrupted():
+        gone = job.ctx.store.remove(job.dep_id, only_if=lambda d: bool(d.pending)
+                                    and d.pending.get("command") == "reserved" and d.pending.get("token") == token)
+    if gone:
+        auth.forget(job.dep_id)
+
+
 def undo_or_leave(ctx: Context, s: Any, a: Attempt, exc: BaseException, dep_id: str, command: str,
                   repair: str, fallback: Deployment | None = None, **facts: Any) -> list[str]:
     """After a failure or Ctrl-C: undo the attempt's steps within the undo budget, on a connection

@@ -19,7 +19,9 @@ from mur.deploy.lock import Holder, TargetLock, held_here, locks_dir
 from mur.deploy.observe import Truth
 from mur.deploy.plan import pick_port
 from mur.deploy.preflight import Report
-from mur.deploy.providers.base import Context, DeployJob, Outcome, new_record, read_token, undo_or_leave
+from mur.deploy.providers.base import (
+    Context, DeployJob, Outcome, forget_reservation, new_record, read_token, undo_or_leave,
+)
 from mur.deploy.providers.docker import (
     L, PIN_LABEL, RELEASE_LABEL, ContainerService, DockerBuild, destroy_containers, leftovers, reconcile,
 )
@@ -65,8 +67,8 @@ class DockerDeploy:
 
     def __init__(self, job: DeployJob):
         self.job, self.ctx, self.r = job, job.ctx, job.ctx.reporter
-        self.b = DockerBuild(job)
-        self.engine = self.b.engine
+        self.b: DockerBuild  # connected to the engine in run(): a failed connect is undone like any step
+        self.engine: DockerEngine
         self.name, self.prev_name = container_name(job.dep_id), container_name(job.dep_id, "prev")
         self.a = Attempt("mur deploy --docker")
         self.lock: TargetLock | None = None
@@ -85,6 +87,8 @@ class DockerDeploy:
                 self.lock.release()
 
     def _run(self) -> Outcome:
+        self.b = DockerBuild(self.job)
+        self.engine = self.b.engine
         job, b, engine, a, ctx = self.job, self.b, self.engine, self.a, self.ctx
         self.lock = docker_lock(job.dep_id, ctx, f"mur deploy --docker {job.dep_id}").acquire()
         a.advance(Phase.LOCKED)
@@ -208,12 +212,7 @@ class DockerDeploy:
             destroy_containers(self.engine, self.job.dep_id)  # the image of a deployment that does not exist
             if self.lock is not None:
                 self.lock.remove_files()
-            if self.job.created:
-                token = self.job.reservation
-                with uninterrupted():
-                    if self.ctx.store.remove(self.job.dep_id, only_if=lambda d: bool(d.pending) and d.pending.get(
-                            "command") == "reserved" and d.pending.get("token") == token):
-                        auth.forget(self.job.dep_id)
+            forget_reservation(self.job)
 
     def _remove_all(self) -> None:
         destroy_containers(self.engine, self.job.dep_id)
@@ -242,11 +241,7 @@ class DockerDeploy:
         if self.a.phase is Phase.DONE:
             return
         if not self.a.pending():
-            if self.job.created:
-                token = self.job.reservation
-                with uninterrupted():
-                    self.ctx.store.remove(self.job.dep_id, only_if=lambda d: bool(d.pending) and d.pending.get(
-                        "command") == "reserved" and d.pending.get("token") == token)
+            forget_reservation(self.job)  # nothing reached the engine (not even a connection, maybe)
             return
         undo_or_leave(self.ctx, _LocalHold(), self.a, exc, self.job.dep_id, "deploy",  # type: ignore[arg-type]
                       REPAIR.format(id=self.job.dep_id), fallback=self.rec)

@@ -41,7 +41,7 @@ from mur.deploy.plan import (
 )
 from mur.deploy.preflight import Report, preflight_host
 from mur.deploy.providers.base import (
-    DeployJob, Outcome, bundle_ref, credentials, free_local_port, new_record, undo_or_leave,
+    DeployJob, Outcome, bundle_ref, credentials, forget_reservation, free_local_port, new_record, undo_or_leave,
 )
 from mur.deploy.providers.hostsession import HostSession, follow_truth, release_pin
 from mur.deploy.state import Deployment, Release, now_rfc3339, uninterrupted
@@ -425,7 +425,7 @@ class HostDeploy:
         s.lock.drop_shared()
         if not t.exists(lay.root) and not t.exists(lay.staging):
             s.lock.remove_files()  # (still held: a waiting command takes a fresh lock file)
-            self._forget_if_reserved()
+            forget_reservation(self.job)
         t.run(gc_shared_command(lay, keep_bundles=self.job.req.target.provider == "local"), check=False,
               what="collect unused shared files")
 
@@ -497,23 +497,12 @@ class HostDeploy:
         with uninterrupted():
             self.ctx.store.save(old)
 
-    def _forget_if_reserved(self) -> None:
-        """Forget the record this command reserved, if it is still only that (nothing was deployed)."""
-        if not self.job.created:
-            return
-        token = self.job.reservation
-        with uninterrupted():
-            gone = self.ctx.store.remove(self.job.dep_id, only_if=lambda d: bool(d.pending)
-                                         and d.pending.get("command") == "reserved" and d.pending.get("token") == token)
-        if gone:
-            auth.forget(self.job.dep_id)
-
     def _fail(self, exc: BaseException) -> None:
         """Undo what this attempt did, within the undo budget; what is left goes into the record."""
         if self.a.phase is Phase.DONE:
             return
         if not self.a.pending():
-            self._forget_if_reserved()  # nothing reached the target
+            forget_reservation(self.job)  # nothing reached the target
             return
         left = undo_or_leave(self.ctx, self.s, self.a, exc, self.job.dep_id, "deploy",
                              REPAIR.format(id=self.job.dep_id), fallback=self.rec, release=self.n or None)
