@@ -41,8 +41,12 @@ def ordered(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def fleets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per fleet: its targets, what each serves, and whether they all serve the same."""
+    """Per fleet: its targets, what each serves, and whether they all serve the same capsule. The same
+    is the same capsule content (the release's capsule digest, what host releases and images both
+    record), not the same release number: a Docker target's release is an image, and a host that
+    once failed a deploy counts its releases one ahead of the others; neither differs in what it serves."""
     out: dict[str, dict[str, Any]] = {}
+    served: dict[str, dict[str, list[tuple[str, Any]]]] = {}
     for rec in ordered(records):
         key = fleet_of(rec)
         if key is None:
@@ -50,13 +54,30 @@ def fleets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         group = out.setdefault(key, {"fleet": key, "capsule": rec.get("name"), "targets": [], "serving": {}})
         target = _tag(rec).get("target") or where(rec)
         group["targets"].append(target)
-        what = f"{rec.get('version')} (release {release_of(rec)})"
-        group["serving"].setdefault(what, []).append(target)
+        rel = rec.get("release") if isinstance(rec.get("release"), dict) else {}
+        digest = rel.get("capsule_digest")
+        what = f"capsule {digest}" if digest else f"{rec.get('version')} (release {release_of(rec)})"
+        served.setdefault(key, {}).setdefault(what, []).append((target, rec))
         last = rec.get("updated_at") or ""
         group["last_deploy"] = max(group.get("last_deploy") or "", last)
-    for group in out.values():
-        group["consistent"] = len(group["serving"]) == 1
+    for key, group in out.items():
+        held = served[key]
+        names = {what: _named(what, [rec for _t, rec in pairs]) for what, pairs in held.items()}
+        if len(set(names.values())) < len(names):  # same version and release number, other content
+            names = {what: _named(what, [rec for _t, rec in held[what]], by_digest=True) for what in held}
+        group["serving"] = {names[what]: [t for t, _rec in pairs] for what, pairs in held.items()}
+        group["consistent"] = len(held) == 1
     return list(out.values())
+
+
+def _named(what: str, recs: list[dict[str, Any]], by_digest: bool = False) -> str:
+    """How a summary names what some targets serve: the version and the release they share, else
+    (or `by_digest`) the version and the capsule digest's first 12 hex digits."""
+    version = "/".join(sorted({str(r.get("version")) for r in recs}))
+    releases = {str(release_of(r)) for r in recs}
+    if what.startswith("capsule ") and (by_digest or len(releases) > 1):
+        return f"{version} (capsule {what.split()[1][:12]})"
+    return f"{version} (release {releases.pop()})"
 
 
 def summary_line(group: dict[str, Any]) -> str:
