@@ -31,7 +31,7 @@ WORST_EVENTS = 5
 
 def resolve_eval(selector: str | None, workdir: Path) -> Path:
     """The eval.jsonl a session address names (E-EVAL-002 when there is none)."""
-    from mur.trace.sessions import list_sessions, resolve_trace
+    from mur.trace.sessions import list_sessions, resolve_trace, workdir_hint
 
     address = (selector or "").strip()
     if address and ("/" in address or address.endswith(".jsonl")):
@@ -41,8 +41,7 @@ def resolve_eval(selector: str | None, workdir: Path) -> Path:
             raise MurError("E-IO-001", f"eval file not found: {target}")  # upstream's words
         return target
     if not address and not list_sessions(workdir):
-        raise MurError("E-EVAL-002", f"no sessions found in workdir at {workdir}",
-                       "pass --workdir DIR (the directory holding the ses_* session directories)")
+        raise MurError("E-EVAL-002", f"no sessions found in workdir at {workdir}", workdir_hint(workdir))
     try:
         session = resolve_trace(address or None, workdir).parent
     except MurError as exc:

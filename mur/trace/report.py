@@ -168,9 +168,9 @@ def report(addresses: list[str], workdir: Path, last: int | None = None, since: 
 def _select(workdir: Path, last: int | None, since: str | None, now_ms: int | None) -> tuple[list[Path], int]:
     """The traces of the workdir's sessions, oldest first, within `since` then the `last` N; and how
     many `since` left out."""
-    from mur.trace.sessions import TRACE_FILE, list_sessions
+    from mur.trace.sessions import TRACE_FILE, list_sessions, workdir_hint
 
-    hint = "pass --workdir DIR (the directory holding the ses_* session directories)"
+    hint = workdir_hint(workdir)
     if not workdir.is_dir():
         raise MurError("E-IO-001", f"workdir not found: {workdir}", hint=hint)
     sessions = list_sessions(workdir)

@@ -87,7 +87,7 @@ def resolve_trace(selector: str | None, workdir: Path) -> Path:
     if SESSION_ID.fullmatch(lowered):
         matches = [s for s in list_sessions(workdir) if s.name.lower() == lowered]
         if not matches:
-            raise MurError("E-TRC-002", f"session {address} not found in {workdir}", hint=_workdir_hint(workdir))
+            raise MurError("E-TRC-002", f"session {address} not found in {workdir}", hint=workdir_hint(workdir))
         return matches[0] / TRACE_FILE
     if _looks_like_path(address):
         return _path(Path(address))
@@ -122,12 +122,12 @@ def _ordinal(address: str, workdir: Path) -> Path:
         raise MurError("E-TRC-002", "ordinal must be @1 or higher", hint="@1 is the most recent session")
     sessions = list_sessions(workdir)
     if not sessions:
-        raise MurError("E-TRC-002", f"no sessions found in workdir at {workdir}", hint=_workdir_hint(workdir))
+        raise MurError("E-TRC-002", f"no sessions found in workdir at {workdir}", hint=workdir_hint(workdir))
     if n > len(sessions):
         raise MurError(
             "E-TRC-002",
             f"@{n} is out of range — workdir has {len(sessions)} session{'' if len(sessions) == 1 else 's'}",
-            hint=_workdir_hint(workdir),
+            hint=workdir_hint(workdir),
         )
     return sessions[-n] / TRACE_FILE
 
@@ -135,7 +135,7 @@ def _ordinal(address: str, workdir: Path) -> Path:
 def _one(matches: list[Path], address: str, workdir: Path) -> Path:
     if not matches:
         raise MurError("E-TRC-002", f"no session found matching suffix '{address}' in {workdir}",
-                       hint=_workdir_hint(workdir))
+                       hint=workdir_hint(workdir))
     if len(matches) > 1:
         names = "\n".join(f"  {m.name}" for m in sorted(matches, key=lambda m: m.name))
         raise MurError("E-TRC-002", f"ambiguous: '{address}' matches {len(matches)} sessions — provide more "
@@ -143,7 +143,25 @@ def _one(matches: list[Path], address: str, workdir: Path) -> Path:
     return matches[0] / TRACE_FILE
 
 
-def _workdir_hint(workdir: Path) -> str:
+def workdir_hint(workdir: Path) -> str:
+    """What to pass instead: the capsules beside `workdir` that have sessions (a `mur run -m DIR`
+    writes them to DIR/workdir, so from the parent directory ./workdir is not where they are), else
+    --workdir / -m."""
+    near = []
+    try:
+        with os.scandir(workdir.parent) as children:  # one level, streamed, a few names at most
+            for entry in children:
+                if entry.is_dir(follow_symlinks=False) and (workdir.parent / entry.name / "murmur.yaml").is_file() \
+                        and list_sessions(workdir.parent / entry.name / "workdir"):
+                    near.append(entry.name)
+                if len(near) == 3:
+                    break
+    except OSError:
+        pass
+    if near:
+        return (f"sessions of capsules here: pass -m {near[0]}" + (f" (or -m {', -m '.join(near[1:])})" if near[1:] else "")
+                + " to read a capsule's sessions, or --workdir DIR")
     if not workdir.is_dir():
-        return f"{workdir} does not exist; pass --workdir DIR (the directory holding the ses_* session directories)"
-    return "list the ses_* directories there, or pass --workdir DIR"
+        return (f"{workdir} does not exist; pass -m CAPSULE_DIR (the sessions of `mur run -m CAPSULE_DIR`) or "
+                "--workdir DIR (the directory holding the ses_* session directories)")
+    return "list the ses_* directories there, or pass -m CAPSULE_DIR or --workdir DIR"

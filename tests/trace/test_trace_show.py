@@ -83,6 +83,26 @@ def test_mur_run_workdir_layout_is_found(tmp_path: Path):
     assert code_of(resolve_trace, "@1", tmp_path / "missing") == "E-TRC-002"
 
 
+def test_run_from_a_capsules_parent_the_hint_names_the_capsule(tmp_path: Path, monkeypatch, capsys):
+    """`mur run -m demo` writes demo/workdir; `mur trace show` (and report, eval) from the same
+    directory looks in ./workdir: the hint says `-m demo` instead of only --workdir."""
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "murmur.yaml").write_text("name: demo\nversion: 0.1.0\n")
+    write_session(tmp_path / "demo" / "workdir", IDS[0])
+    (tmp_path / "other").mkdir()  # a directory without a capsule, and a capsule without sessions
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "murmur.yaml").write_text("name: empty\nversion: 0.1.0\n")
+    monkeypatch.chdir(tmp_path)
+    for argv in (["trace", "show"], ["trace", "report"], ["eval", "show"]):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        err = capsys.readouterr().err
+        assert done.value.code == 1 and "hint: sessions of capsules here: pass -m demo to read" in err, (argv, err)
+    with pytest.raises(SystemExit) as done:
+        main(["trace", "show", "-m", "demo"])
+    assert done.value.code == 0 and IDS[0] in capsys.readouterr().out
+
+
 def test_summary_numbers():
     s = summarize(session_events())
     assert (s["capsule"], s["version"], s["model"], s["status"], s["attempts"]) == ("hello", "0.1.0", "claude-x",
