@@ -14,7 +14,9 @@ when NAME is not an artifact name or the directory already exists and is not emp
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +30,22 @@ MODEL_SERVER_PORT = 8765
 
 
 def model_server_command() -> str:
-    """How a user starts the loopback model server from a shell."""
-    return f"python -m {MODEL_SERVER_MODULE}"
+    """How a user starts the loopback model server from a shell: `python` when that is the
+    interpreter running mur (an active venv), else that interpreter's path. Debian has no `python`,
+    and a mur run as .venv/bin/mur, its venv not active, is not importable by the one on PATH."""
+    found = shutil.which("python")
+    if found and os.path.abspath(found) == os.path.abspath(sys.executable):
+        return f"python -m {MODEL_SERVER_MODULE}"
+    return f"{shlex.quote(sys.executable)} -m {MODEL_SERVER_MODULE}"
+
+
+def mur_command() -> str:
+    """`mur` when a `mur` is on PATH, else the console script beside this interpreter (a mur run
+    as .venv/bin/mur prints steps that work as printed)."""
+    script = Path(sys.executable).parent / "mur"
+    if shutil.which("mur") is None and script.is_file():
+        return shlex.quote(str(script))
+    return "mur"
 
 
 @dataclass
@@ -41,13 +57,14 @@ class Scaffold:
     def next_steps(self) -> list[str]:
         """The commands that build and run the new project, offline."""
         shown = os.path.relpath(self.root) if not os.path.relpath(self.root).startswith("..") else str(self.root)
+        mur = mur_command()
         if self.kind == "capsule":
-            return [f"mur build {shown}", f'mur run -m {shown} -t "Ada"']
+            return [f"{mur} build {shown}", f'{mur} run -m {shown} -t "Ada"']
         if self.kind == "tool":
-            return [f"mur build {shown}", f"mur build {shown}/demo", f'mur run -m {shown}/demo -t "Ada"']
-        return [f"mur build {shown}",
+            return [f"{mur} build {shown}", f"{mur} build {shown}/demo", f'{mur} run -m {shown}/demo -t "Ada"']
+        return [f"{mur} build {shown}",
                 f"{model_server_command()} --script {shown}/replies.yaml --port {MODEL_SERVER_PORT} &",
-                f'mur run -m {shown} -t "Say hello"']
+                f'{mur} run -m {shown} -t "Say hello"']
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "path": str(self.root), "files": [str(f) for f in self.files],

@@ -46,6 +46,26 @@ def test_new_writes_the_template_with_the_name(here, cli, kind, files):
     assert code == 0, err
 
 
+def test_the_next_steps_run_as_printed_with_or_without_the_venv_on_path(here, cli, monkeypatch):
+    """Debian has no `python`, and a mur run as .venv/bin/mur with its venv not active is on no PATH:
+    then the steps name this interpreter and the mur beside it; with the venv active, plain words."""
+    import shlex
+    import sys
+
+    bindir = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", str(here))  # neither `python` nor `mur`
+    code, out, _ = cli("new", "agent", "bare", "--json")
+    steps = json.loads(out)["next"]
+    if (bindir / "mur").is_file():
+        assert steps[0] == f"{shlex.quote(str(bindir / 'mur'))} build bare"
+    assert steps[1].startswith(f"{shlex.quote(sys.executable)} -m {MODEL_SERVER_MODULE} ")
+    if Path(sys.executable).name == "python" and (bindir / "mur").is_file():  # a venv, as the README makes
+        monkeypatch.setenv("PATH", str(bindir))
+        code, out, _ = cli("new", "agent", "active", "--json")
+        steps = json.loads(out)["next"]
+        assert steps[0] == "mur build active" and steps[1].startswith(f"python -m {MODEL_SERVER_MODULE} ")
+
+
 def test_new_refusals_write_nothing(here, cli):
     code, _, err = cli("new", "capsule", "My_Thing")
     assert code == 1 and err.startswith("error[E-BLD-001]: invalid artifact name 'My_Thing'")
