@@ -167,6 +167,9 @@ def test_http_provider_failure_is_a_failed_session(model_server, tmp_path):
     manifest = write_capsule(tmp_path / "capsule", server.url)
     proc, info = mur_run(manifest, "Greet Ada.")
     assert "Traceback" not in proc.stderr
+    assert proc.returncode == 1 and proc.stderr.rstrip().endswith(
+        "error[E-RUN-016]: inference provider failed: HTTP 401: authentication_error: invalid x-api-key\n"
+        "  hint: the provider refused the credentials: check the API key the capsule passes (capabilities.env.allow)")
     session = session_dir(info)
     result = (session / "out" / "result.txt").read_text()
     assert result == "error: inference provider failed: HTTP 401: authentication_error: invalid x-api-key"

@@ -82,6 +82,7 @@ class LoopOutcome:
     messages: list[dict] = field(default_factory=list)
     error: str | None = None
     error_code: str | None = None
+    error_hint: str | None = None  # the failure's hint, for the user (what to check)
     compactions: int = 0
     stopped: bool = False  # ended by should_stop (a cancel): never reopened
     reopen_count: int = 0  # reopens granted before this outcome (run_reopenable_task; task_end's field)
@@ -116,7 +117,7 @@ class _Run:
         out = self.outcome
         out.exit_status, out.result, out.messages = status, result, self.messages
         if error is not None:
-            out.error, out.error_code = error.message, error.code
+            out.error, out.error_code, out.error_hint = error.message, error.code, error.hint
         if self.workdir is not None:
             write_result(self.workdir, result)
         return out
@@ -345,11 +346,11 @@ def run_reopenable_task(task: str, cfg: LoopConfig, client: ModelClient, tools: 
     combined = LoopOutcome(
         exit_status=out.exit_status, result=last.result, turns=out.turns, input_tokens=out.input_tokens,
         output_tokens=out.output_tokens, tool_calls=out.tool_calls, messages=last.messages, error=last.error,
-        error_code=last.error_code, compactions=sum(a.compactions for a in out.attempts),
+        error_code=last.error_code, error_hint=last.error_hint, compactions=sum(a.compactions for a in out.attempts),
         reopen_count=out.reopen_count,
     )
     if out.exit_status == "reopen_budget_exhausted":
-        combined.error_code = "E-RUN-007"
+        combined.error_code, combined.error_hint = "E-RUN-007", None
         combined.error = (f"agent loop failed: a hook asked to reopen the task again after {out.reopen_count} "
                           f"reopen(s) (inference.max_task_reopens: {cfg.max_task_reopens}, inference.max_turns: "
                           f"{cfg.max_turns})")

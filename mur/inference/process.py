@@ -239,7 +239,8 @@ def run_process_transport(task: str, *, command: str, model: str, max_turns: int
     def end(status: str, result: str, error: MurError | None = None) -> LoopOutcome:
         write_result(workdir, result)
         return LoopOutcome(exit_status=status, result=result, turns=stream.turns, tool_calls=stream.tool_calls,
-                           error=error.message if error else None, error_code=error.code if error else None)
+                           error=error.message if error else None, error_code=error.code if error else None,
+                           error_hint=error.hint if error else None)
 
     def failed(code: str, message: str) -> LoopOutcome:
         return end("failed", f"error: {message}", MurError(code, message))

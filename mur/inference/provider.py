@@ -79,6 +79,28 @@ def parse_retry_after(value: str | None) -> float | None:
         return None  # an HTTP-date: fall back to our own backoff
 
 
+def failure_hint(error: ProviderError) -> str:
+    """What to check for a provider call that failed for good, by how it failed."""
+    if error.kind == "connection":
+        return ("nothing answers at the provider's address: check inference.base_url (a capsule from "
+                "`mur new agent` needs the loopback model server it printed running)")
+    if error.kind == "timeout":
+        return "the provider did not answer in time: check the network to it, or try again"
+    if error.kind == "policy":
+        return "capabilities.network.allow must admit the provider's host"
+    if error.kind == "malformed":
+        return "the reply is not the Messages API's: check that inference.base_url is an Anthropic-compatible endpoint"
+    if error.kind == "http" and error.status in (401, 403):
+        return "the provider refused the credentials: check the API key the capsule passes (capabilities.env.allow)"
+    if error.kind == "http" and error.status == 404:
+        return "check inference.model and inference.base_url"
+    if error.kind == "http" and error.status in RETRYABLE_STATUSES:
+        return "the provider is failing or rate limiting: try again later"
+    if error.kind == "http":
+        return "the provider refused the request: its message says why"
+    return "the driver component failed: `mur trace show` has the session's events"
+
+
 def with_retries(call: Callable[[], dict[str, Any]], policy: RetryPolicy, *,
                  sleep: Callable[[float], None] = time.sleep,
                  on_retry: Callable[[int, ProviderError, float], None] | None = None) -> dict[str, Any]:
@@ -94,6 +116,7 @@ def with_retries(call: Callable[[], dict[str, Any]], policy: RetryPolicy, *,
                     "E-RUN-016",
                     f"inference provider failed: {error.describe()}"
                     + (f" (after {tries} attempts)" if tries > 1 else ""),
+                    failure_hint(error),
                 ) from error
             wait = policy.delay(attempt, error)
             if on_retry:

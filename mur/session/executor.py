@@ -269,7 +269,7 @@ class TaskExecutor:
         if outcome.exit_status == "max_turns_reached":
             message = f"agent loop failed: max_turns ({inf.max_turns}) reached before the task completed"
             self.status = "max_turns_reached"
-        self.last_error = MurError(code, message)
+        self.last_error = MurError(code, message, None if outcome.exit_status == "max_turns_reached" else outcome.error_hint)
         return "failed", message, stats, None
 
     def _bootstrap_log(self, line: str) -> None:

@@ -196,6 +196,7 @@ def test_provider_failures_end_the_session_failed(script, words, requests, model
     outcome = run_agent_loop(TASK, config, make_client(server, timeout=0.3), toolbox, events.append, workdir=tmp_path)
     assert outcome.exit_status == "failed" and outcome.error_code == "E-RUN-016"
     assert words in outcome.error and len(server.requests) == requests
+    assert outcome.error_hint  # what to check travels with the failure to `mur run`'s error line
     assert (tmp_path / "out" / "result.txt").read_text() == f"error: {outcome.error}"
     assert outcome.turns == 0 and not inference_events(events)
 

@@ -26,6 +26,7 @@ def test_401_is_not_retried_and_keeps_the_provider_message(model_server, make_cl
         make_client(server).complete(REQUEST)
     assert err.value.code == "E-RUN-016"
     assert err.value.message == "inference provider failed: HTTP 401: authentication_error: invalid x-api-key"
+    assert err.value.hint.startswith("the provider refused the credentials")  # every failure says what to check
     assert len(server.requests) == 1 and sleeps == []
 
 
@@ -42,6 +43,7 @@ def test_5xx_is_retried_then_fails_with_the_last_message(model_server, make_clie
     with pytest.raises(MurError) as err:
         make_client(server, retries=3).complete(REQUEST)
     assert err.value.message == "inference provider failed: HTTP 503: api_error: down 3 (after 4 attempts)"
+    assert err.value.hint == "the provider is failing or rate limiting: try again later"
     assert sleeps == [0.5, 1.0, 2.0] and server.remaining == 0
 
 
@@ -50,6 +52,7 @@ def test_timeout_is_retried_then_fails(model_server, make_client, sleeps):
     with pytest.raises(MurError) as err:
         make_client(server, timeout=0.3, retries=1).complete(REQUEST)
     assert "timed out" in err.value.message and "(after 2 attempts)" in err.value.message
+    assert err.value.hint.startswith("the provider did not answer in time")
     assert len(server.requests) == 2
 
 
@@ -58,6 +61,7 @@ def test_malformed_json_fails_without_retry(model_server, make_client, sleeps):
     with pytest.raises(MurError) as err:
         make_client(server).complete(REQUEST)
     assert "malformed provider response" in err.value.message and "oops" in err.value.message
+    assert "Anthropic-compatible" in err.value.hint
     assert len(server.requests) == 1 and sleeps == []
 
 
@@ -67,6 +71,7 @@ def test_connection_refused_is_retried(make_client, sleeps, model_server):
     with pytest.raises(MurError) as err:
         make_client(server, retries=2).complete(REQUEST)
     assert err.value.code == "E-RUN-016" and "(after 3 attempts)" in err.value.message
+    assert err.value.hint.startswith("nothing answers at the provider's address: check inference.base_url")
 
 
 def test_policy_caps_and_helpers():
