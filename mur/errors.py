@@ -130,6 +130,78 @@ CATALOGUE: dict[str, str] = {
 }
 
 
+# What to do, for an error raised without a hint of its own, for the codes whose every use this
+# hint fits (a failure says where to look next); a raise site that knows better passes its own.
+# Codes that cover unlike failures (E-IO-003: bad input as well as a failed write; E-DEPLOY-003: a
+# cut link as well as a failed remote command) have none here: their raise sites give theirs.
+FALLBACK_HINTS: dict[str, str] = {
+    "E-BLD-001": "an artifact's name is lowercase letters, digits and '-', its version semver (docs/artifacts.md)",
+    "E-BLD-002": "requires_files lists relative paths inside the artifact's directory, each once (docs/artifacts.md)",
+    "E-BLD-003": "a wasm artifact's directory holds exactly one .wasm at its root: build it first (mur build DIR)",
+    "E-BLD-010": "componentize-py's own message above says why",
+    "E-CAP-001": "an allow entry is https://host[:port], host or host:port (docs/manifest.md)",
+    "E-CAP-002": "a filesystem scope is a relative path inside the workdir",
+    "E-CAP-003": "`mur probe` shows what this host enforces; lower capabilities.containment or prepare the host (mur host prepare)",
+    "E-CAP-005": "`mur probe` shows what this host enforces (docs/sandbox.md)",
+    "E-CFG-002": "`mur config show` lists the configuration; docs/cli.md names every key",
+    "E-CFG-003": "fix the config file (~/.murmur/config.yaml or .murmur/config.yaml), or `mur config unset KEY`",
+    "E-DEPLOY-004": "`mur deploy logs ID` shows the service's output",
+    "E-DEPLOY-006": "check --release-source (docs/deploy.md, the pinned runtime)",
+    "E-DEPLOY-007": "`mur deploy --check` shows the target's report; `mur host prepare` fixes what it can",
+    "E-DEPLOY-008": "list deployments with `mur deploy ls`",
+    "E-DEPLOY-009": "verify the host key (ssh-keyscan) and add it to known_hosts, or pass --trust-new-host on first use",
+    "E-DEPLOY-011": "`mur deploy status ID` shows the releases",
+    "E-DEPLOY-012": "build the image with `mur image build -m MANIFEST`, or deploy without --image",
+    "E-DEPLOY-013": "wait for that command, or pass --lock-wait SECONDS",
+    "E-DEPLOY-014": "free space on the target (`mur deploy gc` removes what interrupted commands left)",
+    "E-EXP-001": "`mur export k8s --help` lists the options",
+    "E-FLEET-001": "fix deploy.yaml (`mur schema fleet` prints its JSON Schema)",
+    "E-FLEET-002": "`mur deploy ls` shows the fleet's targets",
+    "E-FLEET-003": "`mur deploy status NAME` shows each deployment's state",
+    "E-FLEET-004": "wait for that rollout, or pass --lock-wait SECONDS",
+    "E-FLEET-005": "the target named above failed its preflight (`mur deploy --check`); --only or --skip-unreachable leaves it out",
+    "E-FLEET-006": "the per-target report above says where it stopped and why",
+    "E-IMG-002": "check the registry's address and credentials",
+    "E-IMG-003": "`docker image ls` shows what the engine holds; `mur image build` makes a capsule's image",
+    "E-IMG-004": "write NAME[:TAG], or REGISTRY/NAME[:TAG] to push",
+    "E-PROV-001": "docs/provision.md lists the hosts `mur host prepare` supports",
+    "E-PROV-002": "the step named above failed; `mur host prepare` can be run again (it changes only what is missing)",
+    "E-VM-001": "docs/provision.md: a VM image needs qemu-system-x86 and debootstrap, as root",
+    "E-VM-002": "`mur vm ls` lists the VMs",
+    "E-IO-001": "check the path (relative to the current directory; a manifest's paths are relative to its directory)",
+    "E-IO-002": "check the owner and mode of that path (ls -l)",
+    "E-MAN-001": "add the field (docs/manifest.md for a capsule's murmur.yaml, docs/artifacts.md for an artifact's)",
+    "E-MAN-002": "fix the YAML syntax at the position shown",
+    "E-MAN-003": "docs/manifest.md (a capsule's murmur.yaml) and docs/artifacts.md (an artifact's) give every field and rule",
+    "E-REG-001": "`mur search NAME` finds published versions; `mur publish` puts one in the local store",
+    "E-REG-002": "the artifact changed after it was pinned: install it again from a source you trust (mur install)",
+    "E-REG-003": "give the new build another version",
+    "E-REG-004": "publish a semver version (e.g. 1.0.0)",
+    "E-REG-005": "`mur install` updates murmur.lock",
+    "E-RUN-001": "the guest's limits are capabilities.limits; `mur trace show` has the session's events",
+    "E-RUN-002": "build the component against this mur's WIT worlds (docs/wasm.md)",
+    "E-RUN-003": "`mur install` writes murmur.lock",
+    "E-RUN-004": "build the capsule's component (mur build DIR)",
+    "E-RUN-005": "declare the driver artifact and inference.driver (docs/inference.md)",
+    "E-RUN-006": "`mur install` installs declared artifacts; with transport: process, inference.command must be on PATH",
+    "E-RUN-007": "`mur trace show` has the session's events",
+    "E-RUN-008": "`mur install` installs the manifest's artifacts",
+    "E-RUN-009": "check the prompt file's path (relative to murmur.yaml)",
+    "E-RUN-010": "another process holds that port: stop it, or change network.internal_port",
+    "E-RUN-011": "raise the limit in capabilities.resources, or make the tool use less",
+    "E-RUN-012": "`mur probe` says why; docs/sandbox.md (cgroups) says how to delegate one",
+    "E-RUN-013": "raise capabilities.resources.workdir_max_bytes, or make the tools write less",
+    "E-RUN-014": "`mur probe` says what this host can build (docs/sandbox.md)",
+    "E-RUN-015": "capabilities.shell.allow names the binaries a tool may run; `mur run --explain-scope` shows the sandbox",
+    "E-RUN-016": "`mur trace show` has the session's events",
+    "E-A2A-002": "pass --token, --token-file or MURMUR_A2A_TOKEN (a deployment's is in its record)",
+    "E-A2A-003": "the token file must be a regular file of mode 0600 holding the token",
+    "E-A2A-004": "check --cacert or --pin-sha256 against the server's certificate",
+    "E-A2A-005": "pass --a2a-token-file FILE, or bind to 127.0.0.1",
+    "E-INTERNAL": "rerun with MUR_DEBUG=1 to see the traceback, and report it",
+}
+
+
 class MurError(Exception):
     """A user-facing failure: a catalogue code, a message, and an optional hint."""
 
@@ -141,8 +213,9 @@ class MurError(Exception):
 
     def render(self) -> str:
         text = f"error[{self.code}]: {self.message}"
-        if self.hint:
-            text += f"\n  hint: {self.hint}"
+        hint = self.hint or FALLBACK_HINTS.get(self.code)
+        if hint:
+            text += f"\n  hint: {hint}"
         return text
 
     def __str__(self) -> str:
@@ -188,22 +261,26 @@ class collect_warnings:
 
 
 def catalogue_markdown() -> str:
-    """docs/errors.md, rendered from CATALOGUE (`python -m mur.errors > docs/errors.md`)."""
+    """docs/errors.md, rendered from CATALOGUE and FALLBACK_HINTS (`python -m mur.errors > docs/errors.md`)."""
     lines = [
         "# Diagnostic codes",
         "",
-        "Generated from `CATALOGUE` in `mur/errors.py` (`python -m mur.errors > docs/errors.md`); a test",
-        "keeps the two identical. Errors render once, at the CLI edge, as `error[CODE]: message` plus an",
-        "optional `  hint: ...` line on stderr and exit 1 (usage errors exit 2, with click's usage text);",
-        "warnings render as `warning[CODE]: message` on stderr and never change the exit status.",
+        "Generated from `CATALOGUE` and `FALLBACK_HINTS` in `mur/errors.py` (`python -m mur.errors >",
+        "docs/errors.md`); a test keeps the two identical. Errors render once, at the CLI edge, as",
+        "`error[CODE]: message` plus a `  hint: ...` line on stderr and exit 1 (usage errors exit 2, with",
+        "click's usage text). The hint is the raise site's own, else the code's general one in the last",
+        "column; a code that covers unlike failures (E-IO-003: bad input and a failed write alike) has",
+        "none there, and each of its raise sites that can say what to do does.",
+        "Warnings render as `warning[CODE]: message` on stderr and never change the exit status.",
         "Codes marked (mur) are this implementation's own; every other code is upstream's, with",
         "upstream's meaning.",
         "",
-        "| Code | Meaning |",
-        "|---|---|",
+        "| Code | Meaning | Hint (unless the error gives its own) |",
+        "|---|---|---|",
     ]
     pipe, escaped = "|", "\\|"
-    lines.extend(f"| `{code}` | {meaning.replace(pipe, escaped)} |" for code, meaning in CATALOGUE.items())
+    lines.extend(f"| `{code}` | {meaning.replace(pipe, escaped)} | {FALLBACK_HINTS.get(code, '').replace(pipe, escaped)} |"
+                 for code, meaning in CATALOGUE.items())
     return "\n".join(lines) + "\n"
 
 

@@ -139,7 +139,8 @@ def _check_declared_entry(source: str, declared: str) -> None:
         raise unsafe("contains a '..' component")
     path = os.path.join(source, declared)
     if not os.path.exists(path):
-        raise MurError("E-IO-003", f"missing required file '{shown_entry}' in {source}")
+        raise MurError("E-IO-003", f"missing required file '{shown_entry}' in {source}",
+                       "add the file, or change requires_files in the artifact's murmur.yaml (docs/artifacts.md)")
     parts = [p for p in declared.split("/") if p not in ("", ".")]
     for depth in range(1, len(parts) + 1):
         link = os.path.join(source, *parts[:depth])
@@ -316,7 +317,7 @@ def build_artifact(source: str = ".", output: str | None = None) -> str:
         warn(code, lints.lint_warning_message(code, message, hint))
 
     if not output_path.endswith(".mur.zip"):
-        raise MurError("E-IO-003", f"output path must end with .mur.zip: {output_path}")
+        raise MurError("E-IO-003", f"output path must end with .mur.zip: {output_path}", "give an output path ending in .mur.zip")
     if manifest.registry_runtime == "wasm":
         try:
             select_root_wasm(e.archive_name for e in plan.entries)

@@ -124,7 +124,8 @@ def compiled_json(compiled: list[Any]) -> list[dict[str, Any]]:
 def parse_platform(text: str) -> tuple[str, str]:
     pair = split_platform(text)
     if pair is None:
-        raise MurError("E-IO-003", f"invalid platform '{text}' (expected os-arch, e.g. darwin-aarch64)")
+        raise MurError("E-IO-003", f"invalid platform '{text}' (expected os-arch, e.g. darwin-aarch64)",
+                       "e.g. linux-x86_64, linux-aarch64, darwin-aarch64")
     return pair
 
 

@@ -52,11 +52,14 @@ def is_local_path(text: str) -> bool:
     )
 
 
+REF_FORMS = "an install reference is NAME@VERSION, github:OWNER/REPO@TAG, or a path to a .mur.zip"
+
+
 def parse_versioned(text: str) -> VersionedRef:
     """`name@version`; E-IO-003 in upstream's words otherwise."""
     parts = text.split("@")
     if len(parts) != 2 or not parts[0] or not parts[1]:
-        raise MurError("E-IO-003", "artifact reference must be in the format <name@version>")
+        raise MurError("E-IO-003", "artifact reference must be in the format <name@version>", "e.g. greet@0.1.0")
     return VersionedRef(parts[0], parts[1])
 
 
@@ -64,18 +67,19 @@ def parse_ref(text: str) -> ArtifactRef:
     """Classify an install reference."""
     value = text.strip()
     if not value:
-        raise MurError("E-IO-003", "artifact reference cannot be empty")
+        raise MurError("E-IO-003", "artifact reference cannot be empty", REF_FORMS)
     if is_local_path(value):
         return LocalFileRef(value)
     if ":" in value:
         prefix, _, rest = value.partition(":")
         if prefix != "github":
-            raise MurError("E-IO-003", f"unsupported artifact source prefix '{prefix}'")
+            raise MurError("E-IO-003", f"unsupported artifact source prefix '{prefix}'", REF_FORMS)
         repo_ref, at, tag = rest.partition("@")
         owner, slash, repo = repo_ref.partition("/")
         if not at or not slash or not owner.strip() or not repo.strip() or not tag.strip():
             raise MurError(
-                "E-IO-003", f"invalid github artifact reference 'github:{rest}' (expected github:<owner>/<repo>@<tag>)"
+                "E-IO-003", f"invalid github artifact reference 'github:{rest}' (expected github:<owner>/<repo>@<tag>)",
+                REF_FORMS,
             )
         return GitHubRef(owner, repo, tag)
     if "@" not in value:

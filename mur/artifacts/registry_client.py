@@ -344,7 +344,8 @@ def resolve_registry(
             if default in (None, "local"):
                 return LocalRegistry()
             if default != "remote":
-                raise MurError("E-IO-003", f"invalid registry.default '{default}' (expected local|remote)")
+                raise MurError("E-IO-003", f"invalid registry.default '{default}' (expected local|remote)",
+                               "set registry.default in the project's murmur.yaml to local or remote")
             url = DEFAULT_REMOTE_REGISTRY
     api_key = environ.get("NEXUS_API_KEY")
     if api_key is None:

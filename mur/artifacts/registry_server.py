@@ -188,7 +188,8 @@ def parse_bind(bind: str) -> tuple[str, int]:
     """`host:port` or `[v6]:port` -> (host, port); E-IO-003 when malformed."""
     host, sep, port = bind.rpartition(":")
     if not sep or not is_digits(port) or not host:
-        raise MurError("E-IO-003", f"invalid bind address '{bind}' (expected host:port, e.g. 127.0.0.1:7800)")
+        raise MurError("E-IO-003", f"invalid bind address '{bind}' (expected host:port, e.g. 127.0.0.1:7800)",
+                       "e.g. --bind 127.0.0.1:7800")
     return host.strip("[]"), int(port)
 
 

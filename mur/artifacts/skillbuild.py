@@ -375,7 +375,7 @@ def build_skill(
         validate_version_segment(manifest.version)  # it becomes part of the file name
     output_path = resolve_output_path(os.getcwd(), output, f"{manifest.name}-{manifest.version}{BUILD_OUTPUT_SUFFIX}")
     if not output_path.endswith(BUILD_OUTPUT_SUFFIX):
-        raise MurError("E-IO-003", f"output path must end with .mur.zip: {output_path}")
+        raise MurError("E-IO-003", f"output path must end with .mur.zip: {output_path}", "give an output path ending in .mur.zip")
 
     entries = [
         (MANIFEST_FILENAME, text.encode("utf-8")),  # a kept manifest decodes and re-encodes losslessly

@@ -249,7 +249,8 @@ def deploy(
     from mur.errors import MurError
 
     if host is not None and not host.strip():
-        raise MurError("E-DEPLOY-001", "no host specified; create a VM first, then pass its IP via --host")
+        raise MurError("E-DEPLOY-001", "no host specified; create a VM first, then pass its IP via --host",
+                       "e.g. --host deployer@203.0.113.7 (or mur vm create for a local one)")
     from mur.cli import fleet as fleet_cli
 
     fleet_path = fleet_cli.fleet_file(manifest, fleet, no_fleet, single=docker or dep_id is not None)

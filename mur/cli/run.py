@@ -21,7 +21,7 @@ def _choice(value: Optional[str], allowed: tuple[str, ...], flag: str) -> Option
     if value is not None and value not in allowed:
         from mur.errors import MurError
 
-        raise MurError("E-IO-003", f"{flag} must be one of: {', '.join(allowed)}; got '{value}'")
+        raise MurError("E-IO-003", f"{flag} must be one of: {', '.join(allowed)}; got '{value}'", "`mur run --help` says what each means")
     return value
 
 

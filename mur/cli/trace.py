@@ -160,7 +160,8 @@ def report(
         from mur.errors import MurError
 
         flag = "--since" if since is not None else "--last"
-        raise MurError("E-TRC-002", f"{flag} cannot be combined with explicit session arguments")
+        raise MurError("E-TRC-002", f"{flag} cannot be combined with explicit session arguments",
+                       "give either sessions or the filter")
     result = build_report(list(sessions or []), _sessions_dir(workdir, manifest), last=last, since=since)
     if result["skipped"]:
         note(f"note: skipped {len(result['skipped'])} incomplete session(s)")

@@ -72,7 +72,7 @@ def fingerprint(cert_pem: bytes) -> str:
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
     except ValueError as exc:
-        raise MurError("E-DEPLOY-001", f"not a PEM certificate: {exc}") from exc
+        raise MurError("E-DEPLOY-001", f"not a PEM certificate: {exc}", "--tls-cert takes a PEM file (-----BEGIN CERTIFICATE-----)") from exc
     return hashlib.sha256(cert.public_bytes(Encoding.DER)).hexdigest()
 
 
@@ -85,7 +85,8 @@ def _check_pair(cert_pem: bytes, key_pem: bytes, cert: Path, key: Path) -> None:
     try:
         private = load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError) as exc:
-        raise MurError("E-DEPLOY-001", f"{key} is not an unencrypted PEM private key: {exc}") from exc
+        raise MurError("E-DEPLOY-001", f"{key} is not an unencrypted PEM private key: {exc}",
+                       "--tls-key takes an unencrypted PEM key (openssl pkey -in KEY -out PLAIN)") from exc
     public = x509.load_pem_x509_certificate(cert_pem).public_key()
     fmt = (Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
     if private.public_key().public_bytes(*fmt) != public.public_bytes(*fmt):
@@ -121,7 +122,7 @@ def tls_for(dep_id: str, mode: str | None, cert: Path | None, key: Path | None, 
     """The certificate the service uses: the user's, a self-signed one (kept for redeploys), or none."""
     if cert is not None or key is not None:
         if cert is None or key is None:
-            raise MurError("E-DEPLOY-001", "--tls-cert and --tls-key go together")
+            raise MurError("E-DEPLOY-001", "--tls-cert and --tls-key go together", "give both, or --tls self-signed")
         for p in (cert, key):
             if not p.is_file():
                 raise MurError("E-IO-001", f"TLS file not found: {p}")

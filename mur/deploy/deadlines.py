@@ -63,7 +63,8 @@ class Deadlines:
             except ValueError:
                 value = -1.0
             if not value > 0:
-                raise MurError("E-DEPLOY-001", f"{ENV[f.name]}={raw!r} is not a positive number of seconds")
+                raise MurError("E-DEPLOY-001", f"{ENV[f.name]}={raw!r} is not a positive number of seconds",
+                           "unset it for the default, or give seconds, e.g. 15")
             values[f.name] = value
         out = cls(**values)
         if out.dead_after <= out.keepalive:

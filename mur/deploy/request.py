@@ -47,4 +47,4 @@ class DeployRequest:
         if (self.image or self.image_archive) and self.target.provider != "docker":
             raise MurError("E-DEPLOY-001", "--image and --image-archive deploy to Docker only", "add --docker")
         if self.image and self.image_archive:
-            raise MurError("E-DEPLOY-001", "give --image TAG or --image-archive FILE, not both")
+            raise MurError("E-DEPLOY-001", "give --image TAG or --image-archive FILE, not both", "drop one of them")

@@ -100,9 +100,9 @@ def read_dataset(path: Path) -> list[Case]:
     except FileNotFoundError as exc:
         raise MurError("E-IO-001", f"dataset not found at {path}") from exc
     except IsADirectoryError as exc:
-        raise MurError("E-IO-003", f"dataset {path} is a directory, not a JSONL file") from exc
+        raise MurError("E-IO-003", f"dataset {path} is a directory, not a JSONL file", _DATASET_HINT) from exc
     except UnicodeDecodeError as exc:
-        raise MurError("E-IO-003", f"dataset {path} is not UTF-8 text") from exc
+        raise MurError("E-IO-003", f"dataset {path} is not UTF-8 text", _DATASET_HINT) from exc
     except BadLine as exc:
         raise MurError("E-EVAL-001", str(exc), _DATASET_HINT) from exc
     except OSError as exc:

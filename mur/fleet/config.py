@@ -214,7 +214,8 @@ def read(path: Path, destination: str | None = None) -> Fleet:
     data = parse_yaml(_text(path), path.name, CODE)
     if destination:
         if not NAME.match(destination):
-            raise MurError("E-DEPLOY-001", f"--destination '{destination}': use lowercase letters, digits, '.', '_' and '-'")
+            raise MurError("E-DEPLOY-001", f"--destination '{destination}': use lowercase letters, digits, '.', '_' and '-'",
+                           "e.g. --destination staging (reads deploy.staging.yaml)")
         overlay_path = path.with_name(f"{path.stem}.{destination}{path.suffix}")
         if not overlay_path.is_file():
             raise MurError(CODE, f"destination '{destination}': {overlay_path} does not exist",

@@ -88,7 +88,8 @@ def parse_batch(text: str) -> int | str:
         return int(text)
     if PERCENT.match(text):
         return text
-    raise MurError("E-DEPLOY-001", f"--batch '{text}' is neither a count (1, 2, ...) nor a percentage (25%)")
+    raise MurError("E-DEPLOY-001", f"--batch '{text}' is neither a count (1, 2, ...) nor a percentage (25%)",
+                       "e.g. --batch 2 or --batch 25%")
 
 
 def _layers(fleet: Fleet, target: Target) -> list[Settings]:

@@ -272,7 +272,8 @@ def pick(address: str | None, refs: list[SessionRef], where: str) -> SessionRef:
     if text.startswith("@"):
         n = int(text[1:]) if is_digits(text[1:]) else 0
         if n < 1:
-            raise MurError("E-TRC-002", f"bad session address '{text}': @N counts from @1 (the most recent)")
+            raise MurError("E-TRC-002", f"bad session address '{text}': @N counts from @1 (the most recent)",
+                       "@1 is the last session, @2 the one before")
         if n > len(refs):
             raise MurError("E-TRC-002", f"session address '{text}' matched no session: {where} holds "
                            f"{len(refs)} session(s)", _hint(refs))

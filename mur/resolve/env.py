@@ -134,7 +134,7 @@ def parse_env_args(entries: list[str]) -> dict[str, str]:
     for entry in entries:
         key, sep, value = entry.partition("=")
         if not sep or not key:
-            raise MurError("E-DEPLOY-001", f'--env value "{entry}" must be KEY=VALUE')
+            raise MurError("E-DEPLOY-001", f'--env value "{entry}" must be KEY=VALUE', "e.g. --env GREETING=Hi")
         _check_env(key, value, "--env")
         out[key] = value
     return out
@@ -145,7 +145,7 @@ def _check_env(key: str, value: str, where: str) -> None:
         check_key(key)
         check_value(key, value)
     except EnvSyntaxError as exc:
-        raise MurError("E-DEPLOY-001", f"{where}: {exc}") from None
+        raise MurError("E-DEPLOY-001", f"{where}: {exc}", "docs/run.md gives the .env grammar (KEY=VALUE per line)") from None
 
 
 def resolve_env(env_args: list[str], env_file: Path | None, manifest_dir: Path) -> tuple[dict[str, str], str]:

@@ -144,7 +144,7 @@ def report(addresses: list[str], workdir: Path, last: int | None = None, since: 
     from mur.trace.sessions import resolve_trace
 
     if last is not None and last < 1:
-        raise MurError("E-TRC-002", "--last must be at least 1")
+        raise MurError("E-TRC-002", "--last must be at least 1", "e.g. --last 5")
     older = 0
     if addresses:
         paths = list(dict.fromkeys(resolve_trace(a, workdir) for a in addresses))

@@ -20,13 +20,17 @@ from mur.trace.redundant import redundant_calls
 from mur.trace.timeline import timeline
 
 
+# a trace without its start or end: a session cut off (kill -9, a full disk) before it wrote them
+TRACE_HINT = "the session was cut off before its trace was complete: `mur trace show @2` reads the one before"
+
+
 def require_session(events: list[dict[str, Any]], source: str = "trace.jsonl") -> None:
     """E-TRC-001 unless the trace holds a session_start and a session_end (every `mur trace` reader)."""
     kinds = {e["event_type"] for e in events}
     if not events:
-        raise MurError("E-TRC-001", f"{source}: trace file is empty (incomplete or zero-event session)")
+        raise MurError("E-TRC-001", f"{source}: trace file is empty (incomplete or zero-event session)", TRACE_HINT)
     if ev.SESSION_START not in kinds:
-        raise MurError("E-TRC-001", f"{source}: no session_start event found")
+        raise MurError("E-TRC-001", f"{source}: no session_start event found", TRACE_HINT)
     if ev.SESSION_END not in kinds:
         raise MurError("E-TRC-001", f"{source}: no session_end event found (the session did not finish)",
                        hint="a session that is still running, or was killed, has no session_end yet")

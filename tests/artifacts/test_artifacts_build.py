@@ -115,7 +115,8 @@ def test_dangling_symlink_reads_as_missing(tmp_path):
     os.symlink("nowhere.md", src / "skill.md")
     with pytest.raises(MurError) as err:
         build_artifact(str(src))
-    assert err.value.render() == f"error[E-IO-003]: missing required file 'skill.md' in {src}"
+    assert err.value.render() == (f"error[E-IO-003]: missing required file 'skill.md' in {src}\n"
+                                  f"  hint: add the file, or change requires_files in the artifact's murmur.yaml (docs/artifacts.md)")
 
 
 def test_warnings_go_through_the_warning_sink(tmp_path):

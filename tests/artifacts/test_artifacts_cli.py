@@ -135,7 +135,8 @@ def test_remote_mode_needs_the_api_key(isolated, mur, published):
     assert result.err.startswith("error[E-IO-003]: NEXUS_API_KEY is required for remote registry mode.")
     (project / "murmur.yaml").write_text((project / "murmur.yaml").read_text().replace("remote\n", "bogus\n"))
     result = mur("install", "greet@0.1.0", cwd=project)
-    assert result.err == "error[E-IO-003]: invalid registry.default 'bogus' (expected local|remote)\n"
+    assert result.err == ("error[E-IO-003]: invalid registry.default 'bogus' (expected local|remote)\n"
+                          "  hint: set registry.default in the project's murmur.yaml to local or remote\n")
 
 
 def test_install_into_project_pins_the_lock(isolated, mur, published):
@@ -215,7 +216,7 @@ def test_install_errors(isolated, mur, published):
         "  hint: run `mur publish` first, or check --registry / registry.remote_url in murmur.yaml\n"
     )
     result = mur("install", "greet@1@2", cwd=project)
-    assert result.err == "error[E-IO-003]: artifact reference must be in the format <name@version>\n"
+    assert result.err == "error[E-IO-003]: artifact reference must be in the format <name@version>\n  hint: e.g. greet@0.1.0\n"
     result = mur("install", "github:o/r@v1", cwd=project)
     assert result.code == 1 and result.err.startswith("error[E-IO-003]: github sources are not available")
     result = mur("install", "nothing-here", cwd=project)

@@ -14,6 +14,9 @@ from mur.artifacts.skillbuild import infer_skill_name, resolve_skill_args
 from mur.cli.build import skill_value_explicit
 
 from mur_cli import Result, run_mur
+from mur.errors import FALLBACK_HINTS
+
+IO1_HINT = FALLBACK_HINTS["E-IO-001"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -283,11 +286,13 @@ def test_missing_skill_md(tmp_path, mur):
     (tmp_path / "empty/sub/SKILL.md").write_text("nested does not count\n")
     result = mur("build", "--skill", "./empty", cwd=tmp_path)
     assert (result.code, result.out) == (1, "")
-    assert result.err == "error[E-IO-001]: SKILL.md not found in ./empty (case-insensitive search found no match)\n"
+    assert result.err == ("error[E-IO-001]: SKILL.md not found in ./empty (case-insensitive search found no match)\n"
+                          f"  hint: {IO1_HINT}\n")
     with zipfile.ZipFile(tmp_path / "x.zip", "w") as zf:
         zf.writestr("README.md", "r\n")
     result = mur("build", "--skill", "./x.zip", cwd=tmp_path)
-    assert result.err == "error[E-IO-001]: SKILL.md not found in zip ./x.zip (case-insensitive search found no match)\n"
+    assert result.err == ("error[E-IO-001]: SKILL.md not found in zip ./x.zip (case-insensitive search found no match)\n"
+                          f"  hint: {IO1_HINT}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "home", "x.zip"]
 
 
@@ -312,7 +317,7 @@ def test_bad_versions_and_options(tmp_path, mur):
     assert result.code == 2
     assert "--version is only valid with --skill" in result.err
     result = mur("build", "--skill", "./s", "-o", "out.zip", cwd=tmp_path)
-    assert result.err == "error[E-IO-003]: output path must end with .mur.zip: out.zip\n"
+    assert result.err == "error[E-IO-003]: output path must end with .mur.zip: out.zip\n  hint: give an output path ending in .mur.zip\n"
     assert not list(tmp_path.glob("*.zip"))
 
 

@@ -376,6 +376,7 @@ def test_murmur_yaml_registry_settings_choose_like_install(isolated, mur, index)
     (project / "murmur.yaml").write_text(manifest + "registry:\n  default: bogus\n")
     assert mur("search", "greet", cwd=project).err == mur("install", "greet", cwd=project).err == (
         "error[E-IO-003]: invalid registry.default 'bogus' (expected local|remote)\n"
+        "  hint: set registry.default in the project's murmur.yaml to local or remote\n"
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mur.errors import CATALOGUE, MurError, catalogue_markdown, collect_warnings, warn
+from mur.errors import CATALOGUE, FALLBACK_HINTS, MurError, catalogue_markdown, collect_warnings, warn
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = r"(?:[EW]-[A-Z0-9]+-\d{3}|E-INTERNAL)"
@@ -30,6 +30,8 @@ def test_catalogue_entries_are_well_formed():
     for code, meaning in CATALOGUE.items():
         assert re.fullmatch(CODE, code), code
         assert meaning and meaning == meaning.strip() and "\n" not in meaning, code
+    assert set(FALLBACK_HINTS) <= {c for c in CATALOGUE if c.startswith("E-")}
+    assert all(h and h == h.strip() and "\n" not in h for h in FALLBACK_HINTS.values())
 
 
 def test_docs_errors_md_lists_exactly_the_catalogue():
@@ -42,7 +44,8 @@ def test_docs_errors_md_lists_exactly_the_catalogue():
 
 def test_render_format():
     assert MurError("E-MAN-001", "murmur.yaml: missing required field 'name'").render() == (
-        "error[E-MAN-001]: murmur.yaml: missing required field 'name'")
+        f"error[E-MAN-001]: murmur.yaml: missing required field 'name'\n  hint: {FALLBACK_HINTS['E-MAN-001']}")
+    assert MurError("E-IO-003", "a failure of many kinds").render() == "error[E-IO-003]: a failure of many kinds"
     assert MurError("E-IO-001", "not found", "do this").render() == "error[E-IO-001]: not found\n  hint: do this"
     with collect_warnings() as seen:
         warn("W-SEC-007", "dropped")

@@ -92,7 +92,8 @@ def test_an_unknown_flag_value_is_upstreams_e_io_003_not_a_usage_error(tmp_path)
                                  ("--lifecycle-after-task", "nap", "exit, sleep")):
         run = mur("run", flag, value, cwd=tmp_path)
         assert (run.returncode, run.stdout) == (1, ""), (flag, run.stderr)
-        assert run.stderr == f"error[E-IO-003]: {flag} must be one of: {allowed}; got '{value}'\n"
+        assert run.stderr == (f"error[E-IO-003]: {flag} must be one of: {allowed}; got '{value}'\n"
+                              "  hint: `mur run --help` says what each means\n")
     assert not (tmp_path / "workdir").exists()
 
 
@@ -116,7 +117,7 @@ def test_warnings_precede_the_error_on_stderr(workdir):
     assert lines[1] == (
         "error[E-MAN-003]: murmur.yaml: invalid capability config for 'capabilities.limits.instances': "
         "must be greater than zero")
-    assert len(lines) == 2
+    assert lines[2].startswith("  hint: ") and len(lines) == 3
 
 
 def test_an_unexpected_exception_becomes_e_internal(workdir, monkeypatch):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from trace_events import mur
+from mur.errors import FALLBACK_HINTS
 
 
 def score(ts: int, turn: int, scorer: str, result: str, value: float, reason: str) -> dict:
@@ -140,7 +141,8 @@ def capsule(tmp_path: Path) -> Path:
 def test_run_without_a_dataset(capsule: Path):
     """run_no_args_default_dataset_absent_gives_clear_error,
     run_explicit_capsule_only_default_dataset_absent_gives_clear_error"""
-    expected = "error[E-IO-001]: no dataset found. Expected ./eval.jsonl or specify with --dataset <path>\n"
+    expected = ("error[E-IO-001]: no dataset found. Expected ./eval.jsonl or specify with --dataset <path>\n"
+                f"  hint: {FALLBACK_HINTS['E-IO-001']}\n")
     assert (mur("eval", "run", cwd=capsule).err, mur("eval", "run", str(capsule), cwd=capsule.parent).err) == (
         expected, expected)
 

@@ -16,6 +16,7 @@ import pytest
 from manifest_support import run_mur
 from mur.errors import MurError
 from mur.manifest.artifact import parse_artifact_manifest, validate_artifact_name
+from mur.errors import FALLBACK_HINTS
 
 CASES = Path(__file__).parent / "artifact_cases"
 CASE_NAMES = sorted(p.stem for p in CASES.glob("*.yaml"))
@@ -106,9 +107,10 @@ def _source(tmp_path: Path, manifest: str, files: dict[str, str] | None = None) 
         (
             'name: tool\nversion: "1.0.0"\nexecution: docker\n',
             "error[E-MAN-003]: src/murmur.yaml: field 'execution' has invalid type (expected one of: wasm, "
-            "native, static, got docker)\n",
+            f"native, static, got docker)\n  hint: {FALLBACK_HINTS['E-MAN-003']}\n",
         ),
-        ("name: tool\n", "error[E-MAN-001]: src/murmur.yaml: missing required field 'version'\n"),
+        ("name: tool\n", "error[E-MAN-001]: src/murmur.yaml: missing required field 'version'\n"
+                         f"  hint: {FALLBACK_HINTS['E-MAN-001']}\n"),
     ],
     ids=["E-BLD-001", "execution-unknown", "version-missing"],
 )

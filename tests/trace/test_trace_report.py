@@ -168,12 +168,13 @@ def test_nothing_left_is_an_error(workdir: Path, tmp_path: Path):
 def test_a_filter_with_explicit_sessions_is_upstreams_e_trc_002(workdir: Path, flag: str, args: list[str]):
     run = mur("trace", "report", *args, cwd=workdir.parent)
     assert (run.code, run.out) == (1, "")
-    assert run.err == f"error[E-TRC-002]: {flag} cannot be combined with explicit session arguments\n"
+    assert run.err == (f"error[E-TRC-002]: {flag} cannot be combined with explicit session arguments\n"
+                       "  hint: give either sessions or the filter\n")
 
 
 def test_last_zero_is_upstreams_e_trc_002(workdir: Path):
     run = mur("trace", "report", "--last", "0", cwd=workdir.parent)
-    assert (run.code, run.out, run.err) == (1, "", "error[E-TRC-002]: --last must be at least 1\n")
+    assert (run.code, run.out, run.err) == (1, "", "error[E-TRC-002]: --last must be at least 1\n  hint: e.g. --last 5\n")
 
 
 @pytest.mark.parametrize("value", ["2 hours", "0h", "-1d", "1w"])

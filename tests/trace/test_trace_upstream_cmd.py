@@ -11,6 +11,7 @@ import pytest
 
 from trace_events import mur
 from trace_support import ID_A, ID_B, ID_C, RUN_A, RUN_B, RUN_C, line, tasks, write_file, write_session
+from mur.trace.summary import TRACE_HINT
 
 
 def ok(*args: str, cwd: Path) -> list[str]:
@@ -113,7 +114,8 @@ def test_show_malformed_and_empty_traces(tmp_path: Path):
     assert err.startswith(f"error[E-TRC-001]: {broken}:2: ")
     empty = write_file(tmp_path, "empty.jsonl", "")
     err = fails("trace", "show", empty, cwd=tmp_path)
-    assert err == f"error[E-TRC-001]: {empty}: trace file is empty (incomplete or zero-event session)\n"
+    assert err == (f"error[E-TRC-001]: {empty}: trace file is empty (incomplete or zero-event session)\n"
+                   f"  hint: {TRACE_HINT}\n")
 
 
 def test_show_unknown_event_type_is_skipped(tmp_path: Path):
@@ -283,7 +285,8 @@ def test_report_filter_with_explicit_sessions(wd: Path, flag: str):
     """report_since_combined_with_explicit_sessions_errors, report_last_combined_with_explicit_sessions_errors"""
     err = fails("trace", "report", "--workdir", str(wd), flag, "1h" if flag == "--since" else "1", ID_A,
                 cwd=wd.parent)
-    assert err == f"error[E-TRC-002]: {flag} cannot be combined with explicit session arguments\n"
+    assert err == (f"error[E-TRC-002]: {flag} cannot be combined with explicit session arguments\n"
+                   "  hint: give either sessions or the filter\n")
 
 
 def test_report_errors_and_incomplete_sessions(tmp_path: Path):

@@ -55,7 +55,8 @@ def container_options(*, seccomp_profile: str | None, memory_bytes: int, pids_ma
         try:
             opts.append("seccomp=" + json.dumps(json.loads(Path(seccomp_profile).read_text())))
         except (OSError, ValueError) as exc:
-            raise MurError("E-DEPLOY-001", f"cannot read seccomp profile {seccomp_profile}: {exc}") from exc
+            raise MurError("E-DEPLOY-001", f"cannot read seccomp profile {seccomp_profile}: {exc}",
+                           "--seccomp-profile takes a readable JSON file") from exc
     out: dict[str, Any] = {"network_mode": "host", "cgroupns": "private", "cap_drop": ["ALL"], "init": True,
                            "security_opt": opts, "mem_limit": memory_bytes}
     if pids_max is not None:
