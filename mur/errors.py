@@ -178,7 +178,6 @@ FALLBACK_HINTS: dict[str, str] = {
     "E-REG-003": "give the new build another version",
     "E-REG-004": "publish a semver version (e.g. 1.0.0)",
     "E-REG-005": "`mur install` updates murmur.lock",
-    "E-RUN-001": "the guest's limits are capabilities.limits; `mur trace show` has the session's events",
     "E-RUN-002": "build the component against this mur's WIT worlds (docs/wasm.md)",
     "E-RUN-003": "`mur install` writes murmur.lock",
     "E-RUN-004": "build the capsule's component (mur build DIR)",

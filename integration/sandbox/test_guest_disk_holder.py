@@ -24,7 +24,10 @@ LIMIT = 4 << 20
 def children() -> set[int]:
     found: set[int] = set()
     for task in os.listdir("/proc/self/task"):
-        found |= {int(c) for c in Path(f"/proc/self/task/{task}/children").read_text().split()}
+        try:  # a thread of this process (another test's, say) may end between the listing and the read
+            found |= {int(c) for c in Path(f"/proc/self/task/{task}/children").read_text().split()}
+        except FileNotFoundError:
+            continue
     return found
 
 

@@ -84,7 +84,9 @@ def test_a_killed_murs_uid_is_reclaimed_with_whatever_still_runs_as_it(tmp_path,
     stray = subprocess.Popen(["setpriv", f"--reuid={info['uid']}", f"--regid={info['uid']}", "--clear-groups",
                               "sleep", "300"])
     leftover = stray.pid
-    time.sleep(0.2)
+    until = time.monotonic() + 15  # setpriv switches uids, then execs sleep: slow under an emulated VM
+    while time.monotonic() < until and os.stat(f"/proc/{leftover}").st_uid != info["uid"]:
+        time.sleep(0.05)
     try:
         st = os.stat(f"/proc/{leftover}")
         assert st.st_uid == info["uid"]  # still there, as the stale session's uid

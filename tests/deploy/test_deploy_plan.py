@@ -154,6 +154,8 @@ def test_supervisor_start_is_detached_by_the_shell_and_idempotent():
     lay = Layout("/root", DEP)
     (start,) = init_for("supervisor").start(lay, sudo=False)
     assert "setsid -f" in start.cmd and "</dev/null" in start.cmd and "already running" in start.cmd
+    # under the run directory's flock, and it waits for the new supervisor's pid file
+    assert "flock" in start.cmd and start.cmd.index("setsid -f") < start.cmd.rindex("mur_alive")
     assert "supervise run --spec" in start.cmd and not start.sudo
     (stop,) = init_for("supervisor").stop(lay, sudo=True)
     assert stop.sudo and not stop.check and "kill -TERM" in stop.cmd and "kill -KILL" in stop.cmd

@@ -268,6 +268,30 @@ def test_a_second_supervisor_of_one_deployment_leaves_at_once(deployment):
     stop(lay)
 
 
+def test_a_start_returns_once_its_supervisor_is_recorded_so_a_stop_right_after_sees_it(deployment):
+    """The race a cut link made (a restart that went out, then the deploy's undo restarting too):
+    a start used to return at the fork, ~1-3 s before the new supervisor wrote its pid file; a stop
+    or start in that window found none, removed the file the new one was writing and started a
+    second; the first served on with no pid file (status: nothing runs) and the next stop killed its
+    service without stopping it. Now a start returns once the supervisor has recorded itself, and
+    a restart right after it stops that supervisor and leaves exactly one."""
+    d = deployment()
+    lay = d["lay"]
+    start(lay)
+    first = procid.recorded_pid(lay.supervisor_pid)
+    assert first is not None and alive(first), "the start returned before its supervisor was recorded"
+    assert "already running" in start(lay)  # a second start right after sees it
+    sh(SUPERVISOR.start(lay, False, restart=True)[0].cmd)  # the undo's restart, at once
+    second = procid.recorded_pid(lay.supervisor_pid)
+    assert second is not None and second != first and not alive(first)
+    st = wait_for(lambda: (s := state(lay)).ready and s)
+    assert st.running
+    supervisors = [p for p in os.listdir("/proc") if p.isdigit() and alive(int(p))
+                   and f"{lay.current}/service.json".encode() in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert supervisors == [str(second)], supervisors
+    stop(lay)
+
+
 def test_a_crashing_service_backs_off(deployment):
     d = deployment("crash")
     lay = d["lay"]

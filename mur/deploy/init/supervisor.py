@@ -17,6 +17,7 @@ from mur.deploy.procid import SH_ALIVE
 from mur.deploy.steps import Layout, Run, ServiceConfig, ServiceState, Step
 
 STOP_WAIT_TENTHS = 600  # 60 s for the supervisor to stop the service and clean its cgroup
+START_WAIT_TENTHS = 300  # 30 s for a new supervisor to record itself (its interpreter's start; slow in a TCG VM)
 HOLD_WAIT_SECS = 90  # the longest a stop waits for another's flock on the run directory (hold_run_dir)
 
 
@@ -32,14 +33,25 @@ def hold_run_dir(lay: Layout) -> str:
             f"flock -w {HOLD_WAIT_SECS} 7; }} 2>/dev/null")
 
 
-def start_command(lay: Layout) -> str:
+def start_command(lay: Layout, hold: bool = True) -> str:
     """Start the supervisor of `current` unless the recorded one still runs (no runtime start to fork).
-    The supervisor gets no fd 7: it must not hold a restart's flock (hold_run_dir) for its life."""
+
+    Under the run directory's flock (hold_run_dir; `hold=False` when the caller holds it already,
+    as a restart does), and it returns only once a supervisor has recorded itself (or
+    START_WAIT_TENTHS passed: one that failed at its start): a supervisor is invisible to a stop until its pid file is
+    written, ~1-3 s after the fork, and a stop or start in that window (the undo of a deploy whose
+    link was cut after its restart went out) found none, removed the pid file the new one was
+    writing and started another; the first served on with no pid file, so status said nothing
+    runs and the next stop killed its service without stopping it. The supervisor gets no fd 7: it
+    must not hold the flock for its life."""
     q = shlex.quote
-    return (f"{SH_ALIVE}; if mur_alive {q(lay.supervisor_pid)}; then echo already running; else "
+    held = f"{hold_run_dir(lay)}; " if hold else ""
+    return (f"{held}{SH_ALIVE}; if mur_alive {q(lay.supervisor_pid)}; then echo already running; else "
             f"rm -f {q(lay.supervisor_pid)} {q(lay.state_file)}; cd / && MUR_RUNTIME_DIR={q(lay.runtime_dir)} "
             f"setsid -f {q(lay.current + '/mur')} supervise run --spec {q(lay.current + '/service.json')} "
-            f"</dev/null >>{q(lay.log_file)} 2>&1 7<&-; fi")
+            f"</dev/null >>{q(lay.log_file)} 2>&1 7<&-; mur_i=0; "
+            f"while [ $mur_i -lt {START_WAIT_TENTHS} ] && ! mur_alive {q(lay.supervisor_pid)}; do "
+            "sleep 0.1; mur_i=$((mur_i+1)); done; fi")
 
 
 def stop_command(lay: Layout) -> str:
@@ -67,7 +79,7 @@ def restart_command(lay: Layout) -> str:
     nothing serving until the next deploy. sshd signals nothing to a command without a terminal when
     its client goes, and the stop writes only to /dev/null (a write to a dead channel is a SIGPIPE
     that would end the shell before the start): once sent, the restart runs to its end."""
-    return f"{{ {stop_command(lay)}; }} >/dev/null 2>&1; {start_command(lay)}"
+    return f"{{ {stop_command(lay)}; }} >/dev/null 2>&1; {start_command(lay, hold=False)}"
 
 
 def smoke_pid(lay: Layout) -> str:
