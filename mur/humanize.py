@@ -1,4 +1,5 @@
-"""How a value reads to a person: `yes`/`no`, `—` for nothing, lists joined. Never Python's repr.
+"""How a value reads to a person: `yes`/`no`, `—` for nothing, lists joined, a path as typed. Never
+Python's repr.
 
 A leaf: the CLI's renderers and the library's text views (mur trace show, mur probe) share it, so
 `True`, `None` and `['a', 'b']` never reach a terminal.
@@ -6,6 +7,7 @@ A leaf: the CLI's renderers and the library's text views (mur trace show, mur pr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 NOTHING = "—"
@@ -24,3 +26,12 @@ def plain(value: Any) -> str:
     if isinstance(value, dict):
         return "  ".join(f"{k} {plain(v)}" for k, v in value.items()) or NOTHING
     return str(value)
+
+
+def shown_path(path: Path) -> str:
+    """`path` as the user would type it here: relative to the working directory when below it
+    (how they named it), "." for the working directory itself, else as given."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve())) or "."
+    except (OSError, ValueError):
+        return str(path)

@@ -36,6 +36,7 @@ from mur.artifacts.store import (
 )
 from mur.digits import is_digits
 from mur.errors import MurError
+from mur.humanize import shown_path
 from mur.paths import home_dir
 from mur.platform import current_platform
 from mur.progress import QUIET, Reporter
@@ -103,15 +104,7 @@ def compile_files(paths: list[Path], reporter: Reporter = QUIET) -> list[Any]:
 
     if not paths:
         return []
-    return ensure_compiled([Source(_shown(Path(p)), path=Path(p)) for p in paths], engine=WasmEngine(), reporter=reporter)
-
-
-def _shown(path: Path) -> str:
-    """`path` relative to the working directory when it is below it (how the user named the capsule)."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (OSError, ValueError):
-        return str(path)
+    return ensure_compiled([Source(shown_path(Path(p)), path=Path(p)) for p in paths], engine=WasmEngine(), reporter=reporter)
 
 
 def compiled_json(compiled: list[Any]) -> list[dict[str, Any]]:

@@ -46,37 +46,43 @@ def fleets(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     record), not the same release number: a Docker target's release is an image, and a host that
     once failed a deploy counts its releases one ahead of the others; neither differs in what it serves."""
     out: dict[str, dict[str, Any]] = {}
-    served: dict[str, dict[str, list[tuple[str, Any]]]] = {}
+    served: dict[str, dict[Any, list[dict[str, Any]]]] = {}  # fleet -> what it serves -> its records
     for rec in ordered(records):
         key = fleet_of(rec)
         if key is None:
             continue
         group = out.setdefault(key, {"fleet": key, "capsule": rec.get("name"), "targets": [], "serving": {}})
-        target = _tag(rec).get("target") or where(rec)
-        group["targets"].append(target)
-        rel = rec.get("release") if isinstance(rec.get("release"), dict) else {}
-        digest = rel.get("capsule_digest")
-        what = f"capsule {digest}" if digest else f"{rec.get('version')} (release {release_of(rec)})"
-        served.setdefault(key, {}).setdefault(what, []).append((target, rec))
-        last = rec.get("updated_at") or ""
-        group["last_deploy"] = max(group.get("last_deploy") or "", last)
+        group["targets"].append(_target(rec))
+        served.setdefault(key, {}).setdefault(_content(rec), []).append(rec)
+        group["last_deploy"] = max(group.get("last_deploy") or "", rec.get("updated_at") or "")
     for key, group in out.items():
         held = served[key]
-        names = {what: _named(what, [rec for _t, rec in pairs]) for what, pairs in held.items()}
+        names = {what: _named(what, recs) for what, recs in held.items()}
         if len(set(names.values())) < len(names):  # same version and release number, other content
-            names = {what: _named(what, [rec for _t, rec in held[what]], by_digest=True) for what in held}
-        group["serving"] = {names[what]: [t for t, _rec in pairs] for what, pairs in held.items()}
+            names = {what: _named(what, recs, by_digest=True) for what, recs in held.items()}
+        group["serving"] = {names[what]: [_target(r) for r in recs] for what, recs in held.items()}
         group["consistent"] = len(held) == 1
     return list(out.values())
 
 
-def _named(what: str, recs: list[dict[str, Any]], by_digest: bool = False) -> str:
+def _target(rec: dict[str, Any]) -> str:
+    return _tag(rec).get("target") or where(rec)
+
+
+def _content(rec: dict[str, Any]) -> str | tuple[Any, Any]:
+    """What a deployment serves: its release's capsule digest, else (version, release) for a record
+    that has none (an older mur's)."""
+    rel = rec.get("release") if isinstance(rec.get("release"), dict) else {}
+    return rel.get("capsule_digest") or (rec.get("version"), release_of(rec))
+
+
+def _named(what: str | tuple[Any, Any], recs: list[dict[str, Any]], by_digest: bool = False) -> str:
     """How a summary names what some targets serve: the version and the release they share, else
     (or `by_digest`) the version and the capsule digest's first 12 hex digits."""
     version = "/".join(sorted({str(r.get("version")) for r in recs}))
     releases = {str(release_of(r)) for r in recs}
-    if what.startswith("capsule ") and (by_digest or len(releases) > 1):
-        return f"{version} (capsule {what.split()[1][:12]})"
+    if isinstance(what, str) and (by_digest or len(releases) > 1):
+        return f"{version} (capsule {what[:12]})"
     return f"{version} (release {releases.pop()})"
 
 

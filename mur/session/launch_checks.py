@@ -160,17 +160,6 @@ def _prompt_artifact_text(resolved: ResolvedCapsule, name: str) -> str:
         ) from exc
 
 
-def _shown(path: Path) -> str:
-    """`path` as the user would type it here: relative to the working directory when inside it."""
-    import shlex
-
-    try:
-        shown = str(path.resolve().relative_to(Path.cwd().resolve())) or "."
-    except (OSError, ValueError):
-        shown = str(path)
-    return shlex.quote(shown)
-
-
 def check_capsule_component(resolved: ResolvedCapsule) -> Path | None:
     """A capsule without an inference block runs its own component: `capsule.wasm` beside murmur.yaml
     (E-RUN-004 when the resolver found none); returns its path (None for an agent capsule)."""
@@ -178,11 +167,15 @@ def check_capsule_component(resolved: ResolvedCapsule) -> Path | None:
         return None
     found = resolved.sibling("capsule.wasm")
     if found is None:
+        import shlex
+
+        from mur.humanize import shown_path
+
         raise MurError(
             "E-RUN-004",
             f"capsule wasm not found at {resolved.dir / 'capsule.wasm'}",
             "a capsule without an `inference:` block runs its own component: build it with "
-            f"`mur build {_shown(resolved.dir)}` (capsule.wasm next to murmur.yaml; for this repository's "
+            f"`mur build {shlex.quote(shown_path(resolved.dir))}` (capsule.wasm next to murmur.yaml; for this repository's "
             "examples: scripts/build-examples), or add an inference block",
         )
     return Path(found.src)
