@@ -48,7 +48,9 @@ def test_send_failed_task_is_an_error(make_service):
     done = mur("send", h.url, "fail")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("error[E-A2A-001]: task tsk_")
-    assert done.stderr.rstrip().endswith("failed: could not do it")
+    message, hint = done.stderr.rstrip().split("\n")
+    assert message.endswith("failed: could not do it")
+    assert hint == "  hint: its session's trace says why: `mur trace show` with the capsule's workdir"
 
 
 def test_send_rejected_is_an_error(make_service):

@@ -179,6 +179,22 @@ class A2AClient:
             )
         return self._fail(f"{what}: {exc}")
 
+    def _refused(self, method: str, error: object) -> MurError:
+        """A JSON-RPC error the capsule answered, with what to do about its kind."""
+        from mur.a2a import protocol
+
+        err = error if isinstance(error, dict) else {}
+        hints = {
+            protocol.TASK_NOT_FOUND: "use a task id `mur send` printed to this capsule (`mur send --json` "
+                                     "shows it); a capsule that restarted has forgotten its earlier tasks",
+            protocol.TASK_NOT_CANCELABLE: "the task has already ended: `mur send` or `mur watch --task ID` "
+                                          "shows how",
+            protocol.METHOD_NOT_FOUND: f"{self.shown} does not serve {method}: is it an A2A capsule "
+                                       "(its agent card is at /.well-known/agent-card.json)?",
+        }
+        return MurError("E-A2A-001", f"{self.shown}: {method} failed: {err.get('code')} {err.get('message')}",
+                        hint=hints.get(err.get("code")))  # type: ignore[call-overload]
+
     def _check_status(self, response: httpx.Response, method: str) -> None:
         if response.status_code == 401:
             raise MurError(
@@ -208,8 +224,7 @@ class A2AClient:
         if not isinstance(body, dict):
             raise self._fail(f"answered {method} with something that is not a JSON-RPC response")
         if "error" in body:
-            err = body["error"] if isinstance(body["error"], dict) else {}
-            raise MurError("E-A2A-001", f"{self.shown}: {method} failed: {err.get('code')} {err.get('message')}")
+            raise self._refused(method, body["error"])
         return body.get("result")
 
     def send(self, text: str, context_id: str | None = None) -> dict:
@@ -272,8 +287,7 @@ class A2AClient:
                         body = json.loads(response.read() or b"{}")
                     except ValueError as exc:
                         raise self._fail(f"answered {method} with neither a stream nor JSON") from exc
-                    err = body.get("error", {}) if isinstance(body, dict) else {}
-                    raise MurError("E-A2A-001", f"{self.shown}: {method} failed: {err.get('code')} {err.get('message')}")
+                    raise self._refused(method, body.get("error") if isinstance(body, dict) else None)
                 yield from _parse_sse(response.iter_lines())
         except httpx.HTTPError as exc:
             raise self._unreachable(exc, "stream broke") from exc

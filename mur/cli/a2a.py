@@ -6,12 +6,13 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Iterator, NamedTuple, Optional
 
 import typer
 
 if TYPE_CHECKING:
     from mur.a2a.client import Credentials
+    from mur.deploy.state import Deployment
     from mur.remote.reach import Named
 
 URL_HELP = ("Capsule URL, as `mur run` prints it (localhost:<port>; https://... with TLS), a deployment id, "
@@ -79,18 +80,27 @@ def _resolve(
     return replace(named, url=normalize_url(named.url, tls=credentials.tls)), credentials
 
 
+class Reached(NamedTuple):
+    url: str
+    credentials: "Credentials"
+    shown: Optional[str]
+    deployment: "Deployment | None"
+
+
 @contextlib.contextmanager
 def _reached(target: str, token: str | None, token_file: Path | None, cacert: Path | None,
-             pin: str | None, fleet_target: str | None = None) -> Iterator[tuple[str, "Credentials", Optional[str]]]:
-    """(URL, credentials, the name messages use) for the block: an SSH deployment is reached through
-    a forward this command opens over the verified SSH connection and closes when the block ends
-    (mur.remote.reach); messages then name it as the user did, not by the forward's local port."""
+             pin: str | None, fleet_target: str | None = None) -> Iterator[Reached]:
+    """The URL to call, its credentials, the name messages use and the deployment behind it, for the
+    block: an SSH deployment is reached through a forward this command opens over the verified SSH
+    connection and closes when the block ends (mur.remote.reach). Messages name a deployment as the
+    user did (not by a forward's local port), so their hints can point at `mur deploy status NAME`."""
     from mur.cli.render import note
     from mur.remote.reach import endpoint
 
     named, credentials = _resolve(target, token, token_file, cacert, pin, fleet_target)
     with endpoint(named, note=lambda text: note(f"note: {text}")) as url:
-        yield url, credentials, (target if url != named.url else None)
+        named_as_given = url != named.url or named.deployment is not None
+        yield Reached(url, credentials, target if named_as_given else None, named.deployment)
 
 
 def send(
@@ -111,9 +121,9 @@ def send(
     from mur.cli.render import emit_json, note, terminal_safe
     from mur.errors import MurError
 
-    with _reached(url, token, token_file, cacert, pin_sha256, fleet_target) as (base, credentials, shown):
-        task = send_task(base, text, context_id=context, timeout=timeout or None, credentials=credentials,
-                         shown_as=shown)
+    with _reached(url, token, token_file, cacert, pin_sha256, fleet_target) as reached:
+        task = send_task(reached.url, text, context_id=context, timeout=timeout or None,
+                         credentials=reached.credentials, shown_as=reached.shown)
     state = task.get("status", {}).get("state")
     if json_out:
         emit_json(task)
@@ -130,7 +140,10 @@ def send(
         sys.stdout.flush()
         note(f'  reply with: mur send {url} "<answer>"   (task {task.get("id")})')
         return
-    raise MurError("E-A2A-001", f"task {task.get('id')} {state}: {task_text(task) or 'no message'}")
+    dep = reached.deployment
+    raise MurError("E-A2A-001", f"task {task.get('id')} {state}: {task_text(task) or 'no message'}",
+                   f"its session's trace says why: mur trace show --deployment {dep.deployment_id[:12]}" if dep
+                   else "its session's trace says why: `mur trace show` with the capsule's workdir")
 
 
 def cancel(
@@ -146,8 +159,8 @@ def cancel(
     from mur.a2a.client import A2AClient
     from mur.cli.render import emit_json
 
-    with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown), \
-            A2AClient(base, credentials=credentials, shown_as=shown) as client:
+    with _reached(url, token, token_file, cacert, pin_sha256) as reached, \
+            A2AClient(reached.url, credentials=reached.credentials, shown_as=reached.shown) as client:
         task = client.cancel_task(task_id)
     state = task.get("status", {}).get("state")
     if json_out:
@@ -171,8 +184,8 @@ def watch(
     from mur.a2a.render import WatchRenderer
 
     renderer = WatchRenderer()
-    with _reached(url, token, token_file, cacert, pin_sha256) as (base, credentials, shown), \
-            A2AClient(base, credentials=credentials, shown_as=shown) as client:
+    with _reached(url, token, token_file, cacert, pin_sha256) as reached, \
+            A2AClient(reached.url, credentials=reached.credentials, shown_as=reached.shown) as client:
         for event in client.watch(task_id=task):
             drawn = renderer.render(event.event, event.data)
             if drawn.stdout:

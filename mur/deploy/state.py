@@ -296,8 +296,23 @@ def _by_place(records: list[Deployment], ident: str) -> Deployment:
     raise MurError("E-DEPLOY-008", f"no deployment of '{who}' on '{where}'", "list deployments with `mur deploy ls`")
 
 
+def fleet_key(rec: Deployment) -> str | None:
+    """The fleet a deployment belongs to as people name it: `name`, or `name.destination`."""
+    tag = fleet_tag(rec)
+    if not tag.get("name"):
+        return None
+    return f"{tag['name']}.{tag['destination']}" if tag.get("destination") else str(tag["name"])
+
+
+def named(records: list[Deployment], name: str) -> list[Deployment]:
+    """Every deployment whose capsule name or fleet (`name` or `name.destination`) is `name`."""
+    name = name.strip()
+    return [r for r in records if name and (r.name == name or fleet_key(r) == name or fleet_tag(r).get("name") == name)]
+
+
 def resolve_id(records: list[Deployment], ident: str) -> Deployment:
-    """Exact id first, then `capsule@target`, then a unique prefix (with or without `dep_`); E-DEPLOY-008 otherwise."""
+    """Exact id first, then `capsule@target`, then a capsule or fleet name that covers exactly one
+    deployment, then a unique prefix (with or without `dep_`); E-DEPLOY-008 otherwise."""
     ident = ident.strip()
     if not ident:
         raise _unknown(ident)
@@ -306,6 +321,13 @@ def resolve_id(records: list[Deployment], ident: str) -> Deployment:
     for rec in records:
         if rec.deployment_id == ident:
             return rec
+    covered = named(records, ident) if not ident.startswith("dep_") else []
+    if len(covered) == 1:
+        return covered[0]
+    if covered:
+        names = ", ".join(f"{r.deployment_id} ({r.target.label})" for r in covered)
+        raise MurError("E-DEPLOY-008", f"'{ident}' names {len(covered)} deployments: {names}",
+                       f"name one as {ident}@TARGET, or give its id")
     wanted = ident if ident.startswith("dep_") else "dep_" + ident
     hits = [r for r in records if r.deployment_id.startswith(wanted)]
     if len(hits) == 1:

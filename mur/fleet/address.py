@@ -13,23 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from mur.deploy.state import Deployment, DeploymentStore, fleet_tag, resolve_id
+from mur.deploy.state import Deployment, DeploymentStore, fleet_tag, named, resolve_id
 from mur.errors import MurError
 
 Check = Callable[[Deployment], bool]
-
-
-def fleet_key(rec: Deployment) -> str | None:
-    tag = fleet_tag(rec)
-    if not tag.get("name"):
-        return None
-    return f"{tag['name']}.{tag['destination']}" if tag.get("destination") else str(tag["name"])
-
-
-def named(records: list[Deployment], name: str) -> list[Deployment]:
-    """Every deployment whose capsule name or fleet (`name` or `name.destination`) is `name`."""
-    name = name.strip()
-    return [r for r in records if name and (r.name == name or fleet_key(r) == name or fleet_tag(r).get("name") == name)]
 
 
 def resolve_many(records: list[Deployment], ident: str, only: list[str] | None = None) -> list[Deployment]:

@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 from mur.deploy import operations
 from mur.deploy.providers.base import Context
-from mur.deploy.state import Deployment, DeploymentStore, fleet_tag
+from mur.deploy.state import Deployment, DeploymentStore, fleet_key, fleet_tag, named
 from mur.errors import MurError
-from mur.fleet.address import fleet_key, resolve_many
+from mur.fleet.address import resolve_many
 from mur.fleet.lock import local_lock
 from mur.fleet.rollout import Labelled
 from mur.progress import QUIET, Reporter
@@ -29,8 +29,6 @@ def address(dep: Deployment) -> str:
 
 def covers_many(ident: str, store: DeploymentStore | None = None) -> bool:
     """True when `ident` names a capsule or fleet with a deployment here (not a single id or address)."""
-    from mur.fleet.address import named
-
     if "@" in ident or ident.startswith("dep_"):
         return False
     return bool(named((store or DeploymentStore()).load(), ident))

@@ -463,6 +463,15 @@ def test_cancel_a_queued_task_drops_it_and_closes_its_stream(make_service):
     assert h.rpc("tasks/cancel", {"id": running["id"]})["error"]["code"] == -32002
     assert h.rpc("tasks/cancel", {"id": "tsk_nope"})["error"]["code"] == -32001
     assert h.rpc("tasks/cancel", {"id": 7})["error"]["code"] == -32602
+    # `mur cancel`'s client says what each refusal means
+    from mur.a2a.client import A2AClient
+
+    with A2AClient(h.base) as client:
+        for task_id, words in ((queued, "the task has already ended"), ("tsk_nope", "use a task id `mur send` printed")):
+            with pytest.raises(MurError) as info:
+                client.cancel_task(task_id)
+            assert info.value.code == "E-A2A-001" and "tasks/cancel failed: -3200" in info.value.message
+            assert info.value.hint and words in info.value.hint
     gate.release.set()
     assert h.wait(running["id"])["status"]["state"] == "completed"
     assert h.wait(later)["status"]["state"] == "completed"

@@ -70,6 +70,23 @@ def test_prefix_resolution():
     assert err.value.code == "E-DEPLOY-008" and "mur deploy ls" in err.value.hint
 
 
+def test_a_capsule_name_that_covers_one_deployment_names_it():
+    """Every command that takes one deployment (status, rollback, logs, trace --deployment, send)
+    takes the capsule name `mur deploy ls` shows, as it takes the id; a name that covers several
+    says which, and a name is looked for before an id prefix ('bb' is a capsule here)."""
+    recs = [dep("dep_aaaa1111", name="hello"), Deployment("dep_aaaa2222", "docker", TargetSpec("docker"), name="hello"),
+            dep("dep_bbbb", name="solo"), dep("dep_cccc", name="bb")]
+    assert resolve_id(recs, "solo").deployment_id == "dep_bbbb"
+    assert resolve_id(recs, " solo ").deployment_id == "dep_bbbb"
+    assert resolve_id(recs, "bb").deployment_id == "dep_cccc"
+    with pytest.raises(MurError) as err:
+        resolve_id(recs, "hello")
+    assert err.value.code == "E-DEPLOY-008"
+    assert "'hello' names 2 deployments: dep_aaaa1111 (local), dep_aaaa2222 (docker)" in err.value.message
+    assert err.value.hint == "name one as hello@TARGET, or give its id"
+    assert resolve_id(recs, "hello@docker").deployment_id == "dep_aaaa2222"
+
+
 def test_concurrent_writers_lose_nothing(tmp_path):
     store = DeploymentStore(tmp_path / "deployments.json")
 

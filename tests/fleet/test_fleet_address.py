@@ -12,7 +12,7 @@ import pytest
 
 from front_support import start_backend, write_token
 from mur.cli.fleet import render_ls
-from mur.deploy.state import Deployment, DeploymentStore, Release, new_deployment_id, resolve_id
+from mur.deploy.state import Deployment, DeploymentStore, Release, named, new_deployment_id, resolve_id
 from mur.deploy.targets import TargetSpec
 from mur.errors import MurError
 from mur.fleet import address, ops
@@ -56,7 +56,7 @@ def test_short_prefixes_of_ids_made_together_are_unambiguous(store):
 
 def test_a_name_covers_every_deployment_of_it_narrowed_by_only(store):
     records = store.load()
-    assert len(address.named(records, "hello")) == 3
+    assert len(named(records, "hello")) == 3
     assert [d.target.host for d in address.resolve_many(records, "hello.staging")] == ["10.1.0.1"]
     assert [d.target.host for d in address.resolve_many(records, "hello", ["eu"])] == ["10.0.0.2"]
     assert ops.covers_many("hello", store) and not ops.covers_many("hello@web-2", store)

@@ -126,3 +126,16 @@ def test_send_names_the_deployment_in_its_errors_not_the_forwards_port(home, mon
     assert code == 1 and err.startswith(f"error[E-A2A-001]: {DEP[:12]}: cannot reach the capsule"), err
     assert f"mur deploy status {DEP[:12]}" in err
     assert log[-2:] == [("closed", 8123), ("disconnected",)]
+
+
+def test_a_deployment_that_does_not_answer_is_named_as_given_with_its_status_command(home, cli):
+    """A stopped local deployment named by its capsule name: the error names it so and points at
+    `mur deploy status NAME`, not at `mur run`'s URL (the hint for a URL nobody recorded)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    DeploymentStore().save(Deployment(DEP, "local", TargetSpec("local"), name="hello", status="stopped",
+                                      url=f"http://127.0.0.1:{port}", service_port=port))
+    code, out, err = cli("send", "hello", "hi")
+    assert code == 1 and err.startswith("error[E-A2A-001]: hello: cannot reach the capsule"), err
+    assert "hint: is it running? `mur deploy status hello` checks it" in err

@@ -34,7 +34,7 @@ def put(home: Path, release: int, n: int, events: list[dict] | None = None) -> P
 
 @pytest.fixture
 def deployed(home):
-    DeploymentStore().save(Deployment(DEP, "local", TargetSpec("local"), home=str(home), status="running"))
+    DeploymentStore().save(Deployment(DEP, "local", TargetSpec("local"), name="hello", home=str(home), status="running"))
     put(home, 1, 1)
     put(home, 2, 3)
     put(home, 2, 2)
@@ -90,6 +90,8 @@ def test_trace_show_and_steps_with_deployment(deployed, cli):
     summary = json.loads(out)
     assert summary["session_id"] == sid(3)
     assert summary["trace"] == f"{releases(deployed)}/2/workdir/{sid(3)}/trace.jsonl"
+    code, out, err = cli("trace", "show", "-d", "hello", "--json")  # the capsule name `mur deploy ls` shows
+    assert code == 0 and json.loads(out)["session_id"] == sid(3), err
     code, out, err = cli("trace", "show", "-d", DEP, "--workdir", "x")
     assert code == 2 and "give --deployment, or --workdir / --manifest, not both" in err
 
