@@ -201,6 +201,45 @@ FALLBACK_HINTS: dict[str, str] = {
 }
 
 
+def os_error_hint(cause: BaseException | None, message: str = "") -> str | None:
+    """What to do about a failed file operation, from the system's reason (the OSError a MurError was
+    raised from): one answer per errno wherever the read or write was, so a raise site that only
+    names the file and the reason still says what to do next. The file is "it" when `message`
+    already names it."""
+    import errno
+    import os
+
+    if not isinstance(cause, OSError) or cause.errno is None:
+        return None
+    named = cause.filename
+    if isinstance(named, bytes):
+        named = os.fsdecode(named)
+    general = {  # true wherever the operation was
+        errno.ENOSPC: "the filesystem is full: free space (df -h) and run the command again",
+        errno.EDQUOT: "the disk quota is used up: free space and run the command again",
+        errno.EROFS: "the filesystem is read-only: use a writable location",
+        errno.EMFILE: "this process has too many open files: raise the limit (ulimit -n) and run the command again",
+        errno.ENFILE: "the system has too many open files: close some, then run the command again",
+    }
+    if not isinstance(named, (str, os.PathLike)):  # no path (or a descriptor): nothing to point at
+        return general.get(cause.errno)
+    where = os.fspath(named)
+    where = "it" if where in message else where
+    hints = {
+        errno.ENOENT: f"{where} does not exist: check the path (a relative one is read from the current directory)",
+        errno.EACCES: f"this user (uid {os.getuid()}) may not use {where}: check its owner and mode, and its folders'",
+        errno.EPERM: f"the system refused this on {where}: check its owner, mode and attributes (lsattr)",
+        errno.ENOSPC: f"the filesystem holding {where} is full: free space (df -h) and run the command again",
+        errno.EROFS: f"{where} is on a read-only filesystem: use a writable location",
+        errno.EISDIR: f"{where} is a directory: give a file",
+        errno.ENOTDIR: f"a part of {where} is a file, not a directory: check the path",
+        errno.ELOOP: f"{where} is (or passes through) a symbolic link, which is not followed here: give the real path",
+        errno.ENAMETOOLONG: f"{where} is too long a path: use a shorter one",
+        errno.EEXIST: f"{where} already exists: remove it or choose another name",
+    }
+    return hints.get(cause.errno) or general.get(cause.errno)
+
+
 class MurError(Exception):
     """A user-facing failure: a catalogue code, a message, and an optional hint."""
 
@@ -212,7 +251,7 @@ class MurError(Exception):
 
     def render(self) -> str:
         text = f"error[{self.code}]: {self.message}"
-        hint = self.hint or FALLBACK_HINTS.get(self.code)
+        hint = self.hint or FALLBACK_HINTS.get(self.code) or os_error_hint(self.__cause__, self.message)
         if hint:
             text += f"\n  hint: {hint}"
         return text
@@ -269,7 +308,9 @@ def catalogue_markdown() -> str:
         "`error[CODE]: message` plus a `  hint: ...` line on stderr and exit 1 (usage errors exit 2, with",
         "click's usage text). The hint is the raise site's own, else the code's general one in the last",
         "column; a code that covers unlike failures (E-IO-003: bad input and a failed write alike) has",
-        "none there, and each of its raise sites that can say what to do does.",
+        "none there, and each of its raise sites that can say what to do does; where one does not, a",
+        "failed read or write says what to do about the system's reason (`os_error_hint`: a missing",
+        "path, no permission, a full or read-only filesystem, a symbolic link, too many open files).",
         "Warnings render as `warning[CODE]: message` on stderr and never change the exit status.",
         "Codes marked (mur) are this implementation's own; every other code is upstream's, with",
         "upstream's meaning.",

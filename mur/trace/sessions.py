@@ -162,6 +162,7 @@ def workdir_hint(workdir: Path) -> str:
         return (f"sessions of capsules here: pass -m {near[0]}" + (f" (or -m {', -m '.join(near[1:])})" if near[1:] else "")
                 + " to read a capsule's sessions, or --workdir DIR")
     if not workdir.is_dir():
-        return (f"{workdir} does not exist; pass -m CAPSULE_DIR (the sessions of `mur run -m CAPSULE_DIR`) or "
+        what = "is not a directory" if workdir.exists() else "does not exist"
+        return (f"{workdir} {what}; pass -m CAPSULE_DIR (the sessions of `mur run -m CAPSULE_DIR`) or "
                 "--workdir DIR (the directory holding the ses_* session directories)")
     return "list the ses_* directories there, or pass -m CAPSULE_DIR or --workdir DIR"

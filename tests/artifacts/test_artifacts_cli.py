@@ -115,7 +115,8 @@ def test_reserved_versions_are_refused(isolated, mur, version):
 
 def test_publish_unreadable_inputs(isolated, mur):
     result = mur("publish", str(isolated / "missing.mur.zip"))
-    assert result.err == f"error[E-IO-003]: failed to read artifact at {isolated}/missing.mur.zip: No such file or directory\n"
+    assert result.err == (f"error[E-IO-003]: failed to read artifact at {isolated}/missing.mur.zip: No such file or directory\n"
+                          "  hint: it does not exist: check the path (a relative one is read from the current directory)\n")
     junk = isolated / "junk.mur.zip"
     junk.write_bytes(b"not a zip")
     result = mur("publish", str(junk))
