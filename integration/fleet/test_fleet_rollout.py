@@ -124,7 +124,19 @@ def test_rolling_under_traffic_gate_stop_preflight_and_views(three_vms, home, ru
     assert rc == 0 and t["web-3"]["result"] == "skipped" and t["here"]["result"] == "deployed", err
     vms[2].container.start()
 
-    # 5. fleet-wide commands and views
+    # 5. what a client of web-1 reaches is its front: with the front killed, `mur send` (through its own
+    #    SSH forward) gets no answer, as every other client would, and status says why; `start` mends it.
+    #    (It used to forward to the service's private port, which restarts at every release switch.)
+    vms[0].sh("for p in /proc/[0-9]*; do [ \"${p#/proc/}\" = $$ ] && continue; "  # not this shell: its line matches
+              "case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in *' front run '*) kill -9 ${p#/proc/};; esac; done")
+    sent = mur("send", "hello@web-1", "anyone", home=home, check=False)
+    assert sent.returncode == 1 and "error[E-A2A-001]: hello@web-1: cannot reach the capsule" in sent.stderr, sent.stderr
+    status = mur_json("deploy", "status", "hello@web-1", home=home, check=False)
+    assert status["status"] == "diverged" and "the front" in status["state"]["reason"], status
+    mur("deploy", "start", "hello@web-1", home=home)
+    assert mur("send", "hello@web-1", "again", home=home).stdout == "Hello, again!\n"
+
+    # 6. fleet-wide commands and views
     logs = mur("deploy", "logs", "hello", "-n", "5", home=home).stdout
     assert {line.split(" | ")[0] for line in logs.splitlines()} >= {"hello@web-1", "hello@web-2", "hello@here"}
     stopped = mur_json("deploy", "stop", "hello", "--only", "here", home=home)

@@ -128,6 +128,16 @@ class Deployment:
 
     _RELEASES = ("release", "previous")
 
+    @property
+    def client_port(self) -> int | None:
+        """The port clients are served on, on the target: the front's when the deployment has one
+        (mur.deploy.fronted; the service's own port is private and restarts at every release), else
+        the service's."""
+        front = self.extra.get("front")
+        if isinstance(front, dict) and front.get("port"):
+            return int(front["port"])
+        return self.service_port
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Deployment":
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
@@ -325,7 +335,7 @@ def resolve_id(records: list[Deployment], ident: str) -> Deployment:
     if len(covered) == 1:
         return covered[0]
     if covered:
-        names = ", ".join(f"{r.deployment_id} ({r.target.label})" for r in covered)
+        names = ", ".join(f"{r.deployment_id} ({fleet_tag(r).get('target') or r.target.label})" for r in covered)
         raise MurError("E-DEPLOY-008", f"'{ident}' names {len(covered)} deployments: {names}",
                        f"name one as {ident}@TARGET, or give its id")
     wanted = ident if ident.startswith("dep_") else "dep_" + ident

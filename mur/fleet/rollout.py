@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from mur.deploy import fronted, operations
+from mur.deploy import operations
 from mur.deploy.providers.base import Context
 from mur.deploy.request import DeployRequest
 from mur.deploy.state import Deployment, DeploymentStore, fleet_tag
@@ -315,7 +315,7 @@ class Rollout:
         token = read_token(dep)
         # what clients reach: the front when there is one; a Docker service listens on the host network,
         # so this machine's loopback reaches it
-        port = int((fronted.recorded(dep) or {}).get("port") or dep.service_port)
+        port = int(dep.client_port or 0)
         spec = dep.target if dep.provider == "ssh" else TargetSpec("local")
         with Labelled(self.r, t.name).step("gate: health" + (" + smoke task" if self.plan.smoke else "")):
             with self.ctx.connect(spec, note=self.r.note) as target:

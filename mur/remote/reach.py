@@ -100,7 +100,8 @@ def endpoint(named: Named, note: Callable[[str], None] = lambda _t: None,
         connect = connect_target
     target = connect(dep.target, note=note, connect_budget=CONNECT_BUDGET)
     try:
-        with target.open_port(int(dep.service_port or 0)) as (host, port):  # type: ignore[attr-defined]
+        # the front's port when there is one: through a release switch it is the port that answers
+        with target.open_port(int(dep.client_port or 0)) as (host, port):  # type: ignore[attr-defined]
             scheme = urlsplit(named.url).scheme or "http"
             yield f"{scheme}://{host}:{port}"
     finally:

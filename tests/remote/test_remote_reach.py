@@ -81,6 +81,17 @@ def test_a_loopback_ssh_deployment_is_reached_through_a_forward_closed_after_the
     assert log[2:] == [("closed", 8123), ("disconnected",)]
 
 
+def test_a_deployment_with_a_front_is_reached_at_the_fronts_port_not_its_services():
+    """A fleet target's service port is private and restarts at each release (mur.deploy.fronted):
+    a send through it during a switch would reach a service that is restarting, or one draining."""
+    log: list = []
+    dep = ssh_dep()
+    dep.extra["front"] = {"port": 9000, "bind": "127.0.0.1"}
+    with endpoint(Named("http://127.0.0.1:41000", dep), connect=connector(log)):
+        assert log[1] == ("open", 9000)
+    assert dep.client_port == 9000 and ssh_dep().client_port == 8123
+
+
 def test_the_forward_closes_when_the_command_fails_or_is_interrupted():
     for exc in (RuntimeError("boom"), KeyboardInterrupt()):
         log: list = []

@@ -50,10 +50,11 @@ class HostProvider:
             truth, view, st, card = s.truth(dep, read_token(dep))
             f = fronted.for_record(s.t, s.lay, dep, s.svc.sudo, read_token(dep), ctx.reporter)
             front = f.status() if f is not None else None
-        if front is not None and not front["alive"] and truth.state == "running":  # clients get no answer
+        if front is not None and not front["alive"] and truth.state in ("running", "diverged"):  # clients get no answer
+            dead = (f"the front (port {front['port']}) is not running: the service answers on its private "
+                    f"port only; `mur deploy start` or the next deploy starts it")
+            truth.reason = dead if truth.state == "running" else f"{truth.reason}; and {dead}"
             truth.state, truth.consistent = "diverged", False
-            truth.reason = (f"the front (port {front['port']}) is not running: the service answers on its private "
-                            f"port only; `mur deploy start` or the next deploy starts it")
         with uninterrupted():
             ctx.store.update(dep.deployment_id, follow_truth(dep, truth, view))
         out = {"status": truth.state, "state": truth.to_dict(), "service": st.to_dict(),
