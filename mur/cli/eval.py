@@ -96,7 +96,11 @@ def run(
         if not dataset.is_file():
             from mur.errors import MurError
 
-            raise MurError("E-IO-001", "no dataset found. Expected ./eval.jsonl or specify with --dataset <path>")
+            beside = capsule / "eval.jsonl"
+            hint = (f"the capsule's folder has one: pass --dataset {beside}" if beside.is_file()
+                    else 'write eval.jsonl here (a case a line: {"case_id", "task_path", "expected"?}) or pass '
+                         "--dataset PATH")
+            raise MurError("E-IO-001", "no dataset found. Expected ./eval.jsonl or specify with --dataset <path>", hint)
     result = run_eval(capsule, dataset, workdir_root, on_start=lambda count: out(render_start(count)),
                       on_case=lambda case: out(render_case_start(case)),
                       on_result=on_result, note=note)

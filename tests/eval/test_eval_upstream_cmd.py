@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from trace_events import mur
-from mur.errors import FALLBACK_HINTS
 
 
 def score(ts: int, turn: int, scorer: str, result: str, value: float, reason: str) -> dict:
@@ -142,9 +141,13 @@ def test_run_without_a_dataset(capsule: Path):
     """run_no_args_default_dataset_absent_gives_clear_error,
     run_explicit_capsule_only_default_dataset_absent_gives_clear_error"""
     expected = ("error[E-IO-001]: no dataset found. Expected ./eval.jsonl or specify with --dataset <path>\n"
-                f"  hint: {FALLBACK_HINTS['E-IO-001']}\n")
+                '  hint: write eval.jsonl here (a case a line: {"case_id", "task_path", "expected"?}) or pass --dataset PATH\n')
     assert (mur("eval", "run", cwd=capsule).err, mur("eval", "run", str(capsule), cwd=capsule.parent).err) == (
         expected, expected)
+    # upstream reads ./eval.jsonl even when CAPSULE_DIR is given; one kept beside the capsule is named
+    (capsule / "eval.jsonl").write_text('{"case_id": "a", "task_path": "t.md"}\n')
+    err = mur("eval", "run", "cap", cwd=capsule.parent).err
+    assert err.endswith("\n  hint: the capsule's folder has one: pass --dataset cap/eval.jsonl\n"), err
 
 
 def test_run_with_a_missing_dataset(capsule: Path):
