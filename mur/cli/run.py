@@ -25,7 +25,17 @@ def _choice(value: Optional[str], allowed: tuple[str, ...], flag: str) -> Option
     return value
 
 
+def _capsule(value: Optional[Path]) -> Optional[Path]:
+    from mur.paths import manifest_path
+
+    return None if value is None else manifest_path(value)
+
+
 def run(
+    ctx: typer.Context,
+    capsule: Optional[Path] = typer.Argument(
+        None, metavar="CAPSULE", show_default=False,
+        help="The capsule: a directory holding murmur.yaml, or the file (the same as -m).", callback=_capsule),
     manifest: Manifest = Path("murmur.yaml"),
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task: a file path (copied) or literal text."),
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="Override the system prompt."),
@@ -50,6 +60,12 @@ def run(
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", envvar="MURMUR_A2A_TLS_KEY", help="PEM private key for --tls-cert."),
 ) -> None:
     """Run a capsule: validate, probe the kernel, stage a session workdir, execute, trace."""
+    if capsule is not None:  # `mur run DIR`, as `mur build DIR`
+        given = getattr(ctx.get_parameter_source("manifest"), "name", "DEFAULT")  # typer may carry its own click
+        if given != "DEFAULT":
+            raise typer.BadParameter(f"give the capsule once: as an argument ({capsule}) or with -m ({manifest})",
+                                     param_hint="CAPSULE")
+        manifest = capsule
     _choice(containment, CLASSES, "--containment")
     _choice(lifecycle_task_acceptance, ("none", "single", "queue"), "--lifecycle-task-acceptance")
     _choice(lifecycle_after_task, ("exit", "sleep"), "--lifecycle-after-task")

@@ -89,6 +89,8 @@ def test_every_option_typer_declares_is_known_here():
     command = typer.main.get_command(build_app(lazy=False)).commands["run"]
     declared = {}
     for param in command.params:
+        if param.param_type_name == "argument":  # `mur run CAPSULE`: a positional is left to typer
+            continue
         for name in param.opts:
             declared[name] = (param.is_flag, param.envvar)
     known = {name: (False, runfast.ENVVARS.get(field)) for name, (field, _) in runfast.VALUED.items()}
@@ -103,3 +105,18 @@ def test_completion_requests_go_to_typer(monkeypatch):
 
 def test_paths_are_plain_paths(monkeypatch):
     assert runfast.parse(["-m", "a/b"])["manifest"] == Path("a/b")
+
+
+def test_a_capsule_given_as_an_argument_is_the_manifest_and_only_once(monkeypatch, tmp_path):
+    """`mur run DIR -t Ada`, as `mur build DIR`: the fast parser leaves it to typer, which reads it as
+    -m DIR (DIR/murmur.yaml); given both ways it is a usage error naming both."""
+    import typer
+
+    (tmp_path / "cap").mkdir()
+    assert runfast.parse([str(tmp_path / "cap"), "-t", "Ada"]) is None
+    opts = typer_options([str(tmp_path / "cap"), "-t", "Ada"], monkeypatch)
+    assert opts.manifest == tmp_path / "cap" / "murmur.yaml" and opts.task == "Ada"
+    assert typer_options(["x.yaml"], monkeypatch).manifest == Path("x.yaml")
+    with pytest.raises(typer.BadParameter) as info:
+        typer_options([str(tmp_path / "cap"), "-m", "other.yaml"], monkeypatch)
+    assert "give the capsule once" in str(info.value)
