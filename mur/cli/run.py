@@ -25,17 +25,11 @@ def _choice(value: Optional[str], allowed: tuple[str, ...], flag: str) -> Option
     return value
 
 
-def _capsule(value: Optional[Path]) -> Optional[Path]:
-    from mur.paths import manifest_path
-
-    return None if value is None else manifest_path(value)
-
-
 def run(
     ctx: typer.Context,
     capsule: Optional[Path] = typer.Argument(
         None, metavar="CAPSULE", show_default=False,
-        help="The capsule: a directory holding murmur.yaml, or the file (the same as -m).", callback=_capsule),
+        help="The capsule: a directory holding murmur.yaml, or the file (the same as -m)."),
     manifest: Manifest = Path("murmur.yaml"),
     task: Optional[str] = typer.Option(None, "--task", "-t", help="Task: a file path (copied) or literal text."),
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="Override the system prompt."),
@@ -65,7 +59,9 @@ def run(
         if given != "DEFAULT":
             raise typer.BadParameter(f"give the capsule once: as an argument ({capsule}) or with -m ({manifest})",
                                      param_hint="CAPSULE")
-        manifest = capsule
+        from mur.paths import manifest_path
+
+        manifest = manifest_path(capsule)
     _choice(containment, CLASSES, "--containment")
     _choice(lifecycle_task_acceptance, ("none", "single", "queue"), "--lifecycle-task-acceptance")
     _choice(lifecycle_after_task, ("exit", "sleep"), "--lifecycle-after-task")

@@ -365,8 +365,7 @@ class Fronted:
 
 def recorded(dep: Any) -> dict[str, Any] | None:
     """The front a deployment record names ({"port": P}), or None (a deployment without one)."""
-    front = dep.extra.get("front") if dep is not None else None
-    return front if isinstance(front, dict) and front.get("port") else None
+    return dep.front if dep is not None else None
 
 
 def ports_for(dep_id: str, internal_port: int | None, existing: Any, want: bool, service_port: int | None,

@@ -129,14 +129,16 @@ class Deployment:
     _RELEASES = ("release", "previous")
 
     @property
+    def front(self) -> dict[str, Any] | None:
+        """The front this deployment records ({"port": P, "bind": ...}; mur.deploy.fronted), or None."""
+        front = self.extra.get("front")
+        return front if isinstance(front, dict) and front.get("port") else None
+
+    @property
     def client_port(self) -> int | None:
         """The port clients are served on, on the target: the front's when the deployment has one
-        (mur.deploy.fronted; the service's own port is private and restarts at every release), else
-        the service's."""
-        front = self.extra.get("front")
-        if isinstance(front, dict) and front.get("port"):
-            return int(front["port"])
-        return self.service_port
+        (the service's own port is private and restarts at every release), else the service's."""
+        return int(self.front["port"]) if self.front else self.service_port
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Deployment":

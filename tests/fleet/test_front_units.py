@@ -133,14 +133,15 @@ def test_the_twin_is_the_release_beside_with_its_own_files():
 
 
 def test_ports_of_a_fronted_deployment():
-    class Rec:
-        release = object()
-        extra = {"front": {"port": 31000}}
+    from mur.deploy.state import Deployment, Release
+    from mur.deploy.targets import TargetSpec
+
+    def served(extra: dict) -> Deployment:  # a recorded deployment that has served a release
+        return Deployment("dep_x", "ssh", TargetSpec("ssh", host="h"), release=Release.from_dict({"n": 1}), extra=extra)
 
     assert ports_for("dep_x", None, None, False, None, set(), "h") is None
     new = ports_for("dep_x", 8080, None, True, None, set(), "h")
     assert new.front == 8080 and len({new.front, new.service, new.twin}) == 3
-    kept = ports_for("dep_x", None, Rec(), False, 25000, {31000, 25000}, "h")
+    kept = ports_for("dep_x", None, served({"front": {"port": 31000}}), False, 25000, {31000, 25000}, "h")
     assert kept == Ports(front=31000, service=25000, twin=kept.twin) and kept.twin not in (31000, 25000)
-    Rec.extra = {}
-    assert ports_for("dep_x", None, Rec(), True, 25000, set(), "h") is None  # chosen at the first deploy only
+    assert ports_for("dep_x", None, served({}), True, 25000, set(), "h") is None  # chosen at the first deploy only
